@@ -93,7 +93,9 @@ function plainProgress(stream: NodeJS.WriteStream, intervalMs: number): Progress
         const secs = (Date.now() - started) / 1000;
         const pct = total ? ` (${((100 * current) / total).toFixed(1)}%)` : "";
         const rate = formatAmount(current / Math.max(secs, 1e-3), unit);
-        stream.write(`${label}: ${formatAmount(current, unit)}${pct}, ${rate}/s, ${secs.toFixed(1)} s\n`);
+        stream.write(
+          `${label}: ${formatAmount(current, unit)}${pct}, ${rate}/s, ${secs.toFixed(1)} s\n`,
+        );
       };
       return {
         update(done) {

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
 
 export const preprocessSchema = z.strictObject({
   datasets: z
@@ -17,8 +18,17 @@ export const preprocessSchema = z.strictObject({
     .min(1)
     .default("search-r1")
     .describe("built-in prompt template name (search-r1, r1-no-search) or a file with {question}"),
-  strict: z.boolean().default(false).describe("treat an invalid row as an error instead of skipping it"),
+  strict: z
+    .boolean()
+    .default(false)
+    .describe("treat an invalid row as an error instead of skipping it"),
   quiet: z.boolean().default(false).describe("no progress output"),
 });
 
 export type PreprocessConfig = z.infer<typeof preprocessSchema>;
+
+export const preprocessSpec: CommandConfigSpec<typeof preprocessSchema> = {
+  command: "preprocess",
+  schema: preprocessSchema,
+  env: {},
+};

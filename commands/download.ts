@@ -1,0 +1,29 @@
+import type { Command } from "commander";
+import { defineCommand } from "../src/cli/define.js";
+import { downloadSpec } from "../src/config/schemas/download.js";
+
+export function register(program: Command): Command {
+  return defineCommand(program, {
+    spec: downloadSpec,
+    description: "fetch corpora, indexes, datasets and models from a Hugging Face-compatible hub",
+    flags: [
+      { flags: "--save-path <dir>", key: "save_path" },
+      { flags: "--what <list>", key: "what" },
+      { flags: "--repo <owner/name>", key: "repo" },
+      { flags: "--repo-type <type>", key: "repo_type" },
+      { flags: "--include <globs>", key: "include" },
+      { flags: "--revision <rev>", key: "revision" },
+      { flags: "--token <token>", key: "token" },
+      { flags: "--connections <n>", key: "connections" },
+      { flags: "--keep-parts", key: "keep_parts" },
+      { flags: "--keep-gz", key: "keep_gz" },
+      { flags: "--dry-run", key: "dry_run" },
+      { flags: "--quiet", key: "quiet" },
+    ],
+    examples: [
+      "searchr1 download --save-path /data",
+      "searchr1 download --save-path /data --what flashrag:nq,hotpotqa",
+      "searchr1 download --save-path /models --what model:Qwen/Qwen2.5-3B",
+    ],
+  });
+}

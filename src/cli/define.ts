@@ -1,0 +1,56 @@
+import type { Command } from "commander";
+import type { CliValue, CommandConfigSpec } from "../config/resolve.js";
+import { NotImplementedError } from "../runtime/errors.js";
+import { addConfigFlags, type FlagSpec, resolveFromCli, splitArgs } from "./options.js";
+
+export interface CommandDefinition<S extends CommandConfigSpec> {
+  spec: S;
+  description: string;
+  aliases?: string[];
+  /** Name of the positional arguments (mixed with key=value overrides), e.g. "dataset". */
+  positional?: { name: string; key: string };
+  flags: FlagSpec[];
+  /** Usage examples shown by --help. */
+  examples: string[];
+  /** Absent while the capability has not landed: the command then says so and exits 2. */
+  run?: (config: ReturnType<S["schema"]["parse"]>) => Promise<void>;
+}
+
+/** Registers one command: its flags from the config schema, help, and config resolution. */
+export function defineCommand<S extends CommandConfigSpec>(
+  program: Command,
+  def: CommandDefinition<S>,
+): Command {
+  const argName = def.positional ? `${def.positional.name}...` : "overrides...";
+  const cmd = program
+    .command(def.spec.command)
+    .description(def.description)
+    .argument(
+      `[${argName}]`,
+      def.positional
+        ? `${def.positional.name}s, then key.path=value overrides`
+        : "key.path=value overrides",
+    )
+    .addHelpText("after", `\nExamples:\n${def.examples.map((e) => `  $ ${e}`).join("\n")}\n`);
+  for (const alias of def.aliases ?? []) cmd.alias(alias);
+  addConfigFlags(cmd, def.spec, def.flags);
+  cmd.action(async (args: string[]) => {
+    const run = def.run;
+    if (!run) throw new NotImplementedError(def.spec.command);
+    const { overrides, positional } = splitArgs(args);
+    const extra: CliValue[] = [];
+    if (def.positional && positional.length > 0) {
+      extra.push({
+        key: def.positional.key,
+        value: positional,
+        origin: { kind: "argument", name: def.positional.name },
+      });
+    } else if (positional.length > 0) {
+      cmd.error(`error: unexpected argument "${positional[0]}" (overrides are key.path=value)`, {
+        exitCode: 2,
+      });
+    }
+    await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra));
+  });
+  return cmd;
+}

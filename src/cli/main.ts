@@ -1,0 +1,25 @@
+import { CommanderError } from "commander";
+import { CliError } from "../runtime/errors.js";
+import { buildProgram } from "./program.js";
+
+/** Runs the CLI: clean one-line errors with their exit code; anything unexpected is a bug. */
+export async function main(argv: string[]): Promise<number> {
+  try {
+    await buildProgram().parseAsync(argv);
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // Commander has already printed help or its usage error; usage errors exit 2.
+      return err.exitCode === 0 ? 0 : 2;
+    }
+    if (err instanceof CliError) {
+      for (const line of err.message.split("\n"))
+        process.stderr.write(`searchr1: error: ${line}\n`);
+      return err.exitCode;
+    }
+    process.stderr.write(`searchr1: internal error: ${(err as Error)?.stack ?? String(err)}\n`);
+    return 1;
+  }
+}
+
+process.exitCode = await main(process.argv);

@@ -1,0 +1,21 @@
+import type { CommandConfigSpec } from "./resolve.js";
+import { buildIndexSpec } from "./schemas/build-index.js";
+import { convertCkptSpec } from "./schemas/convert-ckpt.js";
+import { downloadSpec } from "./schemas/download.js";
+import { evalSpec } from "./schemas/eval.js";
+import { preprocessSpec } from "./schemas/preprocess.js";
+import { serveRetrieverSpec } from "./schemas/serve-retriever.js";
+import { trainSpec } from "./schemas/train.js";
+
+/** Every command's config spec, for `searchr1 config <command>`. */
+export const CONFIG_SPECS: Record<string, CommandConfigSpec> = Object.fromEntries(
+  [
+    downloadSpec,
+    preprocessSpec,
+    buildIndexSpec,
+    serveRetrieverSpec,
+    trainSpec,
+    evalSpec,
+    convertCkptSpec,
+  ].map((s) => [s.command, s as CommandConfigSpec]),
+);

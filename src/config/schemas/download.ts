@@ -1,0 +1,42 @@
+import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
+
+export const downloadSchema = z.strictObject({
+  save_path: z.string().min(1).describe("folder the files go to"),
+  what: z
+    .array(z.string().min(1))
+    .default([])
+    .describe(
+      "named selections (e5-flat, corpus, bm25, e5-hnsw, nq-hotpotqa, flashrag:<ds>, model:<repo>); empty = Search-R1's set",
+    ),
+  repo: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe("a hub repository OWNER/NAME instead of named selections"),
+  repo_type: z.enum(["model", "dataset"]).default("dataset"),
+  include: z
+    .array(z.string().min(1))
+    .default([])
+    .describe("glob patterns of files to take from --repo"),
+  revision: z.string().min(1).default("main"),
+  endpoint: z.string().url().default("https://huggingface.co"),
+  token: z.string().min(1).nullable().default(null),
+  connections: z
+    .number()
+    .int()
+    .positive()
+    .default(8)
+    .describe("parallel range requests per large file"),
+  keep_parts: z.boolean().default(false),
+  keep_gz: z.boolean().default(false),
+  dry_run: z.boolean().default(false),
+  quiet: z.boolean().default(false),
+});
+
+export const downloadSpec: CommandConfigSpec<typeof downloadSchema> = {
+  command: "download",
+  schema: downloadSchema,
+  env: { HF_ENDPOINT: "endpoint", HF_TOKEN: "token" },
+};

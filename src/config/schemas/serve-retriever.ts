@@ -1,0 +1,22 @@
+import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
+
+export const serveRetrieverSchema = z.strictObject({
+  retriever: z.enum(["bm25", "e5"]).default("bm25"),
+  index: z.string().min(1).describe("index folder (bm25) or faiss file (e5)"),
+  corpus: z.string().min(1).describe("corpus jsonl the index was built from"),
+  topk: z
+    .number()
+    .int()
+    .positive()
+    .default(3)
+    .describe("documents per query when a request omits topk"),
+  host: z.string().min(1).default("127.0.0.1"),
+  port: z.number().int().min(0).max(65535).default(8000),
+});
+
+export const serveRetrieverSpec: CommandConfigSpec<typeof serveRetrieverSchema> = {
+  command: "serve-retriever",
+  schema: serveRetrieverSchema,
+  env: { SEARCHR1_RETRIEVER_PORT: "port" },
+};

@@ -1,0 +1,76 @@
+import { z } from "zod";
+
+/**
+ * Config sections shared by `train` and `eval`. Key names follow Search-R1's scripts
+ * (data.max_obs_length, actor.kl_loss_coef, ...) so their overrides read the same here.
+ * Defaults are Search-R1's published values (reference search-r1.md §7).
+ */
+
+const positiveInt = () => z.number().int().positive();
+
+export const modelSection = z.strictObject({
+  path: z
+    .string()
+    .min(1)
+    .describe("Hugging Face model folder: config.json, safetensors, tokenizer"),
+  tokenizer_path: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe("tokenizer folder when it is not the model folder"),
+  dtype: z.enum(["bf16", "fp16", "fp32"]).default("bf16").describe("compute dtype on GPU"),
+});
+
+/** Prompt and turn budgets, in tokens (Search-R1's data.* keys and meanings). */
+export const lengthFields = {
+  max_start_length: positiveInt()
+    .default(2048)
+    .describe("initial prompt budget; longer prompts are left-truncated"),
+  max_prompt_length: positiveInt()
+    .default(4096)
+    .describe("total context budget of a trajectory (prompt + all turns)"),
+  max_response_length: positiveInt().default(500).describe("tokens generated per turn"),
+  max_obs_length: positiveInt().default(500).describe("tokens of one retrieval observation"),
+};
+
+export const retrieverSection = z.strictObject({
+  url: z
+    .string()
+    .url()
+    .default("http://127.0.0.1:8000/retrieve")
+    .describe("Search-R1-compatible POST /retrieve endpoint"),
+  topk: positiveInt().default(3).describe("documents per search"),
+  timeout_s: z.number().positive().default(30).describe("per-request timeout"),
+  max_retries: z.number().int().min(0).default(10).describe("retries on 5xx, timeouts, resets"),
+});
+
+/** How trajectories are generated; `train` adds its sampling-group size on top. */
+export const generationFields = {
+  engine: z
+    .enum(["native", "sglang", "vllm"])
+    .default("native")
+    .describe("inference engine: the native one, or an SGLang / vLLM server"),
+  engine_url: z
+    .string()
+    .url()
+    .nullable()
+    .default(null)
+    .describe("use an already running engine at this URL instead of launching one"),
+  max_turns: positiveInt().default(4).describe("search/answer actions per trajectory"),
+  temperature: z.number().min(0).default(1).describe("sampling temperature (0 = greedy)"),
+  top_p: z.number().gt(0).max(1).default(1),
+  top_k: z.number().int().min(-1).default(-1).describe("-1 = no top-k cut"),
+  gpu_memory_utilization: z.number().gt(0).max(1).default(0.6),
+  tensor_parallel_size: positiveInt().default(1),
+};
+
+export const loggingFields = {
+  logger: z
+    .array(z.enum(["console", "jsonl", "plot"]))
+    .default(["console", "jsonl", "plot"])
+    .describe("where metrics go"),
+  log_every: positiveInt().default(1).describe("steps between console lines"),
+};
+
+export { positiveInt };

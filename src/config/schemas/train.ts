@@ -1,0 +1,143 @@
+import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
+import {
+  generationFields,
+  lengthFields,
+  loggingFields,
+  modelSection,
+  positiveInt,
+  retrieverSection,
+} from "./shared.js";
+
+const klType = z.enum(["kl", "abs", "mse", "low_var_kl"]);
+
+export const trainSchema = z.strictObject({
+  algorithm: z
+    .strictObject({
+      name: z.enum(["grpo", "ppo"]).default("grpo").describe("grpo, or ppo (GAE with a critic)"),
+      gamma: z.number().min(0).max(1).default(1),
+      lam: z.number().min(0).max(1).default(1),
+      norm_adv_by_std_in_grpo: z.boolean().default(true),
+      use_kl_in_reward: z
+        .boolean()
+        .default(false)
+        .describe("PPO: subtract kl_coef·KL(old‖ref) from rewards (Search-R1's PPO scripts: true)"),
+      kl_penalty: klType.default("kl").describe("estimator for the in-reward KL"),
+      kl_coef: z.number().min(0).default(0.001),
+    })
+    .prefault({}),
+  model: modelSection,
+  data: z
+    .strictObject({
+      train_files: z
+        .array(z.string().min(1))
+        .min(1)
+        .default(["data/nq_hotpotqa/train.parquet"])
+        .describe("training parquet files (searchr1 preprocess output)"),
+      val_files: z.array(z.string().min(1)).default(["data/nq_hotpotqa/test.parquet"]),
+      train_batch_size: positiveInt().default(512).describe("prompts per step"),
+      val_batch_size: positiveInt().default(256),
+      ...lengthFields,
+      shuffle: z.boolean().default(true),
+      seed: z.number().int().default(1),
+    })
+    .prefault({}),
+  actor: z
+    .strictObject({
+      lr: z.number().positive().default(1e-6),
+      lr_warmup_steps_ratio: z.number().min(0).max(1).default(0.285),
+      lr_scheduler: z
+        .enum(["constant", "cosine", "linear"])
+        .default("constant")
+        .describe("after warmup"),
+      weight_decay: z.number().min(0).default(0.01),
+      betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
+      grad_clip: z.number().positive().default(1),
+      ppo_mini_batch_size: positiveInt().default(256).describe("prompts per optimizer step"),
+      ppo_micro_batch_size: positiveInt().default(64).describe("trajectories per forward/backward"),
+      ppo_epochs: positiveInt().default(1),
+      clip_ratio: z.number().positive().default(0.2),
+      entropy_coeff: z.number().min(0).default(0.001),
+      use_kl_loss: z.boolean().default(true),
+      kl_loss_type: klType.default("low_var_kl"),
+      kl_loss_coef: z.number().min(0).default(0.001),
+      loss_agg_mode: z
+        .enum(["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+        .default("token-mean"),
+      state_masking: z
+        .boolean()
+        .default(true)
+        .describe("exclude retrieved/observation tokens from the policy loss"),
+      gradient_checkpointing: z.boolean().default(true),
+    })
+    .prefault({}),
+  critic: z
+    .strictObject({
+      model_path: z.string().min(1).nullable().default(null).describe("null = model.path"),
+      lr: z.number().positive().default(1e-5),
+      lr_warmup_steps_ratio: z.number().min(0).max(1).default(0.015),
+      ppo_micro_batch_size: positiveInt().default(8),
+      cliprange_value: z.number().positive().default(0.5),
+      grad_clip: z.number().positive().default(1),
+      weight_decay: z.number().min(0).default(0.01),
+    })
+    .prefault({}),
+  rollout: z
+    .strictObject({
+      n: positiveInt().default(5).describe("trajectories per prompt (GRPO group size)"),
+      log_prob_micro_batch_size: positiveInt().default(128),
+      ...generationFields,
+    })
+    .prefault({}),
+  retriever: retrieverSection.prefault({}),
+  reward: z
+    .strictObject({
+      format_reward: z
+        .boolean()
+        .default(false)
+        .describe("Search-R1 v0.3 format reward on top of exact match"),
+      structure_format_score: z.number().min(0).max(1).default(0.2),
+      final_format_score: z.number().min(0).max(1).default(0.1),
+      retrieval_score: z.number().min(0).max(1).default(0),
+    })
+    .prefault({}),
+  trainer: z
+    .strictObject({
+      gpus: positiveInt().default(8).describe("GPUs per node"),
+      nnodes: positiveInt().default(1),
+      total_epochs: positiveInt().default(15),
+      total_training_steps: positiveInt()
+        .nullable()
+        .default(1005)
+        .describe("null = epochs × batches per epoch"),
+      save_freq: positiveInt().default(100).describe("steps between checkpoints"),
+      test_freq: positiveInt().default(100).describe("steps between validations"),
+      val_before_train: z.boolean().default(true),
+      project_name: z.string().min(1).default("searchr1"),
+      experiment_name: z.string().min(1).default("nq_hotpotqa-grpo"),
+      output_dir: z
+        .string()
+        .min(1)
+        .default("checkpoints")
+        .describe("checkpoints and metrics go under <output_dir>/<project>/<experiment>"),
+      resume: z
+        .union([z.enum(["auto", "disable"]), z.string().min(1)])
+        .default("auto")
+        .describe("auto (latest checkpoint if any), disable, or a checkpoint folder"),
+      ...loggingFields,
+    })
+    .prefault({}),
+});
+
+export type TrainConfig = z.infer<typeof trainSchema>;
+
+export const trainSpec: CommandConfigSpec<typeof trainSchema> = {
+  command: "train",
+  schema: trainSchema,
+  env: {
+    SEARCHR1_MODEL: "model.path",
+    SEARCHR1_RETRIEVER_URL: "retriever.url",
+    SEARCHR1_ENGINE_URL: "rollout.engine_url",
+    SEARCHR1_OUTPUT_DIR: "trainer.output_dir",
+  },
+};
