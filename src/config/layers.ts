@@ -92,6 +92,11 @@ export function originOf(layers: readonly Layer[], path: readonly string[]): Ori
       const v = getPath(layer.values, prefix);
       if (v === undefined) continue;
       if (n < path.length && isPlainObject(v)) break;
+      const dotted = path.join(".");
+      const own = layer.origins.get(dotted);
+      if (own) return own;
+      // A mapping set through its children (an override a.b.c=1 sets a.b) is at its first child.
+      for (const [key, origin] of layer.origins) if (key.startsWith(`${dotted}.`)) return origin;
       for (let m = n; m > 0; m--) {
         const origin = layer.origins.get(path.slice(0, m).join("."));
         if (origin) return origin;

@@ -1,0 +1,130 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { parse } from "yaml";
+import { runCli } from "./helpers/cli.js";
+
+const COMMANDS = [
+  "download",
+  "preprocess",
+  "build-index",
+  "serve-retriever",
+  "train",
+  "eval",
+  "convert-ckpt",
+];
+const NOT_YET = ["download", "build-index", "serve-retriever", "train", "eval", "convert-ckpt"];
+const dir = mkdtempSync(join(tmpdir(), "searchr1-cli-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("searchr1 CLI", () => {
+  it("--help lists all seven commands and the convert alias", () => {
+    const r = runCli(["--help"]);
+    expect(r.code).toBe(0);
+    for (const c of COMMANDS) expect(r.stdout).toMatch(new RegExp(`^  ${c}[ |]`, "m"));
+    expect(r.stdout).toContain("convert-ckpt|convert");
+  });
+
+  it("--version prints the package version", () => {
+    const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+    const r = runCli(["--version"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim()).toBe(pkg.version);
+  });
+
+  it.each(COMMANDS)("%s --help shows options with schema defaults and a real example", (c) => {
+    const r = runCli([c, "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`Usage: searchr1 ${c}`);
+    expect(r.stdout).toContain("--config <file>");
+    expect(r.stdout).toMatch(new RegExp(`Examples:\\n  \\$ searchr1 (${c}|convert) -{0,2}\\w`));
+  });
+
+  it("help texts carry defaults from the schema", () => {
+    expect(runCli(["train", "--help"]).stdout).toMatch(/--gpus <n>\s+GPUs per node \(default: 8\)/);
+    expect(runCli(["preprocess", "--help"]).stdout).toMatch(
+      /--template <name\|file>[\s\S]*\(default:\s+search-r1\)/,
+    );
+    expect(runCli(["download", "--help"]).stdout).toMatch(/HF_TOKEN\s+sets token/);
+  });
+
+  it.each(NOT_YET)("%s exits 2 with 'not implemented yet' and prints nothing on stdout", (c) => {
+    const r = runCli([c]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`${c}: not implemented yet`);
+    expect(r.stdout).toBe("");
+  });
+
+  it("the convert alias reaches convert-ckpt", () => {
+    const r = runCli(["convert"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("convert-ckpt: not implemented yet");
+  });
+
+  it("an unknown command or option is a usage error (exit 2)", () => {
+    const a = runCli(["frobnicate"]);
+    expect(a.code).toBe(2);
+    expect(a.stderr).toContain("unknown command 'frobnicate'");
+    const b = runCli(["preprocess", "--no-such-flag"]);
+    expect(b.code).toBe(2);
+    expect(b.stderr).toContain("unknown option '--no-such-flag'");
+  });
+});
+
+describe("searchr1 config", () => {
+  it("prints the resolved config as YAML from file, env and overrides", () => {
+    const base = join(dir, "base.yaml");
+    writeFileSync(base, "model:\n  path: /models/base\nactor:\n  lr: 2.0e-6\n");
+    const run = join(dir, "run.yaml");
+    writeFileSync(run, "extends: base.yaml\nrollout:\n  n: 8\n");
+    const r = runCli(
+      [
+        "config",
+        "train",
+        "--config",
+        run,
+        "actor.lr=5e-7",
+        "data.train_files=[a.parquet,b.parquet]",
+      ],
+      {
+        env: { SEARCHR1_RETRIEVER_URL: "http://127.0.0.1:9000/retrieve" },
+      },
+    );
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const cfg = parse(r.stdout);
+    expect(cfg.model.path).toBe("/models/base");
+    expect(cfg.actor.lr).toBe(5e-7);
+    expect(cfg.rollout.n).toBe(8);
+    expect(cfg.data.train_files).toEqual(["a.parquet", "b.parquet"]);
+    expect(cfg.retriever.url).toBe("http://127.0.0.1:9000/retrieve");
+    expect(cfg.actor.kl_loss_coef).toBe(0.001);
+  });
+
+  it("reports a typo with file:line:col and a suggestion, exit 2", () => {
+    const bad = join(dir, "typo.yaml");
+    writeFileSync(bad, "model:\n  path: m\nactor:\n  lrr: 1e-6\n");
+    const r = runCli(["config", "train", "-c", bad]);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(
+      /searchr1: error: unknown key "actor\.lrr" \(.*typo\.yaml:4:3\); did you mean "actor\.lr"\?/,
+    );
+  });
+
+  it("--schema prints a JSON Schema with defaults for editor completion", () => {
+    const r = runCli(["config", "train", "--schema"]);
+    expect(r.code).toBe(0);
+    const schema = JSON.parse(r.stdout);
+    expect(schema.properties.actor.properties.lr.default).toBe(1e-6);
+    expect(schema.properties.algorithm.properties.name.enum).toEqual(["grpo", "ppo"]);
+    expect(schema.required).toContain("model");
+  });
+
+  it("rejects an unknown command name", () => {
+    const r = runCli(["config", "nope"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('config: unknown command "nope"');
+  });
+});

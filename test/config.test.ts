@@ -1,0 +1,305 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { CONFIG_SPECS } from "../src/config/registry.js";
+import { type CommandConfigSpec, jsonSchemaOf, resolveConfig } from "../src/config/resolve.js";
+import { trainSpec } from "../src/config/schemas/train.js";
+import { UsageError } from "../src/runtime/errors.js";
+
+const dir = mkdtempSync(join(tmpdir(), "searchr1-config-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function file(name: string, text: string): string {
+  const path = join(dir, name);
+  mkdirSync(join(path, ".."), { recursive: true });
+  writeFileSync(path, text);
+  return path;
+}
+
+function errorOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(UsageError);
+    return (err as Error).message;
+  }
+  throw new Error("expected a UsageError");
+}
+
+const spec: CommandConfigSpec = {
+  command: "demo",
+  schema: z.strictObject({
+    name: z.string().default("base"),
+    count: z.number().int().default(1),
+    flag: z.boolean().default(false),
+    items: z.array(z.string()).default([]),
+    ratio: z.number().nullable().default(0.5),
+    mode: z.enum(["a", "b"]).default("a"),
+    nested: z
+      .strictObject({
+        lr: z.number().default(1e-6),
+        deep: z.strictObject({ k: z.number().default(3) }).prefault({}),
+      })
+      .prefault({}),
+  }),
+  env: { DEMO_COUNT: "count", DEMO_LR: "nested.lr" },
+};
+
+describe("config precedence", () => {
+  it("uses schema defaults when nothing is given", () => {
+    expect(resolveConfig(spec)).toEqual({
+      name: "base",
+      count: 1,
+      flag: false,
+      items: [],
+      ratio: 0.5,
+      mode: "a",
+      nested: { lr: 1e-6, deep: { k: 3 } },
+    });
+  });
+
+  it("orders defaults < file < env < flags < overrides", () => {
+    const cfg = file(
+      "prec.yaml",
+      "name: fromfile\ncount: 2\nnested:\n  lr: 0.1\n  deep:\n    k: 4\n",
+    );
+    const only = (extra: object) =>
+      resolveConfig(spec, { configFile: cfg, ...extra }) as Record<string, unknown>;
+    expect(only({})).toMatchObject({
+      name: "fromfile",
+      count: 2,
+      nested: { lr: 0.1, deep: { k: 4 } },
+    });
+    const env = { DEMO_COUNT: "3", DEMO_LR: "0.2" };
+    expect(only({ env })).toMatchObject({ count: 3, nested: { lr: 0.2, deep: { k: 4 } } });
+    const cli = [{ key: "count", value: "4", origin: { kind: "flag" as const, flag: "--count" } }];
+    expect(only({ env, cli })).toMatchObject({ count: 4, nested: { lr: 0.2 } });
+    expect(only({ env, cli, overrides: ["count=5", "nested.deep.k=9"] })).toMatchObject({
+      name: "fromfile",
+      count: 5,
+      nested: { lr: 0.2, deep: { k: 9 } },
+    });
+  });
+
+  it("ignores empty environment variables", () => {
+    expect(resolveConfig(spec, { env: { DEMO_COUNT: "" } })).toMatchObject({ count: 1 });
+  });
+});
+
+describe("override coercion", () => {
+  it("coerces numbers, booleans, lists, null and quoted strings by the schema's types", () => {
+    const cfg = resolveConfig(spec, {
+      overrides: [
+        "count=12",
+        "flag=true",
+        "items=[a, 'b,c', d]",
+        "ratio=null",
+        "nested.lr=1e-6",
+        'name="7"',
+        "+mode=b",
+      ],
+    });
+    expect(cfg).toMatchObject({
+      count: 12,
+      flag: true,
+      items: ["a", "b,c", "d"],
+      ratio: null,
+      nested: { lr: 1e-6 },
+      name: "7",
+      mode: "b",
+    });
+  });
+
+  it("accepts comma lists without brackets, an empty list, and yes/no booleans", () => {
+    expect(resolveConfig(spec, { overrides: ["items=x,y", "flag=yes"] })).toMatchObject({
+      items: ["x", "y"],
+      flag: true,
+    });
+    expect(resolveConfig(spec, { overrides: ["items=[]", "flag=off"] })).toMatchObject({
+      items: [],
+      flag: false,
+    });
+  });
+
+  it("keeps a string that looks numeric when the key is a string", () => {
+    expect(resolveConfig(spec, { overrides: ["name=0012"] })).toMatchObject({ name: "0012" });
+  });
+
+  it("rejects text that is not key=value", () => {
+    expect(errorOf(() => resolveConfig(spec, { overrides: ["count"] }))).toContain(
+      'override "count": expected key.path=value',
+    );
+  });
+});
+
+describe("YAML files", () => {
+  it("follows extends relative to the extending file, several levels deep", () => {
+    file("base/root.yaml", "name: root\ncount: 7\nitems: [r]\n");
+    file("base/mid.yaml", "extends: root.yaml\nname: mid\n");
+    const top = file("top.yaml", "extends: base/mid.yaml\nnested:\n  lr: 0.5\n");
+    expect(resolveConfig(spec, { configFile: top })).toMatchObject({
+      name: "mid",
+      count: 7,
+      items: ["r"],
+      nested: { lr: 0.5 },
+    });
+  });
+
+  it("merges a list of bases in order", () => {
+    file("l1.yaml", "name: one\ncount: 1\n");
+    file("l2.yaml", "name: two\n");
+    const top = file("list.yaml", "extends: [l1.yaml, l2.yaml]\n");
+    expect(resolveConfig(spec, { configFile: top })).toMatchObject({ name: "two", count: 1 });
+  });
+
+  it("reports an extends cycle and a missing base with the file that names it", () => {
+    file("cyc-a.yaml", "extends: cyc-b.yaml\n");
+    const b = file("cyc-b.yaml", "extends: cyc-a.yaml\n");
+    expect(errorOf(() => resolveConfig(spec, { configFile: b }))).toMatch(
+      /extends cycle: .*cyc-b\.yaml -> .*cyc-a\.yaml -> .*cyc-b\.yaml/,
+    );
+    const m = file("missing-base.yaml", "extends: nowhere.yaml\n");
+    expect(errorOf(() => resolveConfig(spec, { configFile: m }))).toMatch(
+      /file not found: .*nowhere\.yaml \(extended by .*missing-base\.yaml\)/,
+    );
+  });
+
+  it("reports a missing config file, invalid YAML with line:col, and a non-mapping top level", () => {
+    expect(errorOf(() => resolveConfig(spec, { configFile: join(dir, "nope.yaml") }))).toMatch(
+      /config: file not found: .*nope\.yaml/,
+    );
+    const bad = file("bad.yaml", "name: ok\ncount: [1, 2\n");
+    expect(errorOf(() => resolveConfig(spec, { configFile: bad }))).toMatch(
+      /bad\.yaml:\d+:\d+: invalid YAML/,
+    );
+    const list = file("list-top.yaml", "- a\n- b\n");
+    expect(errorOf(() => resolveConfig(spec, { configFile: list }))).toMatch(
+      /list-top\.yaml: expected a mapping/,
+    );
+  });
+});
+
+describe("errors name key, origin, expectation and a suggestion", () => {
+  it("names the file position of a wrong type", () => {
+    const cfg = file("wrong.yaml", "name: x\nnested:\n  lr: fast\n");
+    expect(errorOf(() => resolveConfig(spec, { configFile: cfg }))).toMatch(
+      /^"nested\.lr" = "fast" \(.*wrong\.yaml:3:3\): expected number$/,
+    );
+  });
+
+  it("names the env var, the flag and the override", () => {
+    expect(errorOf(() => resolveConfig(spec, { env: { DEMO_COUNT: "many" } }))).toBe(
+      '"count" = "many" (env DEMO_COUNT): expected integer',
+    );
+    const cli = [{ key: "mode", value: "c", origin: { kind: "flag" as const, flag: "--mode" } }];
+    expect(errorOf(() => resolveConfig(spec, { cli }))).toBe(
+      '"mode" = "c" (flag --mode): expected one of a|b',
+    );
+    expect(errorOf(() => resolveConfig(spec, { overrides: ["count=1.5"] }))).toMatch(
+      /^"count" = 1\.5 \(override count=1\.5\): /,
+    );
+  });
+
+  it("suggests the nearest key for a typo in a file and in an override", () => {
+    const cfg = file("typo.yaml", "nested:\n  lrr: 1\n");
+    expect(errorOf(() => resolveConfig(spec, { configFile: cfg }))).toMatch(
+      /^unknown key "nested\.lrr" \(.*typo\.yaml:2:3\); did you mean "nested\.lr"\?$/,
+    );
+    expect(errorOf(() => resolveConfig(spec, { overrides: ["nested.depp.k=1"] }))).toBe(
+      'unknown key "nested.depp" (override nested.depp.k=1); did you mean "nested.deep"?',
+    );
+    expect(errorOf(() => resolveConfig(spec, { overrides: ["lr=1"] }))).toBe(
+      'unknown key "lr" (override lr=1); did you mean "nested.lr"?',
+    );
+  });
+
+  it("lists valid keys when nothing is close", () => {
+    expect(errorOf(() => resolveConfig(spec, { overrides: ["zzzzzzzz=1"] }))).toBe(
+      'unknown key "zzzzzzzz" (override zzzzzzzz=1); valid keys: name, count, flag, items, ratio, mode, nested',
+    );
+  });
+
+  it("names a list element that has the wrong type", () => {
+    expect(
+      errorOf(() =>
+        resolveConfig(trainSpec, { overrides: ["model.path=m", "trainer.logger=[console,wandb]"] }),
+      ),
+    ).toBe(
+      '"trainer.logger[1]" = "wandb" (override trainer.logger=[console,wandb]): expected one of console|jsonl|plot',
+    );
+  });
+
+  it("reports every problem at once, and missing required keys with how to set them", () => {
+    const msg = errorOf(() =>
+      resolveConfig(trainSpec, {
+        overrides: ["actor.lr=abc", "rollout.n=0"],
+        flagNames: { "model.path": "--model" },
+      }),
+    );
+    const lines = msg.split("\n");
+    expect(lines).toContain(
+      'missing required key "model.path": expected string (set it with --model, "model.path:" in --config FILE, model.path=...)',
+    );
+    expect(lines).toContain('"actor.lr" = "abc" (override actor.lr=abc): expected number');
+    expect(lines.some((l) => l.startsWith('"rollout.n" = 0 (override rollout.n=0): '))).toBe(true);
+    expect(lines).toHaveLength(3);
+  });
+});
+
+describe("train and eval schemas", () => {
+  it("default to Search-R1's published values", () => {
+    const cfg = resolveConfig(trainSpec, { overrides: ["model.path=/models/qwen2.5-3b"] });
+    expect(cfg.algorithm.name).toBe("grpo");
+    expect(cfg.data).toMatchObject({
+      train_batch_size: 512,
+      val_batch_size: 256,
+      max_prompt_length: 4096,
+      max_start_length: 2048,
+      max_response_length: 500,
+      max_obs_length: 500,
+    });
+    expect(cfg.actor).toMatchObject({
+      lr: 1e-6,
+      lr_warmup_steps_ratio: 0.285,
+      ppo_mini_batch_size: 256,
+      ppo_micro_batch_size: 64,
+      clip_ratio: 0.2,
+      kl_loss_type: "low_var_kl",
+      kl_loss_coef: 0.001,
+      entropy_coeff: 0.001,
+      grad_clip: 1,
+      state_masking: true,
+    });
+    expect(cfg.critic).toMatchObject({
+      lr: 1e-5,
+      lr_warmup_steps_ratio: 0.015,
+      cliprange_value: 0.5,
+    });
+    expect(cfg.rollout).toMatchObject({ n: 5, max_turns: 4, temperature: 1, top_p: 1 });
+    expect(cfg.retriever).toMatchObject({ url: "http://127.0.0.1:8000/retrieve", topk: 3 });
+    expect(cfg.trainer).toMatchObject({
+      gpus: 8,
+      save_freq: 100,
+      test_freq: 100,
+      total_training_steps: 1005,
+    });
+  });
+
+  it("eval decodes greedily by default", () => {
+    const cfg = resolveConfig(CONFIG_SPECS.eval as CommandConfigSpec, {
+      overrides: ["model.path=m"],
+    }) as { rollout: { temperature: number } };
+    expect(cfg.rollout.temperature).toBe(0);
+  });
+
+  it("every command has a JSON Schema that forbids unknown keys", () => {
+    for (const s of Object.values(CONFIG_SPECS)) {
+      const js = jsonSchemaOf(s) as { type: string; additionalProperties: boolean; title: string };
+      expect(js.type).toBe("object");
+      expect(js.additionalProperties).toBe(false);
+      expect(js.title).toBe(`searchr1 ${s.command} config`);
+    }
+  });
+});
