@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { stringify } from "yaml";
 import { splitArgs } from "../src/cli/options.js";
+import { configReference } from "../src/config/reference.js";
 import { CONFIG_SPECS } from "../src/config/registry.js";
 import { jsonSchemaOf, resolveConfig } from "../src/config/resolve.js";
 import { UsageError } from "../src/runtime/errors.js";
@@ -14,27 +15,42 @@ export function register(program: Command): Command {
     .argument("[overrides...]", "key.path=value overrides")
     .option("-c, --config <file>", "YAML config file (may `extends:` another, relative to itself)")
     .option("--schema", "print the JSON Schema of the command's config file instead")
+    .option("--reference", "print the command's config keys as a Markdown table instead")
     .addHelpText(
       "after",
       "\nExamples:\n" +
         "  $ searchr1 config train --config run.yaml actor.lr=5e-7 rollout.n=8\n" +
         "  $ searchr1 config train --schema > searchr1-train.schema.json\n",
     )
-    .action((command: string, args: string[], opts: { config?: string; schema?: boolean }) => {
-      const spec = CONFIG_SPECS[command];
-      if (!spec)
-        throw new UsageError(`config: unknown command "${command}"; expected one of ${names}`);
-      if (opts.schema) {
-        process.stdout.write(`${JSON.stringify(jsonSchemaOf(spec), null, 2)}\n`);
-        return;
-      }
-      const { overrides, positional } = splitArgs(args);
-      if (positional.length > 0) {
-        throw new UsageError(
-          `config: unexpected argument "${positional[0]}" (overrides are key.path=value)`,
-        );
-      }
-      const config = resolveConfig(spec, { configFile: opts.config, overrides, env: process.env });
-      process.stdout.write(stringify(config));
-    });
+    .action(
+      (
+        command: string,
+        args: string[],
+        opts: { config?: string; schema?: boolean; reference?: boolean },
+      ) => {
+        const spec = CONFIG_SPECS[command];
+        if (!spec)
+          throw new UsageError(`config: unknown command "${command}"; expected one of ${names}`);
+        if (opts.schema) {
+          process.stdout.write(`${JSON.stringify(jsonSchemaOf(spec), null, 2)}\n`);
+          return;
+        }
+        if (opts.reference) {
+          process.stdout.write(`${configReference(spec)}\n`);
+          return;
+        }
+        const { overrides, positional } = splitArgs(args);
+        if (positional.length > 0) {
+          throw new UsageError(
+            `config: unexpected argument "${positional[0]}" (overrides are key.path=value)`,
+          );
+        }
+        const config = resolveConfig(spec, {
+          configFile: opts.config,
+          overrides,
+          env: process.env,
+        });
+        process.stdout.write(stringify(config));
+      },
+    );
 }

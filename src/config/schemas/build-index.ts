@@ -2,17 +2,17 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 
 export const buildIndexSchema = z.strictObject({
-  retriever: z.enum(["bm25", "e5"]).default("bm25"),
+  retriever: z.enum(["bm25", "e5"]).default("bm25").describe("index kind"),
   corpus: z.string().min(1).describe("corpus jsonl(.gz) with id and contents"),
   out: z.string().min(1).describe("index folder (bm25) or index file (e5)"),
   bm25: z
     .strictObject({
-      k1: z.number().positive().default(0.9),
-      b: z.number().min(0).max(1).default(0.4),
+      k1: z.number().positive().default(0.9).describe("BM25 term-frequency saturation"),
+      b: z.number().min(0).max(1).default(0.4).describe("BM25 length normalisation"),
     })
     .prefault({}),
   threads: z.number().int().positive().nullable().default(null).describe("null = all cores"),
-  quiet: z.boolean().default(false),
+  quiet: z.boolean().default(false).describe("no progress output"),
 });
 
 export const buildIndexSpec: CommandConfigSpec<typeof buildIndexSchema> = {

@@ -11,7 +11,10 @@ export const convertCkptSchema = z.strictObject({
     .nullable()
     .default(null)
     .describe("HF folder for config and tokenizer"),
-  dtype: z.enum(["bf16", "fp16", "fp32"]).default("bf16"),
+  dtype: z
+    .enum(["bf16", "fp16", "fp32"])
+    .default("bf16")
+    .describe("dtype of the written safetensors"),
 });
 
 export const convertCkptSpec: CommandConfigSpec<typeof convertCkptSchema> = {

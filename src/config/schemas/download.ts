@@ -15,24 +15,24 @@ export const downloadSchema = z.strictObject({
     .nullable()
     .default(null)
     .describe("a hub repository OWNER/NAME instead of named selections"),
-  repo_type: z.enum(["model", "dataset"]).default("dataset"),
+  repo_type: z.enum(["model", "dataset"]).default("dataset").describe("kind of --repo"),
   include: z
     .array(z.string().min(1))
     .default([])
     .describe("glob patterns of files to take from --repo"),
-  revision: z.string().min(1).default("main"),
-  endpoint: z.string().url().default("https://huggingface.co"),
-  token: z.string().min(1).nullable().default(null),
+  revision: z.string().min(1).default("main").describe("branch, tag or commit"),
+  endpoint: z.string().url().default("https://huggingface.co").describe("hub URL"),
+  token: z.string().min(1).nullable().default(null).describe("hub access token (gated repos)"),
   connections: z
     .number()
     .int()
     .positive()
     .default(8)
     .describe("parallel range requests per large file"),
-  keep_parts: z.boolean().default(false),
-  keep_gz: z.boolean().default(false),
-  dry_run: z.boolean().default(false),
-  quiet: z.boolean().default(false),
+  keep_parts: z.boolean().default(false).describe("keep index part_* files after joining them"),
+  keep_gz: z.boolean().default(false).describe("keep the .gz after unpacking the corpus"),
+  dry_run: z.boolean().default(false).describe("list files and sizes, download nothing"),
+  quiet: z.boolean().default(false).describe("no progress output"),
 });
 
 export const downloadSpec: CommandConfigSpec<typeof downloadSchema> = {

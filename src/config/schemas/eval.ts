@@ -17,7 +17,7 @@ export const evalSchema = z.strictObject({
         .min(1)
         .default(["data/nq_hotpotqa/test.parquet"])
         .describe("test parquet files (searchr1 preprocess output)"),
-      val_batch_size: positiveInt().default(256),
+      val_batch_size: positiveInt().default(256).describe("prompts per batch"),
       max_samples: positiveInt()
         .nullable()
         .default(null)
@@ -29,11 +29,11 @@ export const evalSchema = z.strictObject({
     .strictObject({
       ...generationFields,
       // Search-R1 meant validation to be greedy (its sampling there is a bug, §12.7).
-      temperature: generationFields.temperature.default(0),
+      temperature: generationFields.temperature.default(0).describe("0 = greedy decoding"),
     })
     .prefault({}),
   retriever: retrieverSection.prefault({}),
-  gpus: positiveInt().default(1),
+  gpus: positiveInt().default(1).describe("GPUs to use"),
   output_dir: z.string().min(1).default("eval").describe("report.json and report.md go here"),
 });
 

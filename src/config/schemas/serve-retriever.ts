@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 
 export const serveRetrieverSchema = z.strictObject({
-  retriever: z.enum(["bm25", "e5"]).default("bm25"),
+  retriever: z.enum(["bm25", "e5"]).default("bm25").describe("index kind"),
   index: z.string().min(1).describe("index folder (bm25) or faiss file (e5)"),
   corpus: z.string().min(1).describe("corpus jsonl the index was built from"),
   topk: z
@@ -11,8 +11,8 @@ export const serveRetrieverSchema = z.strictObject({
     .positive()
     .default(3)
     .describe("documents per query when a request omits topk"),
-  host: z.string().min(1).default("127.0.0.1"),
-  port: z.number().int().min(0).max(65535).default(8000),
+  host: z.string().min(1).default("127.0.0.1").describe("address to bind"),
+  port: z.number().int().min(0).max(65535).default(8000).describe("TCP port (0 = any free port)"),
 });
 
 export const serveRetrieverSpec: CommandConfigSpec<typeof serveRetrieverSchema> = {

@@ -59,10 +59,15 @@ export const generationFields = {
     .describe("use an already running engine at this URL instead of launching one"),
   max_turns: positiveInt().default(4).describe("search/answer actions per trajectory"),
   temperature: z.number().min(0).default(1).describe("sampling temperature (0 = greedy)"),
-  top_p: z.number().gt(0).max(1).default(1),
+  top_p: z.number().gt(0).max(1).default(1).describe("nucleus sampling mass"),
   top_k: z.number().int().min(-1).default(-1).describe("-1 = no top-k cut"),
-  gpu_memory_utilization: z.number().gt(0).max(1).default(0.6),
-  tensor_parallel_size: positiveInt().default(1),
+  gpu_memory_utilization: z
+    .number()
+    .gt(0)
+    .max(1)
+    .default(0.6)
+    .describe("fraction of GPU memory for the engine"),
+  tensor_parallel_size: positiveInt().default(1).describe("GPUs per engine replica"),
 };
 
 export const loggingFields = {

@@ -15,15 +15,18 @@ export const trainSchema = z.strictObject({
   algorithm: z
     .strictObject({
       name: z.enum(["grpo", "ppo"]).default("grpo").describe("grpo, or ppo (GAE with a critic)"),
-      gamma: z.number().min(0).max(1).default(1),
-      lam: z.number().min(0).max(1).default(1),
-      norm_adv_by_std_in_grpo: z.boolean().default(true),
+      gamma: z.number().min(0).max(1).default(1).describe("PPO: GAE discount"),
+      lam: z.number().min(0).max(1).default(1).describe("PPO: GAE lambda"),
+      norm_adv_by_std_in_grpo: z
+        .boolean()
+        .default(true)
+        .describe("GRPO: divide by the group std (false = Dr. GRPO)"),
       use_kl_in_reward: z
         .boolean()
         .default(false)
         .describe("PPO: subtract kl_coef·KL(old‖ref) from rewards (Search-R1's PPO scripts: true)"),
       kl_penalty: klType.default("kl").describe("estimator for the in-reward KL"),
-      kl_coef: z.number().min(0).default(0.001),
+      kl_coef: z.number().min(0).default(0.001).describe("coefficient of the in-reward KL"),
     })
     .prefault({}),
   model: modelSection,
@@ -34,58 +37,79 @@ export const trainSchema = z.strictObject({
         .min(1)
         .default(["data/nq_hotpotqa/train.parquet"])
         .describe("training parquet files (searchr1 preprocess output)"),
-      val_files: z.array(z.string().min(1)).default(["data/nq_hotpotqa/test.parquet"]),
+      val_files: z
+        .array(z.string().min(1))
+        .default(["data/nq_hotpotqa/test.parquet"])
+        .describe("validation parquet files"),
       train_batch_size: positiveInt().default(512).describe("prompts per step"),
-      val_batch_size: positiveInt().default(256),
+      val_batch_size: positiveInt().default(256).describe("prompts per validation batch"),
       ...lengthFields,
-      shuffle: z.boolean().default(true),
-      seed: z.number().int().default(1),
+      shuffle: z.boolean().default(true).describe("shuffle training prompts each epoch"),
+      seed: z.number().int().default(1).describe("data order and sampling seed"),
     })
     .prefault({}),
   actor: z
     .strictObject({
-      lr: z.number().positive().default(1e-6),
-      lr_warmup_steps_ratio: z.number().min(0).max(1).default(0.285),
+      lr: z.number().positive().default(1e-6).describe("policy learning rate"),
+      lr_warmup_steps_ratio: z
+        .number()
+        .min(0)
+        .max(1)
+        .default(0.285)
+        .describe("linear warmup over this fraction of the training steps"),
       lr_scheduler: z
         .enum(["constant", "cosine", "linear"])
         .default("constant")
         .describe("after warmup"),
-      weight_decay: z.number().min(0).default(0.01),
-      betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
-      grad_clip: z.number().positive().default(1),
+      weight_decay: z.number().min(0).default(0.01).describe("AdamW decoupled weight decay"),
+      betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]).describe("AdamW betas"),
+      grad_clip: z.number().positive().default(1).describe("global gradient-norm clip"),
       ppo_mini_batch_size: positiveInt().default(256).describe("prompts per optimizer step"),
       ppo_micro_batch_size: positiveInt().default(64).describe("trajectories per forward/backward"),
-      ppo_epochs: positiveInt().default(1),
-      clip_ratio: z.number().positive().default(0.2),
-      entropy_coeff: z.number().min(0).default(0.001),
-      use_kl_loss: z.boolean().default(true),
-      kl_loss_type: klType.default("low_var_kl"),
-      kl_loss_coef: z.number().min(0).default(0.001),
+      ppo_epochs: positiveInt().default(1).describe("passes over each batch"),
+      clip_ratio: z.number().positive().default(0.2).describe("PPO ratio clip ε"),
+      entropy_coeff: z.number().min(0).default(0.001).describe("entropy bonus coefficient"),
+      use_kl_loss: z.boolean().default(true).describe("KL(π‖ref) term in the actor loss"),
+      kl_loss_type: klType.default("low_var_kl").describe("KL estimator (low_var_kl = k3)"),
+      kl_loss_coef: z.number().min(0).default(0.001).describe("coefficient of the KL loss"),
       loss_agg_mode: z
         .enum(["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
-        .default("token-mean"),
+        .default("token-mean")
+        .describe("how token losses are averaged"),
       state_masking: z
         .boolean()
         .default(true)
         .describe("exclude retrieved/observation tokens from the policy loss"),
-      gradient_checkpointing: z.boolean().default(true),
+      gradient_checkpointing: z
+        .boolean()
+        .default(true)
+        .describe("recompute activations to save memory"),
     })
     .prefault({}),
   critic: z
     .strictObject({
       model_path: z.string().min(1).nullable().default(null).describe("null = model.path"),
-      lr: z.number().positive().default(1e-5),
-      lr_warmup_steps_ratio: z.number().min(0).max(1).default(0.015),
-      ppo_micro_batch_size: positiveInt().default(8),
-      cliprange_value: z.number().positive().default(0.5),
-      grad_clip: z.number().positive().default(1),
-      weight_decay: z.number().min(0).default(0.01),
+      lr: z.number().positive().default(1e-5).describe("critic learning rate"),
+      lr_warmup_steps_ratio: z
+        .number()
+        .min(0)
+        .max(1)
+        .default(0.015)
+        .describe("critic warmup fraction"),
+      ppo_micro_batch_size: positiveInt()
+        .default(8)
+        .describe("critic trajectories per forward/backward"),
+      cliprange_value: z.number().positive().default(0.5).describe("value clip"),
+      grad_clip: z.number().positive().default(1).describe("critic gradient-norm clip"),
+      weight_decay: z.number().min(0).default(0.01).describe("critic weight decay"),
     })
     .prefault({}),
   rollout: z
     .strictObject({
       n: positiveInt().default(5).describe("trajectories per prompt (GRPO group size)"),
-      log_prob_micro_batch_size: positiveInt().default(128),
+      log_prob_micro_batch_size: positiveInt()
+        .default(128)
+        .describe("trajectories per log-prob forward"),
       ...generationFields,
     })
     .prefault({}),
@@ -96,25 +120,40 @@ export const trainSchema = z.strictObject({
         .boolean()
         .default(false)
         .describe("Search-R1 v0.3 format reward on top of exact match"),
-      structure_format_score: z.number().min(0).max(1).default(0.2),
-      final_format_score: z.number().min(0).max(1).default(0.1),
-      retrieval_score: z.number().min(0).max(1).default(0),
+      structure_format_score: z
+        .number()
+        .min(0)
+        .max(1)
+        .default(0.2)
+        .describe("format reward: valid structure"),
+      final_format_score: z
+        .number()
+        .min(0)
+        .max(1)
+        .default(0.1)
+        .describe("format reward: invalid structure"),
+      retrieval_score: z
+        .number()
+        .min(0)
+        .max(1)
+        .default(0)
+        .describe("format reward: gold answer retrieved"),
     })
     .prefault({}),
   trainer: z
     .strictObject({
       gpus: positiveInt().default(8).describe("GPUs per node"),
-      nnodes: positiveInt().default(1),
-      total_epochs: positiveInt().default(15),
+      nnodes: positiveInt().default(1).describe("nodes"),
+      total_epochs: positiveInt().default(15).describe("epochs when total_training_steps is null"),
       total_training_steps: positiveInt()
         .nullable()
         .default(1005)
         .describe("null = epochs × batches per epoch"),
       save_freq: positiveInt().default(100).describe("steps between checkpoints"),
       test_freq: positiveInt().default(100).describe("steps between validations"),
-      val_before_train: z.boolean().default(true),
-      project_name: z.string().min(1).default("searchr1"),
-      experiment_name: z.string().min(1).default("nq_hotpotqa-grpo"),
+      val_before_train: z.boolean().default(true).describe("validate once before the first step"),
+      project_name: z.string().min(1).default("searchr1").describe("run group name"),
+      experiment_name: z.string().min(1).default("nq_hotpotqa-grpo").describe("run name"),
       output_dir: z
         .string()
         .min(1)
