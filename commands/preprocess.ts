@@ -26,7 +26,7 @@ export function register(program: Command): Command {
     run: async (config) => {
       const progress = createProgress({ quiet: config.quiet });
       const summary = await withInterrupt((signal) => runPreprocess(config, progress, signal));
-      process.stdout.write(formatSummary(summary));
+      process.stdout.write(`${formatSummary(summary)}\n`);
     },
   });
 }

@@ -50,7 +50,10 @@ export function defineCommand<S extends CommandConfigSpec>(
         exitCode: 2,
       });
     }
-    await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra));
+    const hints: Record<string, string> = def.positional
+      ? { [def.positional.key]: `<${def.positional.name}...> arguments` }
+      : {};
+    await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra, hints));
   });
   return cmd;
 }

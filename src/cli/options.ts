@@ -64,10 +64,11 @@ export function resolveFromCli<S extends CommandConfigSpec>(
   flags: FlagSpec[],
   overrides: string[],
   extra: CliValue[] = [],
+  hints: Record<string, string> = {},
 ): ReturnType<S["schema"]["parse"]> {
   const opts = cmd.opts();
   const cli: CliValue[] = [...extra];
-  const flagNames: Record<string, string> = {};
+  const flagNames: Record<string, string> = { ...hints };
   for (const f of flags) {
     const option = cmd.options.find((o) => o.flags === f.flags);
     if (!option) continue;

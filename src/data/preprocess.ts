@@ -1,0 +1,218 @@
+import { mkdir } from "node:fs/promises";
+import path from "node:path";
+import type { PreprocessConfig } from "../config/schemas/preprocess.js";
+import { InputError } from "../runtime/errors.js";
+import type { Progress } from "../runtime/progress.js";
+import {
+  locateSources,
+  type OutputSplit,
+  openRecords,
+  recordLocation,
+  type SourceFile,
+} from "./flashrag.js";
+import { buildVerlRow } from "./search-r1-rows.js";
+import { builtinTemplatesDir, loadTemplate, type PromptTemplate } from "./templates.js";
+import { VerlParquetWriter } from "./verl-parquet.js";
+
+/** Warnings printed per source file; the rest are only counted. */
+const MAX_WARNINGS_PER_FILE = 10;
+/** Records between progress updates and abort checks. */
+const CHECK_EVERY = 1000;
+/** The only parquet input columns a row needs; the rest are never decoded. */
+const INPUT_COLUMNS = ["id", "question", "golden_answers"];
+
+/** What one source file contributed to one output file. */
+export interface SourceSummary {
+  split: OutputSplit;
+  dataSource: string;
+  file: string;
+  rows: number;
+  skipped: number;
+  /** Skipped rows by reason. */
+  skipReasons: Record<string, number>;
+}
+
+/** A dataset left out of an output file because it has no split for it. */
+export interface LeftOutSource {
+  split: OutputSplit;
+  dataSource: string;
+  lookedFor: string[];
+}
+
+export interface OutputSummary {
+  split: OutputSplit;
+  path: string;
+  rows: number;
+}
+
+export interface PreprocessSummary {
+  sources: SourceSummary[];
+  leftOut: LeftOutSource[];
+  outputs: OutputSummary[];
+}
+
+/**
+ * Converts FlashRAG datasets into `<out>/train.parquet` and `<out>/test.parquet` as
+ * Search-R1's merge scripts do. Every output goes to a temporary file and is renamed only
+ * once all of them are complete; on any error or abort the temporary files are removed.
+ */
+export async function runPreprocess(
+  config: PreprocessConfig,
+  progress: Progress,
+  signal?: AbortSignal,
+): Promise<PreprocessSummary> {
+  signal?.throwIfAborted();
+  const template = loadTemplate(config.template, builtinTemplatesDir());
+  const plans = locateSources(config.input, config.datasets, [...new Set(config.splits)]);
+  try {
+    await mkdir(config.out, { recursive: true });
+  } catch (e) {
+    throw new InputError(`output folder ${config.out} cannot be created (${(e as Error).message})`);
+  }
+
+  const summary: PreprocessSummary = { sources: [], leftOut: [], outputs: [] };
+  const writers: VerlParquetWriter[] = [];
+  try {
+    for (const plan of plans) {
+      const writer = new VerlParquetWriter(path.join(config.out, `${plan.split}.parquet`));
+      writers.push(writer);
+      for (const { dataset, lookedFor } of plan.missing) {
+        summary.leftOut.push({ split: plan.split, dataSource: dataset, lookedFor });
+      }
+      for (const source of plan.sources) {
+        const converted = await convertSource(source, plan.split, writer, {
+          template,
+          strict: config.strict,
+          progress,
+          signal,
+        });
+        summary.sources.push(converted);
+      }
+      writer.finish();
+      summary.outputs.push({ split: plan.split, path: writer.path, rows: writer.rows });
+    }
+    signal?.throwIfAborted();
+    for (const writer of writers) await writer.commit();
+  } catch (e) {
+    await Promise.all(writers.map((w) => w.abort()));
+    throw e;
+  }
+  return summary;
+}
+
+interface ConvertOptions {
+  template: PromptTemplate;
+  strict: boolean;
+  progress: Progress;
+  signal: AbortSignal | undefined;
+}
+
+async function convertSource(
+  file: SourceFile,
+  split: OutputSplit,
+  writer: VerlParquetWriter,
+  { template, strict, progress, signal }: ConvertOptions,
+): Promise<SourceSummary> {
+  const summary: SourceSummary = {
+    split,
+    dataSource: file.dataset,
+    file: file.path,
+    rows: 0,
+    skipped: 0,
+    skipReasons: {},
+  };
+  const records = await openRecords(file, INPUT_COLUMNS);
+  const task = progress.task(
+    `${split}: ${file.dataset} ${path.basename(file.path)}`,
+    records.total,
+    records.unit,
+  );
+  let seen = 0;
+  try {
+    for await (const { value, line, index } of records) {
+      const built = buildVerlRow(value, { dataSource: file.dataset, split, index, template });
+      if ("row" in built) {
+        writer.append(built.row);
+        summary.rows++;
+      } else {
+        const where = recordLocation(file, line);
+        if (strict) throw new InputError(`${where}: ${built.invalid}`);
+        summary.skipped++;
+        summary.skipReasons[built.invalid] = (summary.skipReasons[built.invalid] ?? 0) + 1;
+        if (summary.skipped <= MAX_WARNINGS_PER_FILE) {
+          progress.log(`warning: ${where}: ${built.invalid}; row skipped`);
+        }
+      }
+      if (++seen % CHECK_EVERY === 0) {
+        task.update(records.done());
+        signal?.throwIfAborted();
+      }
+    }
+    task.update(records.done());
+  } finally {
+    // Stops a terminal bar before any error is printed.
+    task.finish();
+  }
+  const unprinted = summary.skipped - MAX_WARNINGS_PER_FILE;
+  if (unprinted > 0) {
+    progress.log(`warning: ${file.path}: ${unprinted} more invalid rows skipped`);
+  }
+  return summary;
+}
+
+function table(rows: string[][], rightAligned: Set<number>): string[] {
+  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => r[c]?.length ?? 0))) ?? [];
+  return rows.map((r) =>
+    r
+      .map((cell, c) => {
+        const width = widths[c] ?? 0;
+        return rightAligned.has(c) ? cell.padStart(width) : cell.padEnd(width);
+      })
+      .join("  ")
+      .trimEnd(),
+  );
+}
+
+/** A plain-text report: one line per (split, source), then skip reasons and files written. */
+export function formatSummary(summary: PreprocessSummary): string {
+  const lines = table(
+    [
+      ["split", "source", "file", "rows", "skipped"],
+      ...summary.sources.map((s) => [
+        s.split,
+        s.dataSource,
+        s.file,
+        String(s.rows),
+        String(s.skipped),
+      ]),
+    ],
+    new Set([3, 4]),
+  );
+
+  const reasons = summary.sources.flatMap((s) =>
+    Object.entries(s.skipReasons).map(
+      ([reason, n]) => `  ${s.split} ${s.dataSource}: ${reason} (${n})`,
+    ),
+  );
+  if (reasons.length > 0) lines.push("", "skipped rows:", ...reasons);
+
+  if (summary.leftOut.length > 0) {
+    lines.push(
+      "",
+      "left out (no file for the split):",
+      ...summary.leftOut.map(
+        (l) => `  ${l.split} ${l.dataSource}: looked for ${l.lookedFor.join(", ")}`,
+      ),
+    );
+  }
+
+  lines.push(
+    "",
+    "written:",
+    ...table(
+      summary.outputs.map((o) => [`  ${o.path}`, `${o.rows} rows`]),
+      new Set([1]),
+    ),
+  );
+  return lines.join("\n");
+}
