@@ -81,9 +81,9 @@ describe("searchr1 preprocess (built CLI)", () => {
       reward_model: { style: "rule", ground_truth: { target: ["Victor Hugo", "Hugo"] } },
       extra_info: { split: "train", index: "1", uid: "nq-train-1" },
     });
-    expect((train[0]?.prompt as { content: string }[])[0]?.content).toBe(
-      `${PROMPT_HEAD}total number of death row inmates in the us?\n`,
-    );
+    expect(train[0]?.prompt).toEqual([
+      { role: "user", content: `${PROMPT_HEAD}total number of death row inmates in the us?\n` },
+    ]);
     const test = await readParquet(join(out, "test.parquet"));
     expect(test.map((row) => (row.extra_info as { uid: string }).uid)).toEqual([
       "nq-test-0",
