@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import {
+  agentEnv,
   generationFields,
   lengthFields,
   modelSection,
@@ -42,9 +43,5 @@ export type EvalConfig = z.infer<typeof evalSchema>;
 export const evalSpec: CommandConfigSpec<typeof evalSchema> = {
   command: "eval",
   schema: evalSchema,
-  env: {
-    SEARCHR1_MODEL: "model.path",
-    SEARCHR1_RETRIEVER_URL: "retriever.url",
-    SEARCHR1_ENGINE_URL: "rollout.engine_url",
-  },
+  env: agentEnv,
 };

@@ -78,4 +78,11 @@ export const loggingFields = {
   log_every: positiveInt().default(1).describe("steps between console lines"),
 };
 
+/** Env vars that `train` and `eval` both read: where the model, retriever and engine are. */
+export const agentEnv = {
+  SEARCHR1_MODEL: "model.path",
+  SEARCHR1_RETRIEVER_URL: "retriever.url",
+  SEARCHR1_ENGINE_URL: "rollout.engine_url",
+};
+
 export { positiveInt };

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import {
+  agentEnv,
   generationFields,
   lengthFields,
   loggingFields,
@@ -173,10 +174,5 @@ export type TrainConfig = z.infer<typeof trainSchema>;
 export const trainSpec: CommandConfigSpec<typeof trainSchema> = {
   command: "train",
   schema: trainSchema,
-  env: {
-    SEARCHR1_MODEL: "model.path",
-    SEARCHR1_RETRIEVER_URL: "retriever.url",
-    SEARCHR1_ENGINE_URL: "rollout.engine_url",
-    SEARCHR1_OUTPUT_DIR: "trainer.output_dir",
-  },
+  env: { ...agentEnv, SEARCHR1_OUTPUT_DIR: "trainer.output_dir" },
 };
