@@ -39,11 +39,12 @@ export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-export function getPath(obj: unknown, path: readonly string[]): unknown {
+/** The value at a key path; numeric parts index lists (as in zod issue paths). */
+export function getPath(obj: unknown, path: readonly PropertyKey[]): unknown {
   let cur = obj;
   for (const key of path) {
-    if (!isPlainObject(cur)) return undefined;
-    cur = cur[key];
+    if (typeof cur !== "object" || cur === null) return undefined;
+    cur = (cur as Record<PropertyKey, unknown>)[key];
   }
   return cur;
 }

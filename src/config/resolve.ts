@@ -4,6 +4,7 @@ import { coerce } from "./coerce.js";
 import {
   emptyLayer,
   formatOrigin,
+  getPath,
   type Layer,
   mergeValues,
   type Origin,
@@ -107,9 +108,8 @@ function describeIssue(
   flagNames: Record<string, string>,
 ): string[] {
   // Numeric path parts are list indices: origins and schema nodes live at the list's key.
-  const keyPath = issue.path.filter((p): p is string => typeof p === "string");
   const stop = issue.path.findIndex((p) => typeof p !== "string");
-  const ownerPath = stop < 0 ? keyPath : keyPath.slice(0, stop);
+  const ownerPath = (stop < 0 ? issue.path : issue.path.slice(0, stop)) as string[];
   if (issue.code === "unrecognized_keys") {
     return issue.keys.map((key) => {
       const full = [...ownerPath, key];
@@ -122,11 +122,11 @@ function describeIssue(
     });
   }
   const key = displayKey(issue.path) || "(config)";
-  const value = pick(merged, issue.path);
+  const value = getPath(merged, issue.path);
   const node = nodeAt(spec.schema, ownerPath);
   if (value === undefined && issue.code === "invalid_type" && stop < 0 && node) {
     // A missing section is reported as its required keys, which is what the user must set.
-    const required = leafPaths(node, keyPath).filter(
+    const required = leafPaths(node, ownerPath).filter(
       (p) => !nodeAt(spec.schema, p)?.safeParse(undefined).success,
     );
     return required.map((p) => {
@@ -145,15 +145,6 @@ function describeIssue(
     expected = `expected one of ${issue.values.map(String).join("|")}`;
   else expected = issue.message.replace(/^Too (small|big): /, "").replace(/^Invalid input: /, "");
   return [`"${key}" = ${JSON.stringify(value)} (${origin}): ${expected}`];
-}
-
-function pick(obj: unknown, path: readonly PropertyKey[]): unknown {
-  let cur: unknown = obj;
-  for (const p of path) {
-    if (cur === null || typeof cur !== "object") return undefined;
-    cur = (cur as Record<PropertyKey, unknown>)[p];
-  }
-  return cur;
 }
 
 /** JSON Schema of a command's config file (input side: defaults make keys optional). */
