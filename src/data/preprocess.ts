@@ -3,6 +3,7 @@ import path from "node:path";
 import type { PreprocessConfig } from "../config/schemas/preprocess.js";
 import { InputError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
+import { table } from "../runtime/table.js";
 import {
   locateSources,
   type OutputSplit,
@@ -158,19 +159,6 @@ async function convertSource(
     progress.log(`warning: ${file.path}: ${unprinted} more invalid rows skipped`);
   }
   return summary;
-}
-
-function table(rows: string[][], rightAligned: Set<number>): string[] {
-  const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => r[c]?.length ?? 0))) ?? [];
-  return rows.map((r) =>
-    r
-      .map((cell, c) => {
-        const width = widths[c] ?? 0;
-        return rightAligned.has(c) ? cell.padStart(width) : cell.padEnd(width);
-      })
-      .join("  ")
-      .trimEnd(),
-  );
 }
 
 /** A plain-text report: one line per (split, source), then skip reasons and files written. */

@@ -4,7 +4,11 @@ import { CliError } from "./errors.js";
  * Runs work that honours an AbortSignal, aborting it on the first Ctrl-C / SIGTERM so it
  * can remove its temporary files; exits 130 after it has cleaned up.
  */
-export async function withInterrupt<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+export async function withInterrupt<T>(
+  work: (signal: AbortSignal) => Promise<T>,
+  /** What the user is told was left behind. */
+  message = "interrupted; nothing was written",
+): Promise<T> {
   const controller = new AbortController();
   const onSignal = () => controller.abort();
   process.once("SIGINT", onSignal);
@@ -12,7 +16,7 @@ export async function withInterrupt<T>(work: (signal: AbortSignal) => Promise<T>
   try {
     return await work(controller.signal);
   } catch (err) {
-    if (controller.signal.aborted) throw new CliError("interrupted; nothing was written", 130);
+    if (controller.signal.aborted) throw new CliError(message, 130);
     throw err;
   } finally {
     process.off("SIGINT", onSignal);

@@ -22,17 +22,20 @@ export interface ProgressOptions {
   intervalS?: number;
 }
 
-function formatAmount(n: number, unit: string): string {
-  if (unit === "B") {
-    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let v = n;
-    let i = 0;
-    while (v >= 1024 && i < units.length - 1) {
-      v /= 1024;
-      i++;
-    }
-    return `${v.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+/** Bytes in binary units: "512 B", "1.5 GiB". */
+export function formatBytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
   }
+  return `${v.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+}
+
+export function formatAmount(n: number, unit: string): string {
+  if (unit === "B") return formatBytes(n);
   return `${Math.round(n).toLocaleString("en-US")} ${unit}`;
 }
 

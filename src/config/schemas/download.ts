@@ -29,11 +29,43 @@ export const downloadSchema = z.strictObject({
     .positive()
     .default(8)
     .describe("parallel range requests per large file"),
-  keep_parts: z.boolean().default(false).describe("keep index part_* files after joining them"),
+  parallel_files: z.number().int().positive().default(4).describe("files downloaded at once"),
+  piece_mb: z
+    .number()
+    .positive()
+    .default(16)
+    .describe("size of each range request when a file is split (MiB)"),
+  retries: z
+    .number()
+    .int()
+    .min(0)
+    .default(8)
+    .describe("retries after 5xx answers, timeouts and dropped connections"),
+  backoff_s: z
+    .number()
+    .positive()
+    .default(1)
+    .describe("first retry wait; doubles each retry (capped at 30 s), with jitter"),
+  timeout_s: z
+    .number()
+    .positive()
+    .default(60)
+    .describe("seconds to wait to connect, for an answer, or between body bytes"),
+  keep_parts: z
+    .boolean()
+    .default(false)
+    .describe("keep index part_* files and archives after joining or extracting them"),
   keep_gz: z.boolean().default(false).describe("keep the .gz after unpacking the corpus"),
   dry_run: z.boolean().default(false).describe("list files and sizes, download nothing"),
   quiet: z.boolean().default(false).describe("no progress output"),
+  progress_s: z
+    .number()
+    .positive()
+    .default(10)
+    .describe("seconds between progress lines when stderr is not a terminal"),
 });
+
+export type DownloadConfig = z.infer<typeof downloadSchema>;
 
 export const downloadSpec: CommandConfigSpec<typeof downloadSchema> = {
   command: "download",

@@ -1,0 +1,164 @@
+import { mkdir, open, rename, rm, stat } from "node:fs/promises";
+import path from "node:path";
+import type { HubClient, RemoteFile } from "./client.js";
+import { contentHash, expectedDigest, hashPrefix } from "./digest.js";
+import { IntegrityError } from "./http-errors.js";
+import { type Piece, PieceWriter, splitPieces } from "./piece-writer.js";
+import type { RepoRef } from "./repo.js";
+import { withRetries } from "./retry.js";
+
+export interface FileTransfer {
+  repo: RepoRef;
+  remote: RemoteFile;
+  /** Final path; bytes go to `<dest>.incomplete` until they are verified. */
+  dest: string;
+}
+
+export interface TransferSettings {
+  /** Parallel range requests for one file. */
+  connections: number;
+  /** Size of each range request when a file is split. */
+  pieceBytes: number;
+}
+
+export interface TransferEvents {
+  /** Called once the bytes already on disk from an earlier run are known (and hashed). */
+  onResume?(bytes: number): void;
+  onBytes?(bytes: number): void;
+  onRetry?(message: string): void;
+}
+
+export interface TransferResult {
+  resumedFrom: number;
+}
+
+export function partialPath(dest: string): string {
+  return `${dest}.incomplete`;
+}
+
+function shortBody(piece: Piece): Error {
+  const err = new Error(`body ended at byte ${piece.start + piece.received} of ${piece.end}`);
+  return Object.assign(err, { code: "ERR_BODY_SHORT" });
+}
+
+/**
+ * Fetches one file: resumes `<dest>.incomplete` from its size, splits what is left into
+ * parallel range requests, hashes while writing, and renames only when the hash matches
+ * the hub's. On failure or interruption the partial file stays for the next run.
+ */
+export async function fetchFile(
+  client: HubClient,
+  job: FileTransfer,
+  settings: TransferSettings,
+  signal: AbortSignal,
+  events: TransferEvents = {},
+): Promise<TransferResult> {
+  const { remote } = job;
+  const partial = partialPath(job.dest);
+  await mkdir(path.dirname(job.dest), { recursive: true });
+  const meta = await client.metadata(job.repo, remote.path, signal);
+  if (Number.isFinite(meta.size) && meta.size !== remote.size) {
+    throw new Error(
+      `${remote.path}: the tree lists ${remote.size} bytes but the file is ${meta.size}; the revision changed meanwhile, run again`,
+    );
+  }
+  const digest = expectedDigest(remote);
+  const hash = contentHash(digest, remote.size);
+  let have = (await stat(partial).catch(() => undefined))?.size ?? 0;
+  if (have > remote.size) {
+    await rm(partial);
+    have = 0;
+  }
+  await hashPrefix(partial, hash, have, signal);
+  events.onResume?.(have);
+
+  const file = await open(partial, have > 0 ? "r+" : "w");
+  try {
+    if (have < remote.size) {
+      const remaining = remote.size - have;
+      const split = settings.connections > 1 && remaining > settings.pieceBytes;
+      const pieces = splitPieces(have, remote.size, split ? settings.pieceBytes : remaining);
+      const writer = new PieceWriter(file, hash, pieces, have);
+      await fetchPieces(
+        client,
+        meta.location,
+        pieces,
+        writer,
+        settings,
+        signal,
+        events,
+        remote.path,
+      );
+    }
+  } finally {
+    await file.close();
+  }
+
+  const actual = hash.digest("hex");
+  if (actual !== digest.hex) {
+    await rm(partial, { force: true });
+    throw new IntegrityError(
+      `${remote.path}: ${digest.algorithm} mismatch (expected ${digest.hex}, got ${actual}); the corrupt download was removed, run again to fetch it anew`,
+    );
+  }
+  await rename(partial, job.dest);
+  return { resumedFrom: have };
+}
+
+async function fetchPieces(
+  client: HubClient,
+  location: string,
+  pieces: Piece[],
+  writer: PieceWriter,
+  settings: TransferSettings,
+  outer: AbortSignal,
+  events: TransferEvents,
+  label: string,
+): Promise<void> {
+  // One failing piece stops the others; the outer signal (Ctrl-C) stops all.
+  const local = new AbortController();
+  const onOuterAbort = () => local.abort(outer.reason);
+  outer.addEventListener("abort", onOuterAbort, { once: true });
+  const signal = local.signal;
+  // Pieces ahead of the one being written are held in memory: at most this many.
+  const window = settings.connections + 2;
+  let next = 0;
+  const worker = async () => {
+    while (next < pieces.length && !signal.aborted) {
+      const i = next++;
+      const piece = pieces[i] as Piece;
+      await writer.admit(i, window, signal);
+      await withRetries(
+        async () => {
+          const from = piece.start + piece.received;
+          const body = await client.openRange(location, from, piece.end, signal);
+          for await (const chunk of body as AsyncIterable<Buffer>) {
+            await writer.add(i, chunk);
+            events.onBytes?.(chunk.length);
+          }
+          if (piece.start + piece.received !== piece.end) throw shortBody(piece);
+        },
+        client.options,
+        signal,
+        (err, waitMs, n) =>
+          events.onRetry?.(
+            `${label}: ${(err as Error).message}; retry ${n}/${client.options.retries} in ${(waitMs / 1000).toFixed(1)} s`,
+          ),
+      );
+      await writer.complete(i);
+    }
+  };
+  const workers = Array.from({ length: Math.min(settings.connections, pieces.length) }, () =>
+    worker().catch((err) => {
+      local.abort(err);
+      throw err;
+    }),
+  );
+  const results = await Promise.allSettled(workers);
+  outer.removeEventListener("abort", onOuterAbort);
+  // Whatever is contiguous reaches the disk, so an interrupted run resumes from it.
+  await writer.flush();
+  if (outer.aborted) throw outer.reason;
+  const failure = results.find((r) => r.status === "rejected");
+  if (failure) throw local.signal.reason ?? (failure as PromiseRejectedResult).reason;
+}
