@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { rm, rmdir, stat } from "node:fs/promises";
 import path from "node:path";
 import type { DownloadConfig } from "../config/schemas/download.js";
@@ -326,6 +327,8 @@ export async function runDownload(
   stream?: NodeJS.WriteStream,
 ): Promise<DownloadReport> {
   const started = Date.now();
+  // Each file in flight listens for Ctrl-C.
+  setMaxListeners(4 * config.parallel_files + 16, signal);
   const saveDir = path.resolve(config.save_path);
   const client = new HubClient({
     endpoint: config.endpoint,

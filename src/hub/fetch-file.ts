@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import type { HubClient, RemoteFile } from "./client.js";
@@ -117,6 +118,8 @@ async function fetchPieces(
 ): Promise<void> {
   // One failing piece stops the others; the outer signal (Ctrl-C) stops all.
   const local = new AbortController();
+  // Every request and window wait listens to it; more than Node's default of 10 is expected.
+  setMaxListeners(4 * settings.connections + 16, local.signal);
   const onOuterAbort = () => local.abort(outer.reason);
   outer.addEventListener("abort", onOuterAbort, { once: true });
   const signal = local.signal;

@@ -96,9 +96,16 @@ export class Manifest {
     await this.save();
   }
 
-  private async save(): Promise<void> {
+  private saving: Promise<void> = Promise.resolve();
+
+  /** Files finish concurrently; saves go one after another so none clobbers another's temp file. */
+  private save(): Promise<void> {
     const target = path.join(this.dir, MANIFEST_NAME);
-    await writeFile(`${target}.tmp`, `${JSON.stringify(this.data, null, 1)}\n`);
-    await rename(`${target}.tmp`, target);
+    const write = async () => {
+      await writeFile(`${target}.tmp`, `${JSON.stringify(this.data, null, 1)}\n`);
+      await rename(`${target}.tmp`, target);
+    };
+    this.saving = this.saving.then(write, write);
+    return this.saving;
   }
 }

@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
 export const BIN = fileURLToPath(new URL("../../bin/searchr1", import.meta.url));
@@ -21,4 +21,37 @@ export function runCli(
     timeout: 60_000,
   });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+export interface RunningCli {
+  child: ChildProcess;
+  /** Output so far, as it arrives. */
+  output: { stdout: string; stderr: string };
+  result: Promise<CliResult>;
+}
+
+/**
+ * Starts the CLI without blocking this process, for tests whose servers run in the test
+ * process itself (spawnSync would freeze them) or that signal the CLI mid-run.
+ */
+export function startCli(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): RunningCli {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    cwd: options.cwd,
+    env: { ...process.env, ...options.env },
+  });
+  const output = { stdout: "", stderr: "" };
+  child.stdout.setEncoding("utf8").on("data", (d: string) => {
+    output.stdout += d;
+  });
+  child.stderr.setEncoding("utf8").on("data", (d: string) => {
+    output.stderr += d;
+  });
+  const result = new Promise<CliResult>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, ...output }));
+  });
+  return { child, output, result };
 }

@@ -19,6 +19,8 @@ export interface HubFile {
   path: string;
   content: Buffer;
   lfs?: boolean;
+  /** Size the tree API and X-Linked-Size claim instead of the real one (a huge file, for disk checks). */
+  declaredSize?: number;
 }
 
 export interface HubRepo {
@@ -107,6 +109,7 @@ interface FileInfo {
   gitSha1: string;
   sha256: string;
   pointer?: Buffer;
+  declaredSize?: number;
 }
 
 interface RepoInfo {
@@ -215,6 +218,7 @@ export async function createHubServer(opts: HubServerOptions): Promise<HubServer
         gitSha1: gitBlobSha1(pointer ?? f.content),
         sha256: sha256Hex(f.content),
         pointer,
+        declaredSize: f.declaredSize,
       };
       files.set(f.path, info);
       const parts = f.path.split("/");
@@ -348,11 +352,15 @@ export async function createHubServer(opts: HubServerOptions): Promise<HubServer
       entries.push({
         type: "file",
         oid: f.gitSha1,
-        size: f.content.length,
+        size: f.declaredSize ?? f.content.length,
         path: f.path,
         ...(f.pointer
           ? {
-              lfs: { oid: f.sha256, size: f.content.length, pointerSize: f.pointer.length },
+              lfs: {
+                oid: f.sha256,
+                size: f.declaredSize ?? f.content.length,
+                pointerSize: f.pointer.length,
+              },
             }
           : {}),
       });
@@ -527,7 +535,7 @@ export async function createHubServer(opts: HubServerOptions): Promise<HubServer
       head(res, record, 302, {
         Location: `http://127.0.0.1:${port}/storage/${file.sha256}?expires=${expires}`,
         "X-Linked-Etag": `"${file.sha256}"`,
-        "X-Linked-Size": file.content.length,
+        "X-Linked-Size": file.declaredSize ?? file.content.length,
         ETag: `"${file.sha256}"`,
         "X-Repo-Commit": info.commit,
         "Content-Length": 0,
