@@ -69,7 +69,7 @@ function ttyTransfer(stream: NodeJS.WriteStream, meter: Meter): TransferProgress
       hideCursor: true,
       clearOnComplete: false,
       autopadding: true,
-      format: "{label} [{bar}] {percentage}% | {amount} | {rate}/s | ETA {eta}",
+      format: "{label} [{bar}] {percentage}% | {amount} | {rate}/s | ETA {left}",
     },
     cliProgress.Presets.shades_classic,
   );
@@ -77,7 +77,8 @@ function ttyTransfer(stream: NodeJS.WriteStream, meter: Meter): TransferProgress
     label: label.length > 28 ? `…${label.slice(-27)}` : label.padEnd(28),
     amount: `${formatBytes(done)} / ${formatBytes(total)}`,
     rate: formatBytes(rate),
-    eta: formatDuration(eta),
+    // cli-progress reserves {eta} for its own estimate; ours comes from bytes and rate.
+    left: formatDuration(eta),
   });
   const totalBar = multi.create(
     Math.max(meter.total, 1),
@@ -103,16 +104,19 @@ function ttyTransfer(stream: NodeJS.WriteStream, meter: Meter): TransferProgress
           refreshTotal();
         },
         done(note) {
-          multi.remove(bar);
+          // Logged lines are printed on the next redraw, which removing the bar forces.
           multi.log(`${label}: ${note}\n`);
+          multi.remove(bar);
         },
       };
     },
     log(message) {
       multi.log(`${message}\n`);
+      multi.update();
     },
     stop() {
       refreshTotal();
+      multi.update();
       multi.stop();
     },
   };

@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
-import { startCli } from "../helpers/cli.js";
+import { runCli, startCli } from "../helpers/cli.js";
 import { createHubServer, type HubRepo, type HubServer } from "../helpers/hub-server.js";
 import { pattern, saveDir, waitFor } from "./fixtures.js";
 
@@ -56,7 +56,6 @@ describe("searchr1 download --repo", () => {
     const server = await serve([DEMO]);
     const dir = tmp();
     const r = await download(dir, ["--repo", "org/demo"]).result;
-    expect(r.stderr).toBe(r.stderr.replace(/\x1b\[/g, ""));
     expect(r.code, r.stderr).toBe(0);
     expect(readFileSync(path.join(dir, "big.bin")).equals(BIG)).toBe(true);
     expect(readFileSync(path.join(dir, "meta/config.json")).equals(SMALL)).toBe(true);
@@ -154,6 +153,39 @@ describe("searchr1 download --repo", () => {
     const r = await download(tmp(), ["--repo", "org/demo", "--include", "meta/*"]).result;
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/meta\/config\.json: git-sha1 mismatch/);
+  });
+});
+
+describe("progress", () => {
+  it("prints periodic plain lines and per-file results when stderr is not a terminal", async () => {
+    const server = await serve([DEMO]);
+    server.setFaults({ bytesPerSecond: 1_000_000 });
+    const r = await download(tmp(), ["--repo", "org/demo", "progress_s=0.2"]).result;
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr.includes("\u001b[")).toBe(false);
+    const lines = r.stderr.split("\n").filter((l) => l.startsWith("downloaded "));
+    expect(lines.length).toBeGreaterThanOrEqual(2);
+    expect(lines[0]).toMatch(
+      /^downloaded [\d.]+ [KM]iB of 1\.4 MiB \(\d+\.\d%\), [\d.]+ [KM]iB\/s, ETA [\d.]+ s; big\.bin \d+%/,
+    );
+    expect(r.stderr).toMatch(
+      /^big\.bin: downloaded, 1\.4 MiB in [\d.]+ s \([\d.]+ [KM]iB\/s\), verified$/m,
+    );
+    const quiet = await download(tmp(), ["--repo", "org/demo", "--quiet"]).result;
+    expect(quiet.code).toBe(0);
+    expect(quiet.stderr).toBe("");
+    expect(quiet.stdout).toMatch(/big\.bin\s+1\.4 MiB\s+downloaded, verified/);
+  });
+});
+
+describe("options", () => {
+  it("names a missing --save-path and bad values before any request", () => {
+    const r = runCli(["download"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/save_path/);
+    const bad = runCli(["download", "--save-path", "x", "--connections", "0"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/connections/);
   });
 });
 
