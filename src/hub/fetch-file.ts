@@ -42,6 +42,18 @@ function shortBody(piece: Piece): Error {
   return Object.assign(err, { code: "ERR_BODY_SHORT" });
 }
 
+const MIN_SPLIT_PIECE = 1 << 20;
+
+/**
+ * Range size for what is left of a file: one request when it fits in a piece; else pieces of
+ * `pieceBytes`, smaller (down to 1 MiB) when that keeps every connection busy.
+ */
+export function pieceSize(remaining: number, settings: TransferSettings): number {
+  if (settings.connections <= 1 || remaining <= settings.pieceBytes) return Math.max(remaining, 1);
+  const spread = Math.max(Math.ceil(remaining / settings.connections), MIN_SPLIT_PIECE);
+  return Math.min(settings.pieceBytes, spread);
+}
+
 /**
  * Fetches one file: resumes `<dest>.incomplete` from its size, splits what is left into
  * parallel range requests, hashes while writing, and renames only when the hash matches
@@ -76,9 +88,7 @@ export async function fetchFile(
   const file = await open(partial, have > 0 ? "r+" : "w");
   try {
     if (have < remote.size) {
-      const remaining = remote.size - have;
-      const split = settings.connections > 1 && remaining > settings.pieceBytes;
-      const pieces = splitPieces(have, remote.size, split ? settings.pieceBytes : remaining);
+      const pieces = splitPieces(have, remote.size, pieceSize(remote.size - have, settings));
       const writer = new PieceWriter(file, hash, pieces, have);
       await fetchPieces(
         client,

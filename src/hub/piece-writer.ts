@@ -87,12 +87,15 @@ export class PieceWriter {
 
   private async drain(): Promise<void> {
     for (let piece = this.pieces[this.head]; piece; piece = this.pieces[this.head]) {
-      let buf = piece.pending.shift();
-      while (buf) {
-        await this.file.write(buf, 0, buf.length, this.position);
-        this.hash.update(buf);
-        this.position += buf.length;
-        buf = piece.pending.shift();
+      // Everything waiting goes down in one writev: per-chunk writes cost a syscall each.
+      while (piece.pending.length > 0) {
+        const batch = piece.pending.splice(0);
+        const { bytesWritten } = await this.file.writev(batch, this.position);
+        const expected = batch.reduce((n, b) => n + b.length, 0);
+        if (bytesWritten !== expected)
+          throw new Error(`short write: ${bytesWritten} of ${expected} bytes`);
+        for (const b of batch) this.hash.update(b);
+        this.position += bytesWritten;
       }
       if (!piece.done) return;
       this.head++;

@@ -479,7 +479,7 @@ export async function createHubServer(opts: HubServerOptions): Promise<HubServer
       limit = Math.max(0, f.dropAfterBytes);
     }
     const bps = f.bytesPerSecond !== undefined && f.bytesPerSecond > 0 ? f.bytesPerSecond : 0;
-    const slice = bps > 0 ? Math.max(1, Math.min(64 * 1024, Math.floor(bps / 20))) : 64 * 1024;
+    const slice = bps > 0 ? Math.max(1, Math.min(64 * 1024, Math.floor(bps / 20))) : 1 << 20;
     const t0 = Date.now();
     let sent = 0;
     while (sent < limit) {

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { parseSelections } from "../../src/hub/artifacts.js";
 import { HubClient, nextLink, normalizeEtag } from "../../src/hub/client.js";
 import { ensureSpace } from "../../src/hub/disk.js";
-import { fetchFile } from "../../src/hub/fetch-file.js";
+import { fetchFile, pieceSize } from "../../src/hub/fetch-file.js";
 import { globToRegExp } from "../../src/hub/glob.js";
 import { explainHubError, HubStatusError } from "../../src/hub/http-errors.js";
 import { PieceWriter, splitPieces } from "../../src/hub/piece-writer.js";
@@ -74,6 +74,19 @@ describe("selections", () => {
     expect(() => parseSelections({ ...base, include: ["*.json"] })).toThrow(
       /--include applies to --repo/,
     );
+  });
+});
+
+describe("piece sizes", () => {
+  const MiB = 2 ** 20;
+  it("uses one request for what fits a piece, and spreads mid-size files over every connection", () => {
+    const s = { connections: 8, pieceBytes: 16 * MiB };
+    expect(pieceSize(10 * MiB, s)).toBe(10 * MiB);
+    expect(pieceSize(64 * MiB, s)).toBe(8 * MiB);
+    expect(pieceSize(40 * 2 ** 30, s)).toBe(16 * MiB);
+    expect(pieceSize(17 * MiB, { ...s, connections: 1 })).toBe(17 * MiB);
+    expect(pieceSize(4 * MiB, { connections: 8, pieceBytes: MiB / 4 })).toBe(MiB / 4);
+    expect(pieceSize(20 * MiB, { connections: 64, pieceBytes: 16 * MiB })).toBe(MiB);
   });
 });
 
