@@ -3,7 +3,7 @@ import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import type { HubClient, RemoteFile } from "./client.js";
 import { contentHash, expectedDigest, hashPrefix } from "./digest.js";
-import { IntegrityError } from "./http-errors.js";
+import { HubStatusError, IntegrityError } from "./http-errors.js";
 import { type Piece, PieceWriter, splitPieces } from "./piece-writer.js";
 import type { RepoRef } from "./repo.js";
 import { withRetries } from "./retry.js";
@@ -23,8 +23,6 @@ export interface TransferSettings {
 }
 
 export interface TransferEvents {
-  /** Called once the bytes already on disk from an earlier run are known (and hashed). */
-  onResume?(bytes: number): void;
   onBytes?(bytes: number): void;
   onRetry?(message: string): void;
 }
@@ -35,6 +33,49 @@ export interface TransferResult {
 
 export function partialPath(dest: string): string {
   return `${dest}.incomplete`;
+}
+
+/**
+ * Where a file's bytes are. A storage host's signed URL can expire during a long download;
+ * its refusal then means: ask the hub again (a retry), not: access denied.
+ */
+class Location {
+  private refreshing: Promise<void> | undefined;
+
+  constructor(
+    private readonly client: HubClient,
+    private readonly repo: RepoRef,
+    private readonly filePath: string,
+    public url: string,
+  ) {}
+
+  private get onStorageHost(): boolean {
+    return new URL(this.url).origin !== new URL(this.client.options.endpoint).origin;
+  }
+
+  /** Opens a range; a 403/410 from the storage host renews the URL and fails as retryable. */
+  async open(start: number, end: number, signal: AbortSignal) {
+    const url = this.url;
+    try {
+      return await this.client.openRange(url, start, end, signal);
+    } catch (err) {
+      const expired =
+        err instanceof HubStatusError &&
+        (err.status === 403 || err.status === 410) &&
+        this.onStorageHost;
+      if (!expired) throw err;
+      if (this.url === url) {
+        this.refreshing ??= this.client.metadata(this.repo, this.filePath, signal).then((m) => {
+          this.url = m.location;
+          this.refreshing = undefined;
+        });
+        await this.refreshing;
+      }
+      throw Object.assign(new Error(`${err.message}: the storage URL expired, renewed it`), {
+        code: "ERR_LOCATION_EXPIRED",
+      });
+    }
+  }
 }
 
 function shortBody(piece: Piece): Error {
@@ -83,7 +124,6 @@ export async function fetchFile(
     have = 0;
   }
   await hashPrefix(partial, hash, have, signal);
-  events.onResume?.(have);
 
   const file = await open(partial, have > 0 ? "r+" : "w");
   try {
@@ -92,7 +132,7 @@ export async function fetchFile(
       const writer = new PieceWriter(file, hash, pieces, have);
       await fetchPieces(
         client,
-        meta.location,
+        new Location(client, job.repo, remote.path, meta.location),
         pieces,
         writer,
         settings,
@@ -118,7 +158,7 @@ export async function fetchFile(
 
 async function fetchPieces(
   client: HubClient,
-  location: string,
+  location: Location,
   pieces: Piece[],
   writer: PieceWriter,
   settings: TransferSettings,
@@ -143,11 +183,20 @@ async function fetchPieces(
       await writer.admit(i, window, signal);
       await withRetries(
         async () => {
-          const from = piece.start + piece.received;
-          const body = await client.openRange(location, from, piece.end, signal);
-          for await (const chunk of body as AsyncIterable<Buffer>) {
-            await writer.add(i, chunk);
-            events.onBytes?.(chunk.length);
+          // got leaves its abort listener on the signal it is given: a signal per request
+          // keeps thousands of pieces from piling listeners onto the file's signal.
+          const request = new AbortController();
+          const cancel = () => request.abort(signal.reason);
+          signal.addEventListener("abort", cancel, { once: true });
+          try {
+            const from = piece.start + piece.received;
+            const body = await location.open(from, piece.end, request.signal);
+            for await (const chunk of body as AsyncIterable<Buffer>) {
+              await writer.add(i, chunk);
+              events.onBytes?.(chunk.length);
+            }
+          } finally {
+            signal.removeEventListener("abort", cancel);
           }
           if (piece.start + piece.received !== piece.end) throw shortBody(piece);
         },

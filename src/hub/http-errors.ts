@@ -35,6 +35,7 @@ const RETRYABLE_CODES = new Set([
   "ERR_STREAM_PREMATURE_CLOSE",
   "ERR_GOT_REQUEST_ERROR",
   "ERR_BODY_SHORT",
+  "ERR_LOCATION_EXPIRED",
 ]);
 
 /** Server trouble and broken connections are worth another try; refusals (4xx) are not. */

@@ -42,6 +42,8 @@ export interface HubFaults {
    */
   dropAfterBytes?: number;
   dropTimes?: number;
+  /** The next N storage GETs answer 403, as a CDN does for an expired signed URL. */
+  expiredStorage?: number;
   /** The next N data requests (storage GET / resolve GET, not tree, not HEAD) answer 503. */
   status503?: number;
   /** Throttle every data response body to this many bytes per second, per connection. */
@@ -241,8 +243,10 @@ export async function createHubServer(opts: HubServerOptions): Promise<HubServer
   let faults: HubFaults = {};
   let drops = 0;
   let fails503 = 0;
+  let expired = 0;
   const setFaults = (f: HubFaults) => {
     faults = { ...f };
+    expired = f.expiredStorage ?? 0;
     drops = f.dropAfterBytes === undefined ? 0 : (f.dropTimes ?? 1);
     fails503 = f.status503 ?? 0;
   };
@@ -576,6 +580,15 @@ export async function createHubServer(opts: HubServerOptions): Promise<HubServer
     if (req.method === "HEAD") {
       head(res, record, 200, { ...headers, "Content-Length": file.content.length });
       res.end();
+      return;
+    }
+    if (expired > 0) {
+      expired--;
+      const body = Buffer.from(
+        "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+      );
+      head(res, record, 403, { "Content-Type": "application/xml", "Content-Length": body.length });
+      res.end(body);
       return;
     }
     const corrupt =
