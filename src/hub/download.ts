@@ -226,6 +226,7 @@ async function verifyFound(
   progress: TransferProgress,
   signal: AbortSignal,
 ): Promise<boolean> {
+  progress.log(`${f.rel}: found on disk, verifying it`);
   const d = expectedDigest(f.remote);
   const hash = contentHash(d, f.remote.size);
   await hashPrefix(f.dest, hash, f.remote.size, signal);
@@ -269,7 +270,12 @@ async function finishArtifacts(
   for (const pa of planned) {
     const { join } = pa.artifact;
     if (pa.made) {
-      if (join) rows.push({ item: join, size: undefined, status: "present" });
+      const outputs = [
+        ...(join ? [join] : []),
+        ...gzipped(pa).map((f) => f.rel.slice(0, -3)),
+        ...archives(pa).map((f) => `${f.rel} (extracted)`),
+      ];
+      for (const item of outputs) rows.push({ item, size: undefined, status: "present" });
       continue;
     }
     if (join) {

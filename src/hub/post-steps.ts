@@ -9,14 +9,12 @@ export async function joinFiles(
   sources: string[],
   output: string,
   signal: AbortSignal,
-  onBytes?: (n: number) => void,
 ): Promise<void> {
   const tmp = `${output}.incomplete`;
   try {
     const out = createWriteStream(tmp);
     for (const src of sources) {
       const input = createReadStream(src, { highWaterMark: 4 << 20, signal });
-      input.on("data", (c) => onBytes?.(c.length));
       await pipeline(input, out, { end: false, signal });
     }
     await new Promise<void>((resolve, reject) =>
@@ -34,12 +32,10 @@ export async function gunzipFile(
   source: string,
   output: string,
   signal: AbortSignal,
-  onBytes?: (n: number) => void,
 ): Promise<void> {
   const tmp = `${output}.incomplete`;
   try {
     const input = createReadStream(source, { highWaterMark: 4 << 20, signal });
-    input.on("data", (c) => onBytes?.(c.length));
     await pipeline(input, createGunzip(), createWriteStream(tmp), { signal });
     await rename(tmp, output);
   } catch (err) {

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
@@ -76,6 +76,26 @@ describe("searchr1 download --repo", () => {
     expect(again.code, again.stderr).toBe(0);
     expect(dataGets(server).length).toBe(before);
     expect(again.stdout).toMatch(/big\.bin\s+1\.4 MiB\s+present/);
+  });
+
+  it("verifies files already on disk from another tool instead of fetching them again", async () => {
+    const server = await serve([DEMO]);
+    const dir = tmp();
+    writeFileSync(path.join(dir, "big.bin"), BIG);
+    mkdirSync(path.join(dir, "meta"));
+    // Same size as the hub's file, different bytes: only the hash can tell.
+    writeFileSync(path.join(dir, "meta/config.json"), SMALL.toString().replace("Qwen2", "Llama"));
+    const r = await download(dir, ["--repo", "org/demo"]).result;
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/big\.bin: already present, verified/);
+    expect(r.stderr).toMatch(
+      /meta\/config\.json: present but its git-sha1 differs from the hub's; downloading it again/,
+    );
+    expect(dataGets(server).map((q) => q.path)).toEqual([
+      "/datasets/org/demo/resolve/main/meta/config.json",
+    ]);
+    expect(readFileSync(path.join(dir, "meta/config.json")).equals(SMALL)).toBe(true);
+    expect(r.stdout).toMatch(/big\.bin\s+1\.4 MiB\s+present \(verified\)/);
   });
 
   it("takes only the files --include selects", async () => {
@@ -360,6 +380,7 @@ describe("Search-R1 artefacts", () => {
     expect(again.code, again.stderr).toBe(0);
     expect(dataGets(server).length).toBe(before);
     expect(again.stdout).toMatch(/e5_Flat\.index\s+present/);
+    expect(again.stdout).toMatch(/wiki-18\.jsonl\s+present/);
   });
 
   it("keeps the parts and the .gz when asked", async () => {
