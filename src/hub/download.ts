@@ -66,8 +66,22 @@ function gzipped(pa: PlannedArtifact): PlannedFile[] {
     : [];
 }
 
+/** `wiki-18.jsonl.gz` → `wiki-18.jsonl`. */
+function expandedName(rel: string): string {
+  return rel.slice(0, -".gz".length);
+}
+
 function archives(pa: PlannedArtifact): PlannedFile[] {
   return pa.artifact.untar ? pa.files.filter((f) => archiveStem(f.rel) !== undefined) : [];
+}
+
+/** What an artifact makes from its downloads, as the report names it. */
+function outputsOf(pa: PlannedArtifact): string[] {
+  return [
+    ...(pa.artifact.join ? [pa.artifact.join] : []),
+    ...gzipped(pa).map((f) => expandedName(f.rel)),
+    ...archives(pa).map((f) => `${f.rel} (extracted)`),
+  ];
 }
 
 /** Whether an artifact with post-download steps has all their outputs from an earlier run. */
@@ -81,7 +95,7 @@ async function alreadyMade(pa: PlannedArtifact, manifest: Manifest): Promise<boo
       ),
     );
   }
-  for (const f of gzipped(pa)) checks.push(manifest.isProduced(f.rel.slice(0, -3), [f.digest]));
+  for (const f of gzipped(pa)) checks.push(manifest.isProduced(expandedName(f.rel), [f.digest]));
   for (const f of archives(pa)) checks.push(manifest.isProduced(f.rel, [f.digest]));
   if (checks.length === 0) return false;
   return (await Promise.all(checks)).every(Boolean);
@@ -184,24 +198,9 @@ function dryRunRows(planned: PlannedArtifact[]): DownloadRow[] {
         status,
       });
     }
-    if (pa.artifact.join)
-      rows.push({
-        item: `join -> ${pa.artifact.join}`,
-        size: undefined,
-        status: pa.made ? "present" : "after download",
-      });
-    for (const f of gzipped(pa))
-      rows.push({
-        item: `gunzip -> ${f.rel.slice(0, -3)}`,
-        size: undefined,
-        status: pa.made ? "present" : "after download",
-      });
-    for (const f of archives(pa))
-      rows.push({
-        item: `extract ${f.rel}`,
-        size: undefined,
-        status: pa.made ? "done" : "after download",
-      });
+    for (const item of outputsOf(pa)) {
+      rows.push({ item, size: undefined, status: pa.made ? "present" : "made after download" });
+    }
   }
   return rows;
 }
@@ -270,12 +269,7 @@ async function finishArtifacts(
   for (const pa of planned) {
     const { join } = pa.artifact;
     if (pa.made) {
-      const outputs = [
-        ...(join ? [join] : []),
-        ...gzipped(pa).map((f) => f.rel.slice(0, -3)),
-        ...archives(pa).map((f) => `${f.rel} (extracted)`),
-      ];
-      for (const item of outputs) rows.push({ item, size: undefined, status: "present" });
+      for (const item of outputsOf(pa)) rows.push({ item, size: undefined, status: "present" });
       continue;
     }
     if (join) {
@@ -301,7 +295,7 @@ async function finishArtifacts(
       });
     }
     for (const f of gzipped(pa)) {
-      const outRel = f.rel.slice(0, -3);
+      const outRel = expandedName(f.rel);
       progress.log(`expanding ${f.rel}`);
       await gunzipFile(f.dest, path.join(saveDir, outRel), signal);
       await manifest.recordOutput(outRel, [f.digest]);
@@ -323,6 +317,60 @@ async function finishArtifacts(
         status: "extracted",
       });
     }
+  }
+}
+
+/** What the files of one run share. */
+interface Run {
+  client: HubClient;
+  config: DownloadConfig;
+  manifest: Manifest;
+  progress: TransferProgress;
+  signal: AbortSignal;
+  rows: DownloadRow[];
+  /** Bytes fetched over the network so far. */
+  fetched: number;
+}
+
+/** Fetches one file (or verifies the copy found on disk) and adds its report row. */
+async function downloadOne(f: PlannedFile, run: Run): Promise<void> {
+  const { client, config, manifest, progress, signal } = run;
+  if (f.state === "found" && (await verifyFound(f, manifest, progress, signal))) {
+    run.rows.push({ item: f.rel, size: f.remote.size, status: "present (verified)" });
+    return;
+  }
+  const t0 = Date.now();
+  const bar = progress.file(f.rel, f.remote.size, f.have);
+  let moved = 0;
+  try {
+    const { resumedFrom } = await fetchFile(
+      client,
+      { repo: f.repo, remote: f.remote, dest: f.dest },
+      {
+        connections: config.connections,
+        pieceBytes: Math.max(1, Math.round(config.piece_mb * 2 ** 20)),
+      },
+      signal,
+      {
+        onBytes: (n) => {
+          moved += n;
+          run.fetched += n;
+          bar.add(n);
+        },
+        onRetry: (message) => progress.log(message),
+      },
+    );
+    const secs = (Date.now() - t0) / 1000;
+    const rate = `${formatBytes(moved / Math.max(secs, 1e-3))}/s`;
+    const how = resumedFrom > 0 ? `resumed from ${formatBytes(resumedFrom)}` : "downloaded";
+    bar.done(
+      `${how}, ${formatBytes(f.remote.size)} in ${formatDuration(secs)} (${rate}), verified`,
+    );
+    await manifest.recordFile(f.rel, f.digest);
+    run.rows.push({ item: f.rel, size: f.remote.size, status: `${how}, verified` });
+  } catch (err) {
+    bar.done(signal.aborted ? "interrupted" : "failed");
+    throw err;
   }
 }
 
@@ -360,49 +408,11 @@ export async function runDownload(
     .filter((f) => f.state === "verified")
     .map((f) => ({ item: f.rel, size: f.remote.size, status: "present" }));
   const failures: string[] = [];
-  let fetched = 0;
+  const run: Run = { client, config, manifest, progress, signal, rows, fetched: 0 };
   try {
     await runPool(pending, config.parallel_files, async (f) => {
       if (signal.aborted) return;
-      try {
-        if (f.state === "found" && (await verifyFound(f, manifest, progress, signal))) {
-          rows.push({ item: f.rel, size: f.remote.size, status: "present (verified)" });
-          return;
-        }
-        const t0 = Date.now();
-        const bar = progress.file(f.rel, f.remote.size, f.have);
-        let moved = 0;
-        try {
-          const { resumedFrom } = await fetchFile(
-            client,
-            { repo: f.repo, remote: f.remote, dest: f.dest },
-            {
-              connections: config.connections,
-              pieceBytes: Math.max(1, Math.round(config.piece_mb * 2 ** 20)),
-            },
-            signal,
-            {
-              onBytes: (n) => {
-                moved += n;
-                fetched += n;
-                bar.add(n);
-              },
-              onRetry: (message) => progress.log(message),
-            },
-          );
-          const secs = (Date.now() - t0) / 1000;
-          const rate = `${formatBytes(moved / Math.max(secs, 1e-3))}/s`;
-          const how = resumedFrom > 0 ? `resumed from ${formatBytes(resumedFrom)}` : "downloaded";
-          bar.done(
-            `${how}, ${formatBytes(f.remote.size)} in ${formatDuration(secs)} (${rate}), verified`,
-          );
-          await manifest.recordFile(f.rel, f.digest);
-          rows.push({ item: f.rel, size: f.remote.size, status: `${how}, verified` });
-        } catch (err) {
-          bar.done(signal.aborted ? "interrupted" : "failed");
-          throw err;
-        }
-      } catch (err) {
+      await downloadOne(f, run).catch((err) => {
         if (signal.aborted) return;
         const e = explainHubError(err, {
           repo: f.repo,
@@ -411,7 +421,7 @@ export async function runDownload(
         });
         failures.push(e.message);
         progress.log(`error: ${e.message}`);
-      }
+      });
     });
   } finally {
     progress.stop();
@@ -429,7 +439,7 @@ export async function runDownload(
     );
   }
   await finishArtifacts(planned, saveDir, config, manifest, progress, signal, rows);
-  return { rows, fetched, seconds: (Date.now() - started) / 1000 };
+  return { rows, fetched: run.fetched, seconds: (Date.now() - started) / 1000 };
 }
 
 /** The end-of-run table (and the `--dry-run` listing) on stdout. */
