@@ -35,7 +35,9 @@ export function addConfigFlags(cmd: Command, spec: CommandConfigSpec, flags: Fla
     const def = defaultAt(spec.schema, path);
     const text = f.description ?? describeOf(node) ?? f.key;
     const shown =
-      def === undefined || def === null || def === false ? "" : ` (default: ${formatDefault(def)})`;
+      def === undefined || def === null || def === false || (Array.isArray(def) && def.length === 0)
+        ? ""
+        : ` (default: ${formatDefault(def)})`;
     cmd.option(f.flags, `${text}${shown}`);
   }
   const env = Object.entries(spec.env);
