@@ -19,10 +19,8 @@ export interface RemoteFile {
 export interface FileMetadata {
   /** Where the bytes are: the storage URL a large file redirects to, else the resolve URL. */
   location: string;
+  /** X-Linked-Size for LFS files, else Content-Length; checked against the tree's size. */
   size: number;
-  /** X-Linked-Etag for LFS files (their sha256), else ETag (the git blob sha1); quotes removed. */
-  etag: string | undefined;
-  commit: string | undefined;
 }
 
 export interface HubClientOptions extends RetryPolicy {
@@ -38,12 +36,6 @@ interface TreeEntry {
   size: number;
   oid: string;
   lfs?: { oid: string; size: number };
-}
-
-/** `W/"abc"` → `abc`: the hub may send weak, quoted etags. */
-export function normalizeEtag(value: string | string[] | undefined): string | undefined {
-  const v = Array.isArray(value) ? value[0] : value;
-  return v?.replace(/^W\//, "").replace(/^"(.*)"$/, "$1") || undefined;
 }
 
 function header(res: Response, name: string): string | undefined {
@@ -148,11 +140,9 @@ export class HubClient {
           });
           const location = header(res, "location");
           const meta = () => ({
-            etag: normalizeEtag(res.headers["x-linked-etag"] ?? res.headers.etag),
             size: Number(
               header(res, "x-linked-size") ?? header(res, "content-length") ?? Number.NaN,
             ),
-            commit: header(res, "x-repo-commit"),
           });
           if (res.statusCode >= 300 && res.statusCode < 400 && location) {
             const target = new URL(location, url).toString();

@@ -26,7 +26,6 @@ export async function hashPrefix(
   hash: Hash,
   length: number,
   signal?: AbortSignal,
-  onBytes?: (n: number) => void,
 ): Promise<void> {
   if (length === 0) return;
   const stream = createReadStream(file, {
@@ -37,6 +36,5 @@ export async function hashPrefix(
   });
   for await (const chunk of stream as AsyncIterable<Buffer>) {
     hash.update(chunk);
-    onBytes?.(chunk.length);
   }
 }
