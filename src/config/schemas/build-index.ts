@@ -12,6 +12,12 @@ export const buildIndexSchema = z.strictObject({
     })
     .prefault({}),
   threads: z.number().int().positive().nullable().default(null).describe("null = all cores"),
+  memory_mb: z
+    .number()
+    .positive()
+    .default(2048)
+    .describe("memory for buffered postings (all threads); more spills fewer runs to disk"),
+  overwrite: z.boolean().default(false).describe("replace an existing index at --out"),
   quiet: z.boolean().default(false).describe("no progress output"),
 });
 
