@@ -70,7 +70,7 @@ export class CorpusStoreWriter {
       this.out.u64(offset);
       return;
     }
-    this.block.push(line);
+    this.block.push(Buffer.from(line)); // a copy: the batch's bytes move on to a worker
     if (this.block.length === BLOCK_ROWS) this.flushBlock();
   }
 
