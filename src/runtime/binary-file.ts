@@ -40,6 +40,13 @@ export class BinaryWriter {
     this.position += 4;
   }
 
+  f32(x: number): void {
+    this.room(4);
+    this.buf.writeFloatLE(x, this.used);
+    this.used += 4;
+    this.position += 4;
+  }
+
   /** An unsigned integer below 2^53, as 8 bytes. */
   u64(n: number): void {
     this.room(8);

@@ -9,7 +9,14 @@ import { type AnalyzerOptions, DEFAULT_ANALYZER } from "../analyzer.js";
 import { corpusBatches, type LineBatch } from "../corpus-batches.js";
 import { CorpusStoreWriter, corpusKind, identifyCorpus } from "../corpus-store.js";
 import type { BatchMessage, FromWorker, ToWorker, WorkerSetup } from "./build-worker.js";
-import { FILES, FORMAT, FORMAT_VERSION, type IndexMeta, lengthToNorm } from "./format.js";
+import {
+  FILES,
+  FORMAT,
+  FORMAT_VERSION,
+  type IndexMeta,
+  lengthNormTable,
+  lengthToNorm,
+} from "./format.js";
 import { mergeRuns } from "./merge.js";
 
 export interface BuildOptions {
@@ -77,9 +84,11 @@ export async function buildBm25Index(options: BuildOptions): Promise<IndexMeta> 
     task.finish();
 
     options.progress.log(`merging ${runs.length} sorted run${runs.length === 1 ? "" : "s"}`);
-    const { terms, postings } = mergeRuns(runs, tmp);
+    const norms = pool.norms.subarray(0, rows);
+    const lengthNorm = lengthNormTable(options.k1, options.b, rows, pool.tokens);
+    const { terms, postings } = mergeRuns(runs, tmp, lengthNorm, norms);
     await rm(join(tmp, "runs"), { recursive: true, force: true });
-    await writeFile(join(tmp, FILES.norms), pool.norms.subarray(0, rows));
+    await writeFile(join(tmp, FILES.norms), norms);
 
     const meta: IndexMeta = {
       format: FORMAT,

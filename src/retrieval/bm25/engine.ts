@@ -2,7 +2,15 @@ import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs"
 import { join } from "node:path";
 import { Analyzer } from "../analyzer.js";
 import type { Hit } from "../retriever.js";
-import { FILES, type IndexMeta, idf, normToLength, TERM_RECORD_BYTES } from "./format.js";
+import {
+  FILES,
+  type IndexMeta,
+  idf,
+  lengthNormTable,
+  SKIP_BLOCK,
+  TERM_RECORD_BYTES,
+} from "./format.js";
+import { TopK } from "./top-k.js";
 
 /**
  * The parts of an index every search thread needs, in shared memory so that worker
@@ -13,9 +21,14 @@ export interface Bm25Shared {
   dir: string;
   meta: IndexMeta;
   terms: Uint8Array;
+  /** terms.tab as u32 words (6 per term). */
   table: Uint32Array;
+  /** skips.bin as u32 words (2 per entry). */
+  skips: Uint32Array;
   norms: Uint8Array;
 }
+
+const WORDS = TERM_RECORD_BYTES / 4;
 
 function readShared(path: string): Uint8Array {
   const bytes = readFileSync(path);
@@ -28,36 +41,113 @@ export function loadShared(dir: string, meta: IndexMeta): Bm25Shared {
   const table = readShared(join(dir, FILES.termTable));
   const norms = readShared(join(dir, FILES.norms));
   const terms = readShared(join(dir, FILES.terms));
-  const where = (what: string) => `${join(dir, what)}: `;
+  const skips = readShared(join(dir, FILES.skips));
   if (table.length !== meta.counts.terms * TERM_RECORD_BYTES) {
     throw new Error(
-      `${where(FILES.termTable)}expected ${meta.counts.terms} terms, the file is truncated or from another index`,
+      `${join(dir, FILES.termTable)}: expected ${meta.counts.terms} terms; the file is truncated or from another index`,
     );
   }
   if (norms.length !== meta.counts.documents) {
     throw new Error(
-      `${where(FILES.norms)}expected ${meta.counts.documents} documents, found ${norms.length}`,
+      `${join(dir, FILES.norms)}: expected ${meta.counts.documents} documents, found ${norms.length}`,
     );
   }
-  return {
-    dir,
-    meta,
-    terms,
-    table: new Uint32Array(table.buffer, 0, table.length / 4),
-    norms,
-  };
+  const words = (u: Uint8Array) => new Uint32Array(u.buffer, 0, u.length >>> 2);
+  return { dir, meta, terms, table: words(table), skips: words(skips), norms };
 }
 
-/** Exact top-k BM25 over one index, term at a time. One engine per thread. */
+const END = 0x7fffffff;
+/** Bounds are widened by this factor before pruning: f32 maxima and summation order. */
+const SLACK = 1 + 1e-6;
+
+/** A query term's position in its postings, decoded one document at a time. */
+class Cursor {
+  off = 0;
+  idx = -1;
+  /** The current document (END past the last); 0 before the first, whose gap is its row. */
+  row = 0;
+  tf = 0;
+
+  constructor(
+    private readonly buf: Buffer,
+    private readonly df: number,
+    /** Index of the term's first skip entry, or -1 for short lists. */
+    private readonly skipBase: number,
+    private readonly skips: Uint32Array,
+    readonly weight: number,
+    /** The most this term adds to any document's score. */
+    readonly bound: number,
+  ) {}
+
+  next(): void {
+    if (++this.idx >= this.df) {
+      this.row = END;
+      return;
+    }
+    const p = this.buf;
+    // Two LEB128 varints, decoded inline: this is where queries spend their time.
+    let b = p[this.off++] as number;
+    let gap = b & 0x7f;
+    for (let s = 128; b >= 0x80; s *= 128) {
+      b = p[this.off++] as number;
+      gap += (b & 0x7f) * s;
+    }
+    b = p[this.off++] as number;
+    let tf = b & 0x7f;
+    for (let s = 128; b >= 0x80; s *= 128) {
+      b = p[this.off++] as number;
+      tf += (b & 0x7f) * s;
+    }
+    this.row += gap;
+    this.tf = tf;
+  }
+
+  /** Moves to the first document ≥ target, jumping over whole blocks with the skip entries. */
+  advanceTo(target: number): void {
+    if (this.row >= target) return;
+    if (this.skipBase >= 0) {
+      const { skips } = this;
+      const blocks = Math.ceil(this.df / SKIP_BLOCK);
+      let b = this.idx < 0 ? 0 : Math.floor(this.idx / SKIP_BLOCK);
+      if ((skips[2 * (this.skipBase + b)] as number) < target) {
+        do b++;
+        while (b < blocks && (skips[2 * (this.skipBase + b)] as number) < target);
+        if (b >= blocks) {
+          this.idx = this.df;
+          this.row = END;
+          return;
+        }
+        // Resume just after block b − 1: its last row is the base of the next gap.
+        this.row = skips[2 * (this.skipBase + b - 1)] as number;
+        this.off = skips[2 * (this.skipBase + b - 1) + 1] as number;
+        this.idx = b * SKIP_BLOCK - 1;
+      }
+    }
+    do this.next();
+    while (this.row < target);
+  }
+}
+
+interface BatchCache {
+  buffers: Map<number, Buffer>;
+  bytes: number;
+}
+const SHARED_BYTES = 64 << 20;
+
+/**
+ * Exact top-k BM25 over one index, document at a time with MaxScore pruning: query terms
+ * are ordered by the most they can add to a score; once the k-th best score so far
+ * exceeds what the weakest terms together can add, documents that only those terms
+ * contain are never visited, and their lists are only consulted (with skips) for
+ * documents the stronger terms bring. One engine per thread.
+ */
 export class Bm25Engine {
   private readonly analyzer: Analyzer;
   private readonly fd: number;
   private readonly postingsEnd: number;
-  private readonly lengthNorm = new Float64Array(256);
-  private readonly acc: Float64Array;
-  private readonly touched: Int32Array;
+  private readonly lengthNorm: Float64Array;
+  private readonly maxSat: Float32Array;
   private readonly encoder = new TextEncoder();
-  private buf = Buffer.allocUnsafe(1 << 16);
 
   constructor(private readonly index: Bm25Shared) {
     const { meta } = index;
@@ -68,12 +158,8 @@ export class Bm25Engine {
     this.fd = openSync(join(index.dir, FILES.postings), "r");
     this.postingsEnd = fstatSync(this.fd).size;
     const { k1, b } = meta.bm25;
-    const avgdl = meta.counts.tokens / Math.max(1, meta.counts.documents);
-    for (let n = 0; n < 256; n++) {
-      this.lengthNorm[n] = k1 * (1 - b + (b * normToLength(n)) / (avgdl || 1));
-    }
-    this.acc = new Float64Array(meta.counts.documents);
-    this.touched = new Int32Array(meta.counts.documents);
+    this.lengthNorm = lengthNormTable(k1, b, meta.counts.documents, meta.counts.tokens);
+    this.maxSat = new Float32Array(index.table.buffer, 0, index.table.length);
   }
 
   /** Index of a term in the vocabulary, or -1. */
@@ -84,8 +170,8 @@ export class Bm25Engine {
     let hi = this.index.meta.counts.terms - 1;
     while (lo <= hi) {
       const mid = (lo + hi) >>> 1;
-      const start = mid === 0 ? 0 : (table[(mid - 1) * 4] as number);
-      const end = table[mid * 4] as number;
+      const start = mid === 0 ? 0 : (table[(mid - 1) * WORDS] as number);
+      const end = table[mid * WORDS] as number;
       const c = compareBytes(terms, start, end, key);
       if (c === 0) return mid;
       if (c < 0) lo = mid + 1;
@@ -94,79 +180,113 @@ export class Bm25Engine {
     return -1;
   }
 
-  private postings(t: number): Buffer {
+  private postingsStart(t: number): number {
     const { table } = this.index;
-    const start = (table[t * 4 + 2] as number) + (table[t * 4 + 3] as number) * 0x100000000;
-    const next = t + 1 < this.index.meta.counts.terms;
-    const end = next
-      ? (table[t * 4 + 6] as number) + (table[t * 4 + 7] as number) * 0x100000000
-      : this.postingsEnd;
-    const len = end - start;
-    if (len > this.buf.length) this.buf = Buffer.allocUnsafe(Math.max(len, this.buf.length * 2));
+    if (t >= this.index.meta.counts.terms) return this.postingsEnd;
+    return (table[t * WORDS + 2] as number) + (table[t * WORDS + 3] as number) * 0x100000000;
+  }
+
+  /**
+   * A term's postings bytes. Within one batch of queries they are kept in `shared` (up
+   * to SHARED_BYTES) so that a term several queries use is read once.
+   */
+  private postings(t: number, shared: BatchCache): Buffer {
+    const cached = shared.buffers.get(t);
+    if (cached) return cached;
+    const start = this.postingsStart(t);
+    const len = this.postingsStart(t + 1) - start;
+    const buf = Buffer.allocUnsafe(len);
     let got = 0;
     while (got < len) {
-      const n = readSync(this.fd, this.buf, got, len - got, start + got);
+      const n = readSync(this.fd, buf, got, len - got, start + got);
       if (n === 0) throw new Error(`${join(this.index.dir, FILES.postings)}: truncated`);
       got += n;
     }
-    return this.buf;
+    if (shared.bytes + len <= SHARED_BYTES) {
+      shared.buffers.set(t, buf);
+      shared.bytes += len;
+    }
+    return buf;
   }
 
-  /** Query terms with their weights: Lucene's bag of words boosts a repeated term by its count. */
-  private queryTerms(query: string): { term: number; weight: number }[] {
+  /** One cursor per distinct query term found: Lucene's bag of words boosts a repeated term by its count. */
+  private cursors(query: string, shared: BatchCache): Cursor[] {
     const counts = new Map<string, number>();
     for (const t of this.analyzer.analyze(query)) counts.set(t, (counts.get(t) ?? 0) + 1);
-    const out: { term: number; weight: number }[] = [];
+    const { table, skips } = this.index;
     const n = this.index.meta.counts.documents;
-    for (const [t, count] of counts) {
-      const id = this.lookup(t);
-      if (id < 0) continue;
-      out.push({ term: id, weight: count * idf(n, this.index.table[id * 4 + 1] as number) });
+    const out: Cursor[] = [];
+    for (const [term, count] of counts) {
+      const t = this.lookup(term);
+      if (t < 0) continue;
+      const df = table[t * WORDS + 1] as number;
+      const weight = count * idf(n, df);
+      const skipBase = df > SKIP_BLOCK ? (table[t * WORDS + 5] as number) : -1;
+      const bound = weight * (this.maxSat[t * WORDS + 4] as number);
+      const c = new Cursor(this.postings(t, shared), df, skipBase, skips, weight, bound);
+      c.next();
+      out.push(c);
     }
-    return out;
+    return out.sort((a, b) => a.bound - b.bound);
   }
 
-  searchOne(query: string, topk: number): Hit[] {
-    const { acc, touched, lengthNorm } = this;
+  searchOne(query: string, topk: number, shared: BatchCache = newCache()): Hit[] {
+    const cursors = this.cursors(query, shared);
+    const n = cursors.length;
+    // prefix[i]: the most terms 0..i (the weakest) can add together.
+    const prefix = new Float64Array(n);
+    let sum = 0;
+    for (let i = 0; i < n; i++) {
+      sum += (cursors[i] as Cursor).bound;
+      prefix[i] = sum * SLACK;
+    }
+    const { lengthNorm } = this;
     const norms = this.index.norms;
-    let nTouched = 0;
-    for (const { term, weight } of this.queryTerms(query)) {
-      const df = this.index.table[term * 4 + 1] as number;
-      const p = this.postings(term);
-      let off = 0;
-      let row = 0;
-      for (let i = 0; i < df; i++) {
-        // Two LEB128 varints, decoded inline: this loop is the query's cost.
-        let b = p[off++] as number;
-        let gap = b & 0x7f;
-        for (let s = 128; b >= 0x80; s *= 128) {
-          b = p[off++] as number;
-          gap += (b & 0x7f) * s;
-        }
-        b = p[off++] as number;
-        let tf = b & 0x7f;
-        for (let s = 128; b >= 0x80; s *= 128) {
-          b = p[off++] as number;
-          tf += (b & 0x7f) * s;
-        }
-        row += gap;
-        const prev = acc[row] as number;
-        if (prev === 0) touched[nTouched++] = row;
-        acc[row] = prev + (weight * tf) / (tf + (lengthNorm[norms[row] as number] as number));
+    const top = new TopK(topk);
+    // Documents are visited in ascending row order, so a later document that only ties
+    // the k-th score ranks below it: pruning at "cannot exceed" keeps ties exact.
+    let essential = 0;
+    for (;;) {
+      let d = END;
+      for (let i = essential; i < n; i++) {
+        const row = (cursors[i] as Cursor).row;
+        if (row < d) d = row;
       }
+      if (d === END) break;
+      const k = lengthNorm[norms[d] as number] as number;
+      let score = 0;
+      for (let i = essential; i < n; i++) {
+        const c = cursors[i] as Cursor;
+        if (c.row !== d) continue;
+        score += (c.weight * c.tf) / (c.tf + k);
+        c.next();
+      }
+      let i = essential - 1;
+      for (; i >= 0; i--) {
+        if (score + (prefix[i] as number) <= top.threshold) break;
+        const c = cursors[i] as Cursor;
+        c.advanceTo(d);
+        if (c.row === d) score += (c.weight * c.tf) / (c.tf + k);
+      }
+      if (i >= 0 || !top.offer(d, score)) continue;
+      while (essential < n && (prefix[essential] as number) <= top.threshold) essential++;
     }
-    const hits = topOf(acc, touched, nTouched, topk);
-    for (let i = 0; i < nTouched; i++) acc[touched[i] as number] = 0;
-    return hits;
+    return top.hits();
   }
 
+  /** A batch of queries, sharing the postings they have in common. */
   search(queries: readonly string[], topk: number): Hit[][] {
-    return queries.map((q) => this.searchOne(q, topk));
+    const shared = newCache();
+    return queries.map((q) => this.searchOne(q, topk, shared));
   }
 
   close(): void {
     closeSync(this.fd);
   }
+}
+
+function newCache(): BatchCache {
+  return { buffers: new Map(), bytes: 0 };
 }
 
 function compareBytes(buf: Uint8Array, start: number, end: number, key: Uint8Array): number {
@@ -176,55 +296,4 @@ function compareBytes(buf: Uint8Array, start: number, end: number, key: Uint8Arr
     if (d !== 0) return d;
   }
   return end - start - key.length;
-}
-
-/** Whether hit (sa, ra) ranks below (sb, rb): lower score, or same score and later row. */
-function worse(sa: number, ra: number, sb: number, rb: number): boolean {
-  return sa < sb || (sa === sb && ra > rb);
-}
-
-/** The k best touched documents, best first: a size-k heap with the worst on top. */
-function topOf(acc: Float64Array, touched: Int32Array, n: number, k: number): Hit[] {
-  const rows = new Int32Array(k);
-  const scores = new Float64Array(k);
-  let size = 0;
-  for (let i = 0; i < n; i++) {
-    const row = touched[i] as number;
-    const score = acc[row] as number;
-    if (size < k) {
-      // sift up
-      let at = size++;
-      while (at > 0) {
-        const parent = (at - 1) >> 1;
-        if (!worse(score, row, scores[parent] as number, rows[parent] as number)) break;
-        rows[at] = rows[parent] as number;
-        scores[at] = scores[parent] as number;
-        at = parent;
-      }
-      rows[at] = row;
-      scores[at] = score;
-    } else if (worse(scores[0] as number, rows[0] as number, score, row)) {
-      // replace the worst, sift down
-      let at = 0;
-      for (;;) {
-        const l = 2 * at + 1;
-        if (l >= size) break;
-        const r = l + 1;
-        const m =
-          r < size &&
-          worse(scores[r] as number, rows[r] as number, scores[l] as number, rows[l] as number)
-            ? r
-            : l;
-        if (!worse(scores[m] as number, rows[m] as number, score, row)) break;
-        rows[at] = rows[m] as number;
-        scores[at] = scores[m] as number;
-        at = m;
-      }
-      rows[at] = row;
-      scores[at] = score;
-    }
-  }
-  const hits: Hit[] = [];
-  for (let i = 0; i < size; i++) hits.push({ row: rows[i] as number, score: scores[i] as number });
-  return hits.sort((a, b) => b.score - a.score || a.row - b.row);
 }

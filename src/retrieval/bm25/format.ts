@@ -8,11 +8,16 @@ import { InputError } from "../../runtime/errors.js";
  *
  *   meta.json     what the index is: analyzer, BM25 parameters, counts, corpus identity
  *   terms.bin     the vocabulary: UTF-8 terms concatenated, sorted by their bytes
- *   terms.tab     16 bytes per term, in the same order: u32 end of the term in terms.bin,
- *                 u32 document frequency, u64 start of its postings in postings.bin
+ *   terms.tab     24 bytes per term, in the same order: u32 end of the term in terms.bin,
+ *                 u32 document frequency, u64 start of its postings in postings.bin,
+ *                 f32 its largest saturation tf/(tf + K(dl)) (× idf = its best score),
+ *                 u32 index of its first entry in skips.bin
  *   postings.bin  per term, per document in ascending row order: varint(row gap) then
  *                 varint(term frequency); the first gap is the row itself. A term's
  *                 postings end where the next term's start (the last: at the end of file).
+ *   skips.bin     for each term with more than SKIP_BLOCK postings, one entry per block of
+ *                 SKIP_BLOCK postings (the last may be shorter): u32 last row of the block,
+ *                 u32 offset just past the block, relative to the term's postings
  *   norms.bin     1 byte per document: its length (terms after stop words) encoded as
  *                 Lucene's SmallFloat.intToByte4, the same lossy norm Lucene scores with
  *   corpus.*      the corpus store (see corpus-store.ts)
@@ -21,13 +26,15 @@ import { InputError } from "../../runtime/errors.js";
  */
 export const FORMAT = "searchr1-bm25";
 export const FORMAT_VERSION = 1;
-export const TERM_RECORD_BYTES = 16;
+export const TERM_RECORD_BYTES = 24;
+export const SKIP_BLOCK = 128;
 
 export const FILES = {
   meta: "meta.json",
   terms: "terms.bin",
   termTable: "terms.tab",
   postings: "postings.bin",
+  skips: "skips.bin",
   norms: "norms.bin",
 } as const;
 
@@ -127,6 +134,19 @@ export function lengthToNorm(length: number): number {
 export function normToLength(norm: number): number {
   if (norm < NUM_FREE_VALUES) return norm;
   return NUM_FREE_VALUES + int4ToLong(norm - NUM_FREE_VALUES);
+}
+
+/** K(dl) = k1·(1 − b + b·dl/avgdl) for each norm byte: the length part of every BM25 score. */
+export function lengthNormTable(
+  k1: number,
+  b: number,
+  documents: number,
+  tokens: number,
+): Float64Array {
+  const avgdl = documents > 0 && tokens > 0 ? tokens / documents : 1;
+  const table = new Float64Array(256);
+  for (let n = 0; n < 256; n++) table[n] = k1 * (1 - b + (b * normToLength(n)) / avgdl);
+  return table;
 }
 
 /** idf as Lucene ≥ 8 computes it: ln(1 + (N − n + 0.5) / (n + 0.5)). */

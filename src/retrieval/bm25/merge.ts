@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { BinaryReader, BinaryWriter, readVarint, writeVarint } from "../../runtime/binary-file.js";
-import { FILES } from "./format.js";
+import { FILES, SKIP_BLOCK } from "./format.js";
 
 interface Segment {
   batch: number;
@@ -45,20 +45,27 @@ class RunCursor {
  * Merges the workers' sorted runs into the final vocabulary and postings (format.ts).
  * Runs are read sequentially, so memory holds one term's postings, not the index.
  * A segment's first row is absolute; it is re-encoded as a gap from the previous
- * segment's last row and the rest of its bytes are copied unchanged.
+ * segment's last row and the rest of its bytes are copied unchanged. Walking the copied
+ * postings gives each term's largest BM25 saturation tf/(tf + K(dl)) and its skip entries,
+ * which let queries prune and jump (engine.ts).
  */
 export function mergeRuns(
   runPaths: readonly string[],
   dir: string,
+  /** K(dl) = k1·(1 − b + b·dl/avgdl) per norm byte, and each document's norm byte. */
+  lengthNorm: Float64Array,
+  norms: Uint8Array,
 ): { terms: number; postings: number } {
   const cursors = runPaths.map((p) => new RunCursor(p)).filter((c) => c.term !== null);
   const heap = new CursorHeap(cursors);
   const termsOut = new BinaryWriter(join(dir, FILES.terms));
   const tableOut = new BinaryWriter(join(dir, FILES.termTable));
   const postingsOut = new BinaryWriter(join(dir, FILES.postings));
+  const skipsOut = new BinaryWriter(join(dir, FILES.skips));
   const gap = Buffer.allocUnsafe(10);
   let terms = 0;
   let postings = 0;
+  let skipEntries = 0;
   const segments: Segment[] = [];
   while (heap.size > 0) {
     const term = (heap.top() as RunCursor).term as Buffer;
@@ -70,26 +77,54 @@ export function mergeRuns(
       heap.replaceTop();
     }
     segments.sort((a, b) => a.batch - b.batch);
-    const start = postingsOut.position;
-    let prev = 0;
     let df = 0;
+    for (const s of segments) df += s.postings;
+    const start = postingsOut.position;
+    const firstSkip = skipEntries;
+    let prev = 0;
+    let n = 0;
+    let maxSat = 0;
     for (const s of segments) {
       const [first, after] = readVarint(s.bytes, 0);
-      postingsOut.bytes(gap.subarray(0, writeVarint(gap, 0, first - prev)));
+      const gapLen = writeVarint(gap, 0, first - prev);
+      // Output offset of input byte i: i − after + gapLen + segStart.
+      const shift = postingsOut.position - start + gapLen - after;
+      postingsOut.bytes(gap.subarray(0, gapLen));
       postingsOut.bytes(s.bytes.subarray(after));
+      let off = after;
+      let row = first;
+      for (let j = 0; j < s.postings; j++) {
+        if (j > 0) {
+          const [g, o] = readVarint(s.bytes, off);
+          row += g;
+          off = o;
+        }
+        const [tf, o] = readVarint(s.bytes, off);
+        off = o;
+        const sat = tf / (tf + (lengthNorm[norms[row] as number] as number));
+        if (sat > maxSat) maxSat = sat;
+        n++;
+        if (df > SKIP_BLOCK && (n % SKIP_BLOCK === 0 || n === df)) {
+          skipsOut.u32(row);
+          skipsOut.u32(off + shift);
+          skipEntries++;
+        }
+      }
       prev = s.last;
-      df += s.postings;
     }
     termsOut.bytes(term);
     tableOut.u32(termsOut.position);
     tableOut.u32(df);
     tableOut.u64(start);
+    tableOut.f32(maxSat);
+    tableOut.u32(firstSkip);
     terms++;
     postings += df;
   }
   termsOut.close();
   tableOut.close();
   postingsOut.close();
+  skipsOut.close();
   return { terms, postings };
 }
 
