@@ -13,7 +13,33 @@ export const serveRetrieverSchema = z.strictObject({
     .describe("documents per query when a request omits topk"),
   host: z.string().min(1).default("127.0.0.1").describe("address to bind"),
   port: z.number().int().min(0).max(65535).default(8000).describe("TCP port (0 = any free port)"),
+  threads: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("search threads; null = all cores"),
+  max_queries: z
+    .number()
+    .int()
+    .positive()
+    .default(4096)
+    .describe("most queries in one request (more: 413)"),
+  max_topk: z
+    .number()
+    .int()
+    .positive()
+    .default(1000)
+    .describe("largest topk a request may ask for (more: 400)"),
+  max_body_mb: z
+    .number()
+    .positive()
+    .default(16)
+    .describe("largest request body in MiB (more: 413)"),
 });
+
+export type ServeRetrieverConfig = z.infer<typeof serveRetrieverSchema>;
 
 export const serveRetrieverSpec: CommandConfigSpec<typeof serveRetrieverSchema> = {
   command: "serve-retriever",

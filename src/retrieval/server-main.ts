@@ -1,0 +1,95 @@
+import type { ServeRetrieverConfig } from "../config/schemas/serve-retriever.js";
+import { UsageError } from "../runtime/errors.js";
+import { openRetriever } from "./open-retriever.js";
+import { RetrievalServer } from "./server.js";
+
+const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", "::0"]);
+
+/**
+ * `searchr1 serve-retriever`: opens the index and corpus, serves until SIGINT/SIGTERM,
+ * then drains (requests in flight finish) and closes everything. Resolves on a clean stop.
+ */
+export async function serveRetriever(
+  config: ServeRetrieverConfig,
+  err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+): Promise<void> {
+  const started = performance.now();
+  const opened = await openRetriever({
+    kind: config.retriever,
+    index: config.index,
+    corpus: config.corpus,
+    threads: config.threads,
+  });
+  let server: RetrievalServer;
+  try {
+    server = await RetrievalServer.listen({
+      retriever: opened.retriever,
+      corpus: opened.corpus,
+      corpusInfo: opened.corpusInfo,
+      defaultTopk: config.topk,
+      limits: {
+        maxQueries: config.max_queries,
+        maxTopk: config.max_topk,
+        maxBodyBytes: Math.floor(config.max_body_mb * 2 ** 20),
+      },
+      host: config.host,
+      port: config.port,
+      log: err,
+    });
+  } catch (e) {
+    await opened.close();
+    throw listenError(e as NodeJS.ErrnoException, config.host, config.port);
+  }
+
+  const seconds = (performance.now() - started) / 1000;
+  if (WILDCARD_HOSTS.has(config.host)) {
+    err(
+      `warning: listening on ${config.host}: the retriever is reachable from other machines ` +
+        "and has no authentication; use --host 127.0.0.1 unless that is what you want",
+    );
+  }
+  err(
+    `serving ${opened.retriever.kind} retrieval over ` +
+      `${opened.retriever.documents.toLocaleString("en-US")} passages at ${server.url} ` +
+      `(loaded in ${seconds.toFixed(1)} s)`,
+  );
+
+  await new Promise<void>((resolve) => {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      signals++;
+      if (signals === 1) {
+        const n = server.inFlight;
+        err(
+          `${signal}: stopping; ${n === 0 ? "no requests" : `${n} request${n === 1 ? "" : "s"}`} ` +
+            "in flight to finish (again to stop at once)",
+        );
+        void server.close().then(() => {
+          process.off("SIGINT", onSignal);
+          process.off("SIGTERM", onSignal);
+          resolve();
+        });
+      } else {
+        err(`${signal}: closing all connections now`);
+        void server.closeNow();
+      }
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
+  await opened.close();
+  err("retriever stopped");
+}
+
+function listenError(e: NodeJS.ErrnoException, host: string, port: number): Error {
+  const where = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const why: Record<string, string> = {
+    EADDRINUSE: "the address is in use (another retriever running? pick another --port)",
+    EACCES: "permission denied (ports below 1024 need privileges; pick another --port)",
+    EADDRNOTAVAIL: "this machine has no such address (--host)",
+    ENOTFOUND: "unknown host name (--host)",
+  };
+  return new UsageError(
+    `cannot listen on ${where}: ${why[e.code ?? ""] ?? e.message ?? String(e)}`,
+  );
+}
