@@ -74,7 +74,7 @@ export function resolveFromCli<S extends CommandConfigSpec>(
   for (const f of flags) {
     const option = cmd.options.find((o) => o.flags === f.flags);
     if (!option) continue;
-    flagNames[f.key] = option.long ?? f.flags;
+    flagNames[f.key] ??= option.long ?? f.flags; // the first flag for a key is its name in errors
     const value = opts[option.attributeName()];
     if (value !== undefined)
       cli.push({ key: f.key, value, origin: { kind: "flag", flag: option.long ?? f.flags } });

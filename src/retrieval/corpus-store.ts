@@ -20,7 +20,7 @@ export const OFFSETS_FILE = "corpus.offsets";
 export const BLOCKS_FILE = "corpus.blocks";
 export const BLOCKS_INDEX_FILE = "corpus.blocks.idx";
 const BLOCK_ROWS = 64;
-const HEAD_BYTES = 1 << 20;
+const EDGE_BYTES = 1 << 20;
 
 export type CorpusKind = CorpusIdentity["kind"];
 
@@ -28,17 +28,24 @@ export function corpusKind(path: string): CorpusKind {
   return path.endsWith(".gz") ? "jsonl.gz" : "jsonl";
 }
 
-/** Size and a hash of the first MiB: enough to tell the corpus an index was built from. */
+/**
+ * Size and hashes of the first and last MiB: tells the corpus an index was built from
+ * from another file (or a truncated, appended or re-exported copy) without reading 13 GB.
+ */
 export async function identifyCorpus(path: string): Promise<Omit<CorpusIdentity, "rows" | "path">> {
   const info = await stat(path);
   const fh = await open(path, "r");
   try {
-    const head = Buffer.alloc(Math.min(HEAD_BYTES, info.size));
-    await fh.read(head, 0, head.length, 0);
+    const hashAt = async (position: number) => {
+      const buf = Buffer.alloc(Math.min(EDGE_BYTES, info.size));
+      await fh.read(buf, 0, buf.length, position);
+      return createHash("sha256").update(buf).digest("hex");
+    };
     return {
       kind: corpusKind(path),
       bytes: info.size,
-      head_sha256: createHash("sha256").update(head).digest("hex"),
+      head_sha256: await hashAt(0),
+      tail_sha256: await hashAt(Math.max(0, info.size - EDGE_BYTES)),
     };
   } finally {
     await fh.close();
@@ -117,7 +124,11 @@ export async function openCorpusStore(
   } catch (err) {
     throw new InputError(`${corpusPath}: cannot read the corpus (${(err as Error).message})`);
   }
-  if (actual.bytes !== identity.bytes || actual.head_sha256 !== identity.head_sha256) {
+  if (
+    actual.bytes !== identity.bytes ||
+    actual.head_sha256 !== identity.head_sha256 ||
+    actual.tail_sha256 !== identity.tail_sha256
+  ) {
     throw new InputError(
       `${corpusPath} is not the corpus the index in ${indexDir} was built from ` +
         `(built from ${identity.path}: ${identity.bytes} bytes; this file: ${actual.bytes} bytes` +

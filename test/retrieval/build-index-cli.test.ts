@@ -87,6 +87,22 @@ describe("searchr1 build-index --retriever bm25", () => {
     );
   });
 
+  it("refuses a copy changed after its first MiB (same size, same head)", async () => {
+    const dir = tmp();
+    const big = generateCorpus(8000, 5);
+    writeFileSync(join(dir, "a.jsonl"), `${big.join("\n")}\n`);
+    const last = big[big.length - 1] as string;
+    const edited = last.replace(/"id":"7999"/, '"id":"7990"');
+    expect(edited.length).toBe(last.length);
+    writeFileSync(join(dir, "b.jsonl"), `${[...big.slice(0, -1), edited].join("\n")}\n`);
+    expect(readFileSync(join(dir, "b.jsonl")).length).toBeGreaterThan(2 << 20);
+    expect(build(join(dir, "a.jsonl"), join(dir, "idx")).code).toBe(0);
+    const meta = await readMeta(join(dir, "idx"));
+    await expect(
+      openCorpusStore(join(dir, "idx"), join(dir, "b.jsonl"), meta.corpus),
+    ).rejects.toThrow(/b\.jsonl is not the corpus .*different content/);
+  });
+
   it("names the file and line of a bad row and leaves nothing behind", () => {
     const dir = tmp();
     const corpus = join(dir, "c.jsonl");

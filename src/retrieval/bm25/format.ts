@@ -43,8 +43,9 @@ export const corpusIdentitySchema = z.object({
   path: z.string(),
   kind: z.enum(["jsonl", "jsonl.gz"]),
   bytes: z.number().int().nonnegative(),
-  /** sha256 of the file's first MiB: tells a different file of the same size apart cheaply. */
+  /** sha256 of the file's first and last MiB: tell a different file of the same size apart cheaply. */
   head_sha256: z.string(),
+  tail_sha256: z.string(),
   rows: z.number().int().nonnegative(),
 });
 export type CorpusIdentity = z.infer<typeof corpusIdentitySchema>;

@@ -30,7 +30,7 @@ export class Bm25Retriever implements Retriever {
   readonly kind = "bm25";
   private readonly queue: Pending[] = [];
   private nextId = 0;
-  private closed = false;
+  closed = false;
 
   private constructor(
     private readonly shared: Bm25Shared,
@@ -48,6 +48,10 @@ export class Bm25Retriever implements Retriever {
       const thread: Thread = { worker: new Worker(url, { workerData: shared }), busy: new Map() };
       thread.worker.on("message", (reply: SearchReply) => retriever.onReply(thread, reply));
       thread.worker.on("error", (err) => retriever.onCrash(thread, err));
+      thread.worker.on("exit", (code) => {
+        if (!retriever.closed)
+          retriever.onCrash(thread, new Error(`search thread exited (${code})`));
+      });
       pool.push(thread);
     }
     return retriever;
@@ -145,8 +149,15 @@ export class Bm25Retriever implements Retriever {
     };
   }
 
+  /** Stops the threads; searches still queued or running are rejected. */
   async close(): Promise<void> {
     this.closed = true;
+    const gone = new Error("retriever is closed");
+    for (const p of this.queue.splice(0)) p.reject(gone);
+    for (const t of this.threads) {
+      for (const p of t.busy.values()) p.reject(gone);
+      t.busy.clear();
+    }
     await Promise.all(this.threads.map((t) => t.worker.terminate()));
   }
 }
