@@ -81,14 +81,17 @@ export class Bm25Retriever implements Retriever {
   }
 
   private dispatch(): void {
+    let idle = this.threads.filter((t) => t.busy.size === 0).length;
     for (const thread of this.threads) {
       if (this.queue.length === 0) return;
       if (thread.busy.size > 0) continue;
-      // One message may carry several requests' slices with the same topk.
+      idle--;
+      // When slices outnumber the idle threads, one message carries several of them (same
+      // topk); otherwise each idle thread gets its own, so one big request uses every core.
       const first = this.queue.shift() as Pending;
       const group = [first];
       let count = first.queries.length;
-      while (this.queue.length > 0 && count < SLICE * 2) {
+      while (this.queue.length > idle && count < SLICE * 2) {
         const next = this.queue[0] as Pending;
         if (next.topk !== first.topk) break;
         group.push(this.queue.shift() as Pending);
