@@ -173,14 +173,20 @@ function batchOf(row: number): number {
 function spill(): void {
   if (count === 0) return;
   const nTerms = terms.length;
-  // Counting sort by term id keeps each term's postings in row order (stable).
+  // Counting sort by term id keeps each term's postings in row order (stable); rows and
+  // frequencies are moved into term order so the write-out below reads them sequentially.
   const starts = new Int32Array(nTerms + 1);
   for (let i = 0; i < count; i++) (starts[(tids[i] as number) + 1] as number)++;
   for (let t = 0; t < nTerms; t++)
     starts[t + 1] = (starts[t + 1] as number) + (starts[t] as number);
-  const order = new Int32Array(count);
+  const byTermRow = new Int32Array(count);
+  const byTermTf = new Int32Array(count);
   const fill = starts.slice(0, nTerms);
-  for (let i = 0; i < count; i++) order[(fill[tids[i] as number] as number)++] = i;
+  for (let i = 0; i < count; i++) {
+    const at = (fill[tids[i] as number] as number)++;
+    byTermRow[at] = rows[i] as number;
+    byTermTf[at] = tfs[i] as number;
+  }
 
   const encoded = terms.map((t) => Buffer.from(t, "utf8"));
   const sorted = Array.from({ length: nTerms }, (_, i) => i).sort((a, b) =>
@@ -198,7 +204,7 @@ function spill(): void {
     const segments: { batch: number; n: number; last: number; bytes: Buffer }[] = [];
     let i = from;
     while (i < to) {
-      const firstRow = rows[order[i] as number] as number;
+      const firstRow = byTermRow[i] as number;
       const b = batchOf(firstRow);
       const end = b + 1 < batchFirstRows.length ? (batchFirstRows[b + 1] as number) : Infinity;
       let off = 0;
@@ -206,8 +212,7 @@ function spill(): void {
       let last = firstRow;
       const first = i;
       while (i < to) {
-        const p = order[i] as number;
-        const row = rows[p] as number;
+        const row = byTermRow[i] as number;
         if (row >= end) break;
         if (off + 20 > segBuf.length) {
           const bigger = Buffer.allocUnsafe(segBuf.length * 2);
@@ -215,7 +220,7 @@ function spill(): void {
           segBuf = bigger;
         }
         off = writeVarint(segBuf, off, row - prev);
-        off = writeVarint(segBuf, off, tfs[p] as number);
+        off = writeVarint(segBuf, off, byTermTf[i] as number);
         prev = row;
         last = row;
         i++;

@@ -34,8 +34,11 @@ export interface BuildOptions {
   signal?: AbortSignal;
 }
 
-/** Bytes a buffered posting costs in a worker (three int32 arrays that grow by doubling). */
-const BYTES_PER_POSTING = 24;
+/**
+ * Bytes a buffered posting costs in a worker at its peak: three int32 arrays that grow by
+ * doubling, plus two more while a run is sorted for writing.
+ */
+const BYTES_PER_POSTING = 32;
 const MAX_IN_FLIGHT = 2;
 
 /**
