@@ -128,6 +128,12 @@ describe("searchr1 build-index --retriever bm25", () => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain(`${join(dir, "nope.jsonl")}: no such corpus file`);
 
+    writeFileSync(join(dir, "empty.jsonl"), "\n  \n");
+    const empty = build(join(dir, "empty.jsonl"), join(dir, "idx"));
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toContain("empty.jsonl: no rows");
+    expect(existsSync(join(dir, "idx"))).toBe(false);
+
     writeFileSync(join(dir, "bad.jsonl.gz"), "this is not gzip");
     const gz = build(join(dir, "bad.jsonl.gz"), join(dir, "idx"));
     expect(gz.code).toBe(1);

@@ -82,6 +82,10 @@ export async function buildBm25Index(options: BuildOptions): Promise<IndexMeta> 
       task.update(pool.rowsDone);
     }
     store.finish(identity.bytes);
+    if (rows === 0)
+      throw new InputError(
+        `${options.corpus}: no rows (expected jsonl lines with "id" and "contents")`,
+      );
     const runs = await pool.finish();
     task.update(pool.rowsDone);
     task.finish();

@@ -61,10 +61,6 @@ export class Bm25Retriever implements Retriever {
     return this.shared.meta.counts.documents;
   }
 
-  get meta() {
-    return this.shared.meta;
-  }
-
   search(queries: readonly string[], topk: number): Promise<Hit[][]> {
     if (this.closed) return Promise.reject(new Error("retriever is closed"));
     if (queries.length === 0) return Promise.resolve([]);
