@@ -155,9 +155,17 @@ export class Analyzer {
     return t;
   }
 
+  /**
+   * Word tokens of a text, lower-cased as a whole first: one native call instead of one per
+   * token, and the memo holds one entry per word rather than one per capitalisation.
+   */
+  tokens(text: string, out: string[] = []): string[] {
+    return tokenize(text.toLowerCase(), out);
+  }
+
   /** Terms of a text in order, stop words removed. */
   analyze(text: string, out: string[] = []): string[] {
-    const tokens = tokenize(text, this.scratch);
+    const tokens = this.tokens(text, this.scratch);
     for (const token of tokens) {
       const t = this.term(token);
       if (t !== null) out.push(t);

@@ -1,6 +1,6 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { BinaryWriter, writeVarint } from "../../runtime/binary-file.js";
-import { Analyzer, type AnalyzerOptions, tokenize } from "../analyzer.js";
+import { Analyzer, type AnalyzerOptions } from "../analyzer.js";
 
 /**
  * Index-building worker: analyses batches of corpus lines and buffers (term, row, tf)
@@ -108,7 +108,7 @@ const tokens: string[] = [];
 
 /** Adds one document; returns its length (terms after stop words). */
 function addDocument(row: number, text: string): number {
-  tokenize(text, tokens);
+  analyzer.tokens(text, tokens);
   let length = 0;
   for (const token of tokens) {
     const id = termId(token);
