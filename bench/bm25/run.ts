@@ -219,7 +219,7 @@ async function searchr1Queries(dir: string, queries: string[]) {
   // each answer), and all requests in flight at once (many concurrent clients).
   const sequential = new Map<number, number>();
   const inFlight = new Map<number, number>();
-  const retriever = await Bm25Retriever.open(dir, threads);
+  const retriever = await Bm25Retriever.open(dir, await readMeta(dir), threads);
   try {
     const batches: string[][] = [];
     for (let i = 0; i < queries.length; i += BATCH) batches.push(queries.slice(i, i + BATCH));

@@ -58,7 +58,7 @@ export async function openRetriever(options: OpenOptions): Promise<OpenedRetriev
   const corpus = await openCorpusStore(dir, options.corpus, meta.corpus);
   let retriever: Bm25Retriever;
   try {
-    retriever = await Bm25Retriever.open(dir, options.threads);
+    retriever = await Bm25Retriever.open(dir, meta, options.threads);
   } catch (err) {
     await corpus.close();
     if (err instanceof CliError) throw err;

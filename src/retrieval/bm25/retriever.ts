@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { Worker } from "node:worker_threads";
 import type { Hit, Retriever } from "../retriever.js";
 import { type Bm25Shared, loadShared } from "./engine.js";
-import { readMeta } from "./format.js";
+import type { IndexMeta } from "./format.js";
 import type { SearchReply, SearchRequest } from "./search-worker.js";
 
 /** Queries a search thread takes at once: big requests are spread over the threads. */
@@ -37,8 +37,8 @@ export class Bm25Retriever implements Retriever {
     private readonly threads: Thread[],
   ) {}
 
-  static async open(dir: string, threads: number | null): Promise<Bm25Retriever> {
-    const meta = await readMeta(dir);
+  /** Starts the search threads over the index in `dir`, whose `meta.json` the caller has read. */
+  static async open(dir: string, meta: IndexMeta, threads: number | null): Promise<Bm25Retriever> {
     const shared = loadShared(resolve(dir), meta);
     const n = Math.max(1, threads ?? availableParallelism());
     const url = new URL("./search-worker.js", import.meta.url);
