@@ -1,0 +1,430 @@
+// The CPU backend: fp32, OpenMP over rows, OpenBLAS sgemm for the linear layers. It is the
+// readable reference the CUDA backend is tested against, so it favours plain loops.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/rope_table.h"
+#include "util/error.h"
+
+namespace sr1 {
+namespace {
+
+constexpr float kNoKeys = -std::numeric_limits<float>::infinity();  // lse of an empty row
+
+// Per-thread partial sums of a [C] vector, added into `dst` at the end: used for the
+// column sums of bias and norm-weight gradients, which every row contributes to.
+template <typename RowFn>
+void column_sums(float* dst, int N, int C, RowFn row_fn) {
+#pragma omp parallel
+  {
+    std::vector<float> local(C, 0.0f);
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) row_fn(n, local.data());
+#pragma omp critical
+    for (int c = 0; c < C; c++) dst[c] += local[c];
+  }
+}
+
+inline float dot(const float* a, const float* b, int n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float* y, float a, const float* x, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  float* alloc(size_t n) override { return static_cast<float*>(aligned(n * sizeof(float))); }
+  int32_t* alloc_i32(size_t n) override {
+    return static_cast<int32_t*>(aligned(n * sizeof(int32_t)));
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
+  void upload_i32(int32_t* dst, const int32_t* src, size_t n) override {
+    std::memcpy(dst, src, n * sizeof(int32_t));
+  }
+  void download(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
+  void zero(float* p, size_t n) override {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) p[i] = 0.0f;
+  }
+
+  void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
+                         int C) override {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      std::memcpy(out + static_cast<size_t>(n) * C, wte + static_cast<size_t>(ids[n]) * C,
+                  C * sizeof(float));
+    }
+  }
+
+  void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
+                          int C) override {
+    // Rows may share a token id, so threads split the columns instead of the rows.
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int c0 = static_cast<int>(static_cast<int64_t>(C) * t / nt);
+      const int c1 = static_cast<int>(static_cast<int64_t>(C) * (t + 1) / nt);
+      for (int n = 0; n < N; n++) {
+        float* d = dwte + static_cast<size_t>(ids[n]) * C;
+        const float* g = dout + static_cast<size_t>(n) * C;
+        for (int c = c0; c < c1; c++) d[c] += g[c];
+      }
+    }
+  }
+
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                       float eps) override {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float* x = inp + static_cast<size_t>(n) * C;
+      float* y = out + static_cast<size_t>(n) * C;
+      double ss = 0;
+      for (int c = 0; c < C; c++) ss += static_cast<double>(x[c]) * x[c];
+      const float r = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+      rstd[n] = r;
+      for (int c = 0; c < C; c++) y[c] = w[c] * (x[c] * r);
+    }
+  }
+
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                        const float* w, const float* rstd, int N, int C) override {
+    column_sums(dw, N, C, [&](int n, float* local) {
+      const float* x = inp + static_cast<size_t>(n) * C;
+      const float* g = dout + static_cast<size_t>(n) * C;
+      float* dx = dinp + static_cast<size_t>(n) * C;
+      const float r = rstd[n];
+      double dot_sum = 0;  // sum over c of (g*w) * xhat
+      for (int c = 0; c < C; c++) dot_sum += static_cast<double>(g[c] * w[c]) * (x[c] * r);
+      const float mean = static_cast<float>(dot_sum / C);
+      for (int c = 0; c < C; c++) {
+        const float xhat = x[c] * r;
+        dx[c] += r * (g[c] * w[c] - xhat * mean);
+        local[c] += g[c] * xhat;
+      }
+    });
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
+                      int C, int OC) override {
+    if (bias != nullptr) {
+#pragma omp parallel for schedule(static)
+      for (int n = 0; n < N; n++) std::memcpy(out + static_cast<size_t>(n) * OC, bias,
+                                              OC * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
+                bias != nullptr ? 1.0f : 0.0f, out, OC);
+  }
+
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                       const float* inp, const float* w, int N, int C, int OC,
+                       bool accumulate_dinp) override {
+    if (dinp != nullptr) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                  accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    }
+    if (dw != nullptr) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                  1.0f, dw, C);
+    }
+    if (dbias != nullptr) {
+      column_sums(dbias, N, OC, [&](int n, float* local) {
+        const float* g = dout + static_cast<size_t>(n) * OC;
+        for (int o = 0; o < OC; o++) local[o] += g[o];
+      });
+    }
+  }
+
+  void rope_forward(float* qkv, const int32_t* pos, const AttentionShape& s,
+                    float theta) override {
+    rotate(qkv, pos, s, theta, 1.0f);
+  }
+  void rope_backward(float* dqkv, const int32_t* pos, const AttentionShape& s,
+                     float theta) override {
+    rotate(dqkv, pos, s, theta, -1.0f);  // the transpose of a rotation is its inverse
+  }
+
+  void attention_forward(float* out, float* lse, const float* qkv, const int32_t* key_mask,
+                         const AttentionShape& s) override {
+    const int T = s.T, NH = s.num_heads, hd = s.head_dim;
+    const int group = NH / s.num_kv_heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel
+    {
+      std::vector<float> p(T);
+#pragma omp for collapse(3) schedule(dynamic, 4)
+      for (int b = 0; b < s.B; b++) {
+        for (int h = 0; h < NH; h++) {
+          for (int i = 0; i < T; i++) {
+            const Heads x = heads(qkv, s, b, h / group);
+            const float* q = x.row(i) + h * hd;
+            float* o = out + (static_cast<size_t>(b) * T + i) * NH * hd + h * hd;
+            const int* km = key_mask + static_cast<size_t>(b) * T;
+            float mx = kNoKeys;
+            for (int j = 0; j <= i; j++) {
+              p[j] = km[j] ? dot(q, x.k(j), hd) * scale : kNoKeys;
+              mx = std::max(mx, p[j]);
+            }
+            std::memset(o, 0, hd * sizeof(float));
+            float& row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + i];
+            if (mx == kNoKeys) {
+              row_lse = kNoKeys;
+              continue;
+            }
+            float sum = 0;
+            for (int j = 0; j <= i; j++) {
+              p[j] = km[j] ? std::exp(p[j] - mx) : 0.0f;
+              sum += p[j];
+            }
+            const float inv = 1.0f / sum;
+            for (int j = 0; j <= i; j++) {
+              if (p[j] != 0.0f) axpy(o, p[j] * inv, x.v(j), hd);
+            }
+            row_lse = mx + std::log(sum);
+          }
+        }
+      }
+    }
+  }
+
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, const int32_t* key_mask,
+                          const AttentionShape& s) override {
+    const int B = s.B, T = s.T, NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim;
+    const int group = NH / NKV, QKV = s.qkv_dim(), OD = NH * hd;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // delta[b,h,i] = dout_i . out_i, the softmax-backward row term.
+    std::vector<float> delta(static_cast<size_t>(B) * NH * T);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+      for (int i = 0; i < T; i++) {
+        const size_t r = (static_cast<size_t>(b) * T + i) * OD;
+        for (int h = 0; h < NH; h++) {
+          delta[(static_cast<size_t>(b) * NH + h) * T + i] = dot(dout + r + h * hd, out + r + h * hd, hd);
+        }
+      }
+    }
+    // Probability p_ij and score gradient ds_ij, recomputed from the saved lse.
+    auto grad_score = [&](const Heads& x, int b, int h, int i, int j, float* p_out) {
+      const size_t bh = (static_cast<size_t>(b) * NH + h) * T + i;
+      const float* q = x.row(i) + h * hd;
+      const float p = std::exp(dot(q, x.k(j), hd) * scale - lse[bh]);
+      const float* g = dout + (static_cast<size_t>(b) * T + i) * OD + h * hd;
+      *p_out = p;
+      return p * (dot(g, x.v(j), hd) - delta[bh]);
+    };
+    // Pass 1: dq, one query row per task.
+#pragma omp parallel for collapse(3) schedule(dynamic, 4)
+    for (int b = 0; b < B; b++) {
+      for (int h = 0; h < NH; h++) {
+        for (int i = 0; i < T; i++) {
+          const Heads x = heads(qkv, s, b, h / group);
+          float* dq = dqkv + (static_cast<size_t>(b) * T + i) * QKV + h * hd;
+          std::memset(dq, 0, hd * sizeof(float));
+          if (lse[(static_cast<size_t>(b) * NH + h) * T + i] == kNoKeys) continue;
+          const int* km = key_mask + static_cast<size_t>(b) * T;
+          for (int j = 0; j <= i; j++) {
+            if (!km[j]) continue;
+            float p;
+            axpy(dq, grad_score(x, b, h, i, j, &p) * scale, x.k(j), hd);
+          }
+        }
+      }
+    }
+    // Pass 2: dk and dv, one key row per task (summing over the query heads of its group),
+    // so no two threads write the same row.
+#pragma omp parallel for collapse(3) schedule(dynamic, 4)
+    for (int b = 0; b < B; b++) {
+      for (int g = 0; g < NKV; g++) {
+        for (int j = 0; j < T; j++) {
+          const Heads x = heads(qkv, s, b, g);
+          float* dk = dqkv + (static_cast<size_t>(b) * T + j) * QKV + (NH + g) * hd;
+          float* dv = dk + NKV * hd;
+          std::memset(dk, 0, hd * sizeof(float));
+          std::memset(dv, 0, hd * sizeof(float));
+          if (!key_mask[static_cast<size_t>(b) * T + j]) continue;
+          for (int h = g * group; h < (g + 1) * group; h++) {
+            for (int i = j; i < T; i++) {
+              if (lse[(static_cast<size_t>(b) * NH + h) * T + i] == kNoKeys) continue;
+              float p;
+              const float ds = grad_score(x, b, h, i, j, &p);
+              axpy(dv, p, dout + (static_cast<size_t>(b) * T + i) * OD + h * hd, hd);
+              axpy(dk, ds * scale, x.row(i) + h * hd, hd);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void swiglu_forward(float* out, const float* gu, int N, int I) override {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float* g = gu + static_cast<size_t>(n) * 2 * I;
+      const float* u = g + I;
+      float* o = out + static_cast<size_t>(n) * I;
+      for (int i = 0; i < I; i++) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  }
+
+  void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int I) override {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float* g = gu + static_cast<size_t>(n) * 2 * I;
+      const float* u = g + I;
+      const float* d = dout + static_cast<size_t>(n) * I;
+      float* dg = dgu + static_cast<size_t>(n) * 2 * I;
+      float* du = dg + I;
+      for (int i = 0; i < I; i++) {
+        const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+        du[i] = d[i] * g[i] * sig;
+        dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+      }
+    }
+  }
+
+  void add(float* out, const float* a, const float* b, size_t n) override {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  }
+
+  void gather_rows(float* out, const float* in, const int32_t* rows, int n, int C) override {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+      std::memcpy(out + static_cast<size_t>(r) * C, in + static_cast<size_t>(rows[r]) * C,
+                  C * sizeof(float));
+    }
+  }
+
+  void scatter_rows(float* out, const float* in, const int32_t* rows, int n, int C) override {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+      std::memcpy(out + static_cast<size_t>(rows[r]) * C, in + static_cast<size_t>(r) * C,
+                  C * sizeof(float));
+    }
+  }
+
+  void logprob_forward(float* logprob, float* entropy, const float* logits,
+                       const int32_t* targets, int n, int V) override {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+      const float* z = logits + static_cast<size_t>(r) * V;
+      const float lse = row_lse(z, V);
+      double pz = 0;  // sum of p * z
+      for (int v = 0; v < V; v++) pz += std::exp(static_cast<double>(z[v]) - lse) * z[v];
+      logprob[r] = z[targets[r]] - lse;
+      entropy[r] = static_cast<float>(lse - pz);
+    }
+  }
+
+  void logprob_backward(float* logits, const int32_t* targets, const float* coef, int n,
+                        int V) override {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+      float* z = logits + static_cast<size_t>(r) * V;
+      const float lse = row_lse(z, V);
+      const float c = coef[r];
+      for (int v = 0; v < V; v++) z[v] = c * std::exp(z[v] - lse);
+      z[targets[r]] -= c;
+    }
+  }
+
+  double sum_squares(const float* x, size_t n) override {
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += static_cast<double>(x[i]) * x[i];
+    return s;
+  }
+
+  void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
+                    const AdamWParams& a) override {
+    const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), a.step);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), a.step);
+    const float step_size = static_cast<float>(a.lr / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float decay = 1.0f - a.lr * a.weight_decay;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+      const float grad = g[i] * a.grad_scale;
+      m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * grad;
+      v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * grad * grad;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + a.eps;
+      p[i] = p[i] * decay - step_size * m[i] / denom;
+    }
+  }
+
+ private:
+  // Pointers into the fused qkv rows of sequence b for kv head g.
+  struct Heads {
+    const float* base;  // row 0 of the sequence
+    int QKV, k_off, v_off;
+    const float* row(int t) const { return base + static_cast<size_t>(t) * QKV; }
+    const float* k(int t) const { return row(t) + k_off; }
+    const float* v(int t) const { return row(t) + v_off; }
+  };
+  static Heads heads(const float* qkv, const AttentionShape& s, int b, int g) {
+    const int QKV = s.qkv_dim(), hd = s.head_dim;
+    return Heads{qkv + static_cast<size_t>(b) * s.T * QKV, QKV, (s.num_heads + g) * hd,
+                 (s.num_heads + s.num_kv_heads + g) * hd};
+  }
+
+  static float row_lse(const float* z, int V) {
+    float mx = z[0];
+    for (int v = 1; v < V; v++) mx = std::max(mx, z[v]);
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += std::exp(static_cast<double>(z[v]) - mx);
+    return mx + static_cast<float>(std::log(sum));
+  }
+
+  // Rotates the q and k heads of every row by +angle (sign 1) or -angle (sign -1).
+  static void rotate(float* qkv, const int32_t* pos, const AttentionShape& s, float theta,
+                     float sign) {
+    const int N = s.B * s.T, hd = s.head_dim, half = hd / 2, QKV = s.qkv_dim();
+    const int rotated_heads = s.num_heads + s.num_kv_heads;
+    const RopeTable table(pos, N, hd, theta);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float* cs = table.cos(pos[n]);
+      const float* sn = table.sin(pos[n]);
+      for (int h = 0; h < rotated_heads; h++) {
+        float* x = qkv + static_cast<size_t>(n) * QKV + h * hd;
+        for (int j = 0; j < half; j++) {
+          const float x1 = x[j], x2 = x[j + half], sj = sign * sn[j];
+          x[j] = x1 * cs[j] - x2 * sj;
+          x[j + half] = x2 * cs[j] + x1 * sj;
+        }
+      }
+    }
+  }
+
+  static void copy(float* dst, const float* src, size_t n) {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+  static void* aligned(size_t bytes) {
+    void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+    if (p == nullptr) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace sr1

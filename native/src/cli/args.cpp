@@ -1,0 +1,111 @@
+#include "cli/args.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "util/error.h"
+
+namespace sr1 {
+
+Args::Args(std::string command, std::string summary, std::vector<OptionSpec> specs,
+           const std::vector<std::string>& argv)
+    : command_(std::move(command)), summary_(std::move(summary)), specs_(std::move(specs)) {
+  for (size_t i = 0; i < argv.size(); i++) {
+    const std::string& arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      throw UsageError(command_ + ": unexpected argument '" + arg + "'");
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const OptionSpec& s = spec(name);
+    if (s.value.empty()) {
+      if (eq != std::string::npos) throw UsageError("--" + name + " takes no value");
+      values_[name] = "";
+    } else if (eq != std::string::npos) {
+      values_[name] = arg.substr(eq + 1);
+    } else if (i + 1 < argv.size()) {
+      values_[name] = argv[++i];
+    } else {
+      throw UsageError("--" + name + " needs a value (" + s.value + ")");
+    }
+  }
+}
+
+const OptionSpec& Args::spec(const std::string& name) const {
+  for (const OptionSpec& s : specs_) {
+    if (s.name == name) return s;
+  }
+  throw UsageError(command_ + ": unknown option --" + name + " (see --help)");
+}
+
+std::string Args::usage() const {
+  std::string out = "Usage: searchr1-trainer " + command_ + " [options]\n\n" + summary_ +
+                    "\n\nOptions:\n";
+  for (const OptionSpec& s : specs_) {
+    std::string left = "  --" + s.name + (s.value.empty() ? "" : " " + s.value);
+    if (left.size() < 28) left.resize(28, ' ');
+    else left += "  ";
+    out += left + s.help + "\n";
+  }
+  return out;
+}
+
+std::string Args::required(const std::string& name) const {
+  const auto it = values_.find(name);
+  if (it == values_.end() || it->second.empty()) {
+    throw UsageError(command_ + ": --" + name + " is required");
+  }
+  return it->second;
+}
+
+std::string Args::text(const std::string& name, const std::string& fallback) const {
+  const auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+long Args::integer(const std::string& name, long fallback, long min) const {
+  if (!has(name)) return fallback;
+  const std::string v = values_.at(name);
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < min) {
+    throw UsageError("--" + name + " must be an integer >= " + std::to_string(min) + ", got '" +
+                     v + "'");
+  }
+  return n;
+}
+
+double Args::number(const std::string& name, double fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = values_.at(name);
+  char* end = nullptr;
+  const double n = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(n)) {
+    throw UsageError("--" + name + " must be a number, got '" + v + "'");
+  }
+  return n;
+}
+
+unsigned long long Args::bytes(const std::string& name, unsigned long long fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = values_.at(name);
+  char* end = nullptr;
+  const double n = std::strtod(v.c_str(), &end);
+  std::string unit(end);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const std::map<std::string, double> units = {{"", 1},      {"B", 1},      {"KB", 1e3},
+                                               {"MB", 1e6},  {"GB", 1e9},   {"KIB", 1024.0},
+                                               {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  const auto it = units.find(unit);
+  if (end == v.c_str() || it == units.end() || !(n > 0)) {
+    throw UsageError("--" + name + " must be a size such as 5GB or 500MB, got '" + v + "'");
+  }
+  return static_cast<unsigned long long>(n * it->second);
+}
+
+}  // namespace sr1

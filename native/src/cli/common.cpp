@@ -1,0 +1,111 @@
+#include "cli/common.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace sr1 {
+
+std::vector<OptionSpec> device_options() {
+  return {{"device", "cpu|cuda", "where to run (default cpu)"},
+          {"threads", "N", "CPU threads (default: all cores)"}};
+}
+
+std::unique_ptr<Backend> open_backend(const Args& args) {
+  if (args.has("threads")) {
+    const int n = static_cast<int>(args.integer("threads", 0, 1));
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+  }
+  return make_backend(args.text("device", "cpu"));
+}
+
+std::vector<OptionSpec> run_options(bool backward) {
+  std::vector<OptionSpec> specs = {
+      {"logits-chunk", "N", "token rows per vocabulary-sized logits block (default 256)"}};
+  if (backward) {
+    specs.push_back({"recompute", "", "recompute layer activations in backward (less memory)"});
+  }
+  return specs;
+}
+
+RunOptions read_run_options(const Args& args) {
+  RunOptions opt;
+  opt.logits_chunk = static_cast<int>(args.integer("logits-chunk", opt.logits_chunk, 1));
+  opt.recompute = args.flag("recompute");
+  return opt;
+}
+
+std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_signal(int) { g_interrupted = true; }
+}  // namespace
+
+bool interrupted() { return g_interrupted; }
+
+void install_interrupt_handler() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+}
+
+OutputFolder::OutputFolder(std::string path, bool overwrite)
+    : path_(std::move(path)), overwrite_(overwrite) {
+  while (!path_.empty() && path_.size() > 1 && path_.back() == '/') path_.pop_back();
+  if (fs::exists(path_) && !overwrite_) {
+    throw Error(path_ + ": already exists (pass --overwrite to replace it)");
+  }
+  partial_ = path_ + ".partial-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(partial_, ec);
+  if (!fs::create_directories(partial_, ec) || ec) {
+    throw Error(partial_ + ": cannot create folder: " + ec.message());
+  }
+}
+
+OutputFolder::~OutputFolder() {
+  if (done_) return;
+  std::error_code ec;
+  fs::remove_all(partial_, ec);
+}
+
+void OutputFolder::copy_model_files(const std::string& model_dir) {
+  for (const fs::directory_entry& e : fs::directory_iterator(model_dir)) {
+    const std::string name = e.path().filename().string();
+    const bool weights = name.find(".safetensors") != std::string::npos ||
+                         name.find(".bin") != std::string::npos ||
+                         name.find(".pt") != std::string::npos;
+    if (!e.is_regular_file() || weights) continue;
+    std::error_code ec;
+    fs::copy_file(e.path(), fs::path(partial_) / name, ec);
+    if (ec) throw Error(e.path().string() + ": cannot copy: " + ec.message());
+  }
+}
+
+void OutputFolder::commit() {
+  std::error_code ec;
+  if (fs::exists(path_)) {
+    const std::string old = path_ + ".old-" + std::to_string(::getpid());
+    fs::rename(path_, old, ec);
+    if (!ec) fs::rename(partial_, path_, ec);
+    if (!ec) fs::remove_all(old, ec);
+  } else {
+    fs::rename(partial_, path_, ec);
+  }
+  if (ec) throw Error(path_ + ": cannot move the finished folder into place: " + ec.message());
+  done_ = true;
+}
+
+}  // namespace sr1

@@ -1,0 +1,47 @@
+// Pieces the trainer's subcommands share: device/thread options, run options, and the
+// output folder that only appears once complete.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "model/qwen2.h"
+
+namespace sr1 {
+
+// --device, --threads
+std::vector<OptionSpec> device_options();
+// Sets the thread count (OpenMP and OpenBLAS) and creates the backend.
+std::unique_ptr<Backend> open_backend(const Args& args);
+
+// --logits-chunk, --recompute (the latter only where a backward pass runs)
+std::vector<OptionSpec> run_options(bool backward);
+RunOptions read_run_options(const Args& args);
+
+// Appends specs to a list (for building option tables from shared parts).
+std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
+
+// Set by SIGINT/SIGTERM; long loops check it and stop with Interrupted.
+bool interrupted();
+void install_interrupt_handler();
+struct Interrupted {};
+
+// A Hugging Face output folder built at `<path>.partial-<pid>` and renamed to `path` by
+// commit(); removed if destroyed before. `path` must not exist unless overwrite is set.
+class OutputFolder {
+ public:
+  OutputFolder(std::string path, bool overwrite);
+  ~OutputFolder();
+  const std::string& dir() const { return partial_; }
+  // Copies config.json, tokenizer and generation files (not weights) from `model_dir`.
+  void copy_model_files(const std::string& model_dir);
+  void commit();
+
+ private:
+  std::string path_, partial_;
+  bool overwrite_, done_ = false;
+};
+
+}  // namespace sr1

@@ -1,0 +1,47 @@
+// searchr1-trainer: the native trainer executable. Subcommands are in cli/<name>.cpp.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "util/error.h"
+
+namespace {
+
+const char* kUsage =
+    "Usage: searchr1-trainer <command> [options]\n"
+    "\n"
+    "Commands:\n"
+    "  score   per-token log-probs and entropies of a batch of sequences\n"
+    "  grad    loss and parameter gradients of a token-weighted objective\n"
+    "  sft     supervised next-token training with AdamW; saves a Hugging Face folder\n"
+    "\n"
+    "Run 'searchr1-trainer <command> --help' for a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  try {
+    if (command == "score") return sr1::cmd_score(rest);
+    if (command == "grad") return sr1::cmd_grad(rest);
+    if (command == "sft") return sr1::cmd_sft(rest);
+    throw sr1::UsageError("unknown command '" + command + "' (score, grad, sft)");
+  } catch (const sr1::Interrupted&) {
+    std::fputs("searchr1-trainer: interrupted; nothing was saved\n", stderr);
+    return 130;
+  } catch (const sr1::UsageError& e) {
+    std::fprintf(stderr, "searchr1-trainer: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "searchr1-trainer: error: %s\n", e.what());
+    return 1;
+  }
+}

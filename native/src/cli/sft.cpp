@@ -1,0 +1,137 @@
+// searchr1-trainer sft: supervised next-token training; saves a Hugging Face folder.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "io/safetensors.h"
+#include "model/batch.h"
+#include "model/qwen2.h"
+#include "train/sft.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace sr1 {
+namespace {
+
+const std::vector<OptionSpec> kOptions = {
+    {"model", "DIR", "Hugging Face model folder to start from (required)"},
+    {"data", "IN", "safetensors with input_ids [B, T], optional attention_mask and loss_mask "
+                   "(required)"},
+    {"out", "DIR", "output Hugging Face folder (required)"},
+    {"overwrite", "", "replace --out if it exists"},
+    {"steps", "N", "optimizer steps (default 1)"},
+    {"batch-size", "N", "sequences per step, taken in order and wrapping (default: all)"},
+    {"micro-batch-size", "N", "sequences per forward/backward; gradients accumulate "
+                              "(default: batch size)"},
+    {"lr", "X", "peak learning rate (default 1e-5)"},
+    {"lr-schedule", "KIND", "constant | linear-warmup | cosine (default constant)"},
+    {"warmup-steps", "N", "linear warmup steps (default 0)"},
+    {"min-lr-ratio", "X", "cosine floor as a fraction of --lr (default 0)"},
+    {"weight-decay", "X", "AdamW decoupled weight decay (default 0.01)"},
+    {"beta1", "X", "AdamW beta1 (default 0.9)"},
+    {"beta2", "X", "AdamW beta2 (default 0.999)"},
+    {"eps", "X", "AdamW epsilon (default 1e-8)"},
+    {"max-grad-norm", "X", "clip the global gradient norm; 0 = off (default 1.0)"},
+    {"save-dtype", "D", "keep | float32 | bfloat16 | float16 (default keep: config's "
+                        "torch_dtype)"},
+    {"max-shard-size", "SIZE", "largest safetensors shard (default 5GB)"},
+    {"metrics", "FILE", "also write one JSON line per step to FILE"},
+};
+
+DType save_dtype(const std::string& name, const std::string& config_dtype) {
+  const std::string d = name == "keep" ? config_dtype : name;
+  if (d == "float32") return DType::F32;
+  if (d == "bfloat16") return DType::BF16;
+  if (d == "float16") return DType::F16;
+  throw UsageError("--save-dtype: unknown dtype '" + name +
+                   "' (keep, float32, bfloat16, float16)");
+}
+
+const char* torch_dtype_name(DType d) {
+  return d == DType::F32 ? "float32" : d == DType::BF16 ? "bfloat16" : "float16";
+}
+
+// The copied config.json names the dtype the weights were saved in.
+void set_config_dtype(const std::string& dir, DType dtype) {
+  const std::string path = dir + "/config.json";
+  json::Value config = json::parse_file(path);
+  config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) throw Error(path + ": cannot write");
+  const std::string text = config.dump_pretty() + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw Error(path + ": cannot write");
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+}  // namespace
+
+int cmd_sft(const std::vector<std::string>& argv) {
+  const Args args("sft",
+                  "Trains on the token-mean cross-entropy of the loss_mask tokens (all\n"
+                  "predicted tokens without one), prints the loss per step and saves the\n"
+                  "model to --out (config and tokenizer files copied, safetensors weights).",
+                  concat(concat(kOptions, run_options(true)), device_options()), argv);
+  if (args.help_requested()) {
+    std::fputs(args.usage().c_str(), stdout);
+    return 0;
+  }
+  const std::string model_dir = args.required("model"), data_path = args.required("data");
+  SftOptions opt;
+  opt.steps = static_cast<int>(args.integer("steps", 1, 1));
+  opt.batch_size = static_cast<int>(args.integer("batch-size", 0, 1));
+  opt.micro_batch_size = static_cast<int>(args.integer("micro-batch-size", 0, 1));
+  opt.schedule.kind = args.text("lr-schedule", "constant");
+  opt.schedule.peak = static_cast<float>(args.number("lr", 1e-5));
+  opt.schedule.warmup_steps = static_cast<int>(args.integer("warmup-steps", 0, 0));
+  opt.schedule.total_steps = opt.steps;
+  opt.schedule.min_lr_ratio = static_cast<float>(args.number("min-lr-ratio", 0.0));
+  opt.schedule.validate();
+  opt.adamw.weight_decay = static_cast<float>(args.number("weight-decay", 0.01));
+  opt.adamw.beta1 = static_cast<float>(args.number("beta1", 0.9));
+  opt.adamw.beta2 = static_cast<float>(args.number("beta2", 0.999));
+  opt.adamw.eps = static_cast<float>(args.number("eps", 1e-8));
+  opt.adamw.max_grad_norm = static_cast<float>(args.number("max-grad-norm", 1.0));
+  opt.run = read_run_options(args);
+  const unsigned long long max_shard = args.bytes("max-shard-size", 5000000000ULL);
+
+  const auto backend = open_backend(args);
+  const auto model = Qwen2Model::load(model_dir, *backend);
+  const DType dtype = save_dtype(args.text("save-dtype", "keep"), model->config().torch_dtype);
+  const auto file = SafetensorsFile::open(data_path);
+  const Batch data = read_batch(*file, model->config().vocab_size);
+  const std::vector<float> loss_mask = read_token_values(*file, "loss_mask", data, false);
+
+  OutputFolder out(args.required("out"), args.flag("overwrite"));
+  std::unique_ptr<std::FILE, FileCloser> metrics;
+  if (args.has("metrics")) {
+    const std::string path = args.required("metrics");
+    metrics.reset(std::fopen(path.c_str(), "w"));
+    if (!metrics) throw Error(path + ": cannot create metrics file");
+  }
+  install_interrupt_handler();
+  run_sft(*model, data, loss_mask, opt, [&](const SftStep& s) {
+    std::printf("step %d/%d  loss %.6f  grad_norm %.4f  lr %.4e  tokens %ld  %.2fs\n", s.step,
+                opt.steps, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds);
+    std::fflush(stdout);
+    if (metrics) {
+      std::fprintf(metrics.get(),
+                   "{\"step\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,\"tokens\":%ld,"
+                   "\"seconds\":%.6f}\n",
+                   s.step, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds);
+      std::fflush(metrics.get());
+    }
+    if (interrupted()) throw Interrupted{};
+  });
+  out.copy_model_files(model_dir);
+  set_config_dtype(out.dir(), dtype);
+  model->save_weights(out.dir(), dtype, max_shard);
+  out.commit();
+  return 0;
+}
+
+}  // namespace sr1

@@ -1,0 +1,33 @@
+// The model's shape and hyper-parameters, read from a Hugging Face config.json.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace sr1 {
+
+struct ModelConfig {
+  std::string model_type;  // "qwen2" or "llama": the same network, llama without qkv biases
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  bool tie_word_embeddings = false;
+  bool attention_bias = true;
+  std::string torch_dtype = "float32";  // the dtype weights are saved in by default
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+};
+
+// Reads `<dir>/config.json`. Throws sr1::Error naming the file and field for a missing or
+// malformed field, and for features this implementation does not have (rope_scaling,
+// sliding-window attention, activations other than SiLU).
+ModelConfig load_model_config(const std::string& dir);
+
+}  // namespace sr1

@@ -1,0 +1,44 @@
+// Where each parameter lives in the model's one flat float buffer, and its Hugging Face
+// name. q/k/v weights (and biases) are adjacent, as are gate/up, so each group is one
+// matrix and one matmul; the HF tensors are slices of it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace sr1 {
+
+struct LayerParams {
+  size_t ln1, qkv_w, qkv_b, o_w, ln2, gu_w, down_w;  // offsets in floats
+};
+
+struct ParamTensor {
+  std::string name;  // Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight
+  std::vector<int64_t> shape;
+  size_t offset;  // in floats
+  size_t numel;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& c);
+
+  size_t total() const { return total_; }
+  size_t embed() const { return embed_; }
+  size_t norm() const { return norm_; }
+  size_t lm_head() const { return lm_head_; }  // == embed() when tied
+  const LayerParams& layer(int l) const { return layers_[l]; }
+  // Every stored tensor, in checkpoint order (no lm_head when tied).
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+
+ private:
+  size_t add(const std::string& name, std::vector<int64_t> shape);
+  size_t total_ = 0, embed_ = 0, norm_ = 0, lm_head_ = 0;
+  std::vector<LayerParams> layers_;
+  std::vector<ParamTensor> tensors_;
+};
+
+}  // namespace sr1

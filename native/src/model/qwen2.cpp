@@ -1,0 +1,317 @@
+#include "model/qwen2.h"
+
+#include <algorithm>
+#include <set>
+
+#include "util/error.h"
+
+namespace sr1 {
+
+// Device buffers for one batch shape. `layers` holds one set per layer when the backward
+// pass needs them all, or a single reused set (scoring, or recomputation).
+struct Qwen2Model::Activations {
+  struct Layer {
+    float *ln1, *rstd1, *qkv, *att, *lse, *h, *ln2, *rstd2, *gu, *act;
+  };
+  Backend& be;
+  std::vector<void*> owned;
+  size_t rows = 0;  // B*T capacity
+  int sets = 0, chunk = 0;
+  bool backward = false;
+  AttentionShape shape;
+
+  int32_t *ids, *mask, *pos, *head_rows, *targets;
+  float* xs;  // [L+1, N, H]: the input of every layer, then the last layer's output
+  std::vector<Layer> layers;
+  float *lnf, *rstdf, *logprob, *entropy, *head_in, *logits;
+  // backward only
+  float *dres, *dln, *dqkv, *datt, *dgu, *dact, *dlnf, *coef, *dhead_in;
+
+  explicit Activations(Backend& backend) : be(backend) {}
+  ~Activations() {
+    for (void* p : owned) be.release(p);
+  }
+  float* f(size_t n) { return keep(be.alloc(n)); }
+  int32_t* i(size_t n) { return keep(be.alloc_i32(n)); }
+  template <typename T>
+  T* keep(T* p) {
+    owned.push_back(p);
+    return p;
+  }
+};
+
+Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend)
+    : config_(std::move(config)), be_(backend), layout_(config_) {}
+
+Qwen2Model::~Qwen2Model() {
+  acts_.reset();
+  if (params_ != nullptr) be_.release(params_);
+  if (grads_ != nullptr) be_.release(grads_);
+}
+
+std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend) {
+  std::unique_ptr<Qwen2Model> model(new Qwen2Model(load_model_config(dir), backend));
+  const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
+  const ParamLayout& layout = model->layout_;
+
+  std::set<std::string> expected;
+  std::vector<float> host(layout.total());
+  for (const ParamTensor& t : layout.tensors()) {
+    const TensorView* view = weights.find(t.name);
+    if (view == nullptr) {
+      throw Error(weights.source() + ": tensor '" + t.name +
+                  "' is missing (the model in config.json has it)");
+    }
+    read_f32(*view, t.shape, host.data() + t.offset);
+    expected.insert(t.name);
+  }
+  for (const std::string& name : weights.names()) {
+    // Tied checkpoints sometimes carry a redundant lm_head copy; the embedding is used.
+    const bool redundant_head = name == "lm_head.weight" && model->config_.tie_word_embeddings;
+    const bool rotary_buffer = name.find("rotary_emb.inv_freq") != std::string::npos;
+    if (!expected.count(name) && !redundant_head && !rotary_buffer) {
+      throw Error(weights.source() + ": tensor '" + name +
+                  "' is not part of the model config.json describes");
+    }
+  }
+  model->params_ = backend.alloc(layout.total());
+  backend.upload(model->params_, host.data(), host.size());
+  return model;
+}
+
+float* Qwen2Model::grads() {
+  if (grads_ == nullptr) {
+    grads_ = be_.alloc(layout_.total());
+    be_.zero(grads_, layout_.total());
+  }
+  return grads_;
+}
+
+void Qwen2Model::zero_grad() { be_.zero(grads(), layout_.total()); }
+
+void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes) {
+  std::vector<float> host(layout_.total());
+  be_.download(host.data(), params_, host.size());
+  std::vector<std::vector<uint16_t>> converted;  // keeps 16-bit copies alive until written
+  std::vector<TensorOut> out;
+  for (const ParamTensor& t : layout_.tensors()) {
+    const float* src = host.data() + t.offset;
+    if (dtype == DType::F32) {
+      out.push_back(TensorOut{t.name, dtype, t.shape, src});
+      continue;
+    }
+    if (dtype != DType::BF16 && dtype != DType::F16) {
+      throw Error(std::string("cannot save weights as ") + dtype_name(dtype));
+    }
+    std::vector<uint16_t> half(t.numel);
+    for (size_t k = 0; k < t.numel; k++) {
+      half[k] = dtype == DType::BF16 ? f32_to_bf16(src[k]) : f32_to_f16(src[k]);
+    }
+    converted.push_back(std::move(half));
+    out.push_back(TensorOut{t.name, dtype, t.shape, converted.back().data()});
+  }
+  write_model_weights(dir, out, max_shard_bytes);
+}
+
+void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions& opt) {
+  const size_t N = static_cast<size_t>(batch.B) * batch.T;
+  const int sets = for_backward && !opt.recompute ? config_.num_layers : 1;
+  const int chunk = std::max(1, opt.logits_chunk);
+  Activations* a = acts_.get();
+  const bool fits = a != nullptr && N <= a->rows && sets <= a->sets && chunk <= a->chunk &&
+                    (a->backward || !for_backward);
+  if (!fits) {
+    acts_.reset();  // free before allocating the larger set
+    const ModelConfig& c = config_;
+    const size_t H = c.hidden_size, I = c.intermediate_size, QKV = c.qkv_dim(),
+                 Q = c.q_dim(), V = c.vocab_size;
+    auto fresh = std::make_unique<Activations>(be_);
+    a = fresh.get();
+    a->rows = N;
+    a->sets = sets;
+    a->chunk = chunk;
+    a->backward = for_backward;
+    a->ids = a->i(N);
+    a->mask = a->i(N);
+    a->pos = a->i(N);
+    a->head_rows = a->i(N);
+    a->targets = a->i(N);
+    a->xs = a->f((c.num_layers + 1) * N * H);
+    for (int s = 0; s < sets; s++) {
+      a->layers.push_back(Activations::Layer{
+          a->f(N * H), a->f(N), a->f(N * QKV), a->f(N * Q), a->f(N * c.num_heads), a->f(N * H),
+          a->f(N * H), a->f(N), a->f(N * 2 * I), a->f(N * I)});
+    }
+    a->lnf = a->f(N * H);
+    a->rstdf = a->f(N);
+    a->logprob = a->f(N);
+    a->entropy = a->f(N);
+    a->head_in = a->f(chunk * H);
+    a->logits = a->f(chunk * V);
+    if (for_backward) {
+      a->dres = a->f(N * H);
+      a->dln = a->f(N * H);
+      a->dqkv = a->f(N * QKV);
+      a->datt = a->f(N * Q);
+      a->dgu = a->f(N * 2 * I);
+      a->dact = a->f(N * I);
+      a->dlnf = a->f(N * H);
+      a->coef = a->f(N);
+      a->dhead_in = a->f(chunk * H);
+    }
+    acts_ = std::move(fresh);
+  }
+  a->shape = AttentionShape{batch.B, batch.T, config_.num_heads, config_.num_kv_heads,
+                            config_.head_dim};
+  be_.upload_i32(a->ids, batch.ids.data(), N);
+  be_.upload_i32(a->mask, batch.mask.data(), N);
+  be_.upload_i32(a->pos, batch.positions.data(), N);
+}
+
+void Qwen2Model::layer_forward(int l, int set, float* x_out) {
+  Activations& a = *acts_;
+  const Activations::Layer& s = a.layers[set];
+  const LayerParams& lp = layout_.layer(l);
+  const ModelConfig& c = config_;
+  const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
+  const float* P = params_;
+  const float* x_in = a.xs + static_cast<size_t>(l) * N * H;
+
+  be_.rmsnorm_forward(s.ln1, s.rstd1, x_in, P + lp.ln1, N, H, c.rms_norm_eps);
+  be_.matmul_forward(s.qkv, s.ln1, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : nullptr, N,
+                     H, c.qkv_dim());
+  be_.rope_forward(s.qkv, a.pos, a.shape, c.rope_theta);
+  be_.attention_forward(s.att, s.lse, s.qkv, a.mask, a.shape);
+  be_.matmul_forward(s.h, s.att, P + lp.o_w, nullptr, N, c.q_dim(), H);
+  be_.add(s.h, s.h, x_in, static_cast<size_t>(N) * H);
+  be_.rmsnorm_forward(s.ln2, s.rstd2, s.h, P + lp.ln2, N, H, c.rms_norm_eps);
+  be_.matmul_forward(s.gu, s.ln2, P + lp.gu_w, nullptr, N, H, 2 * I);
+  be_.swiglu_forward(s.act, s.gu, N, I);
+  if (x_out == nullptr) return;  // recomputation for backward needs no layer output
+  be_.matmul_forward(x_out, s.act, P + lp.down_w, nullptr, N, I, H);
+  be_.add(x_out, x_out, s.h, static_cast<size_t>(N) * H);
+}
+
+// On entry a.dres holds the gradient of the layer's output; on exit, of its input.
+void Qwen2Model::layer_backward(int l, int set) {
+  Activations& a = *acts_;
+  const Activations::Layer& s = a.layers[set];
+  const LayerParams& lp = layout_.layer(l);
+  const ModelConfig& c = config_;
+  const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
+  const float* P = params_;
+  float* G = grads_;
+  const float* x_in = a.xs + static_cast<size_t>(l) * N * H;
+
+  be_.matmul_backward(a.dact, G + lp.down_w, nullptr, a.dres, s.act, P + lp.down_w, N, I, H,
+                      false);
+  be_.swiglu_backward(a.dgu, a.dact, s.gu, N, I);
+  be_.matmul_backward(a.dln, G + lp.gu_w, nullptr, a.dgu, s.ln2, P + lp.gu_w, N, H, 2 * I,
+                      false);
+  // The residual gradient flows straight through; the norm adds its part (dres = dh).
+  be_.rmsnorm_backward(a.dres, G + lp.ln2, a.dln, s.h, P + lp.ln2, s.rstd2, N, H);
+  be_.matmul_backward(a.datt, G + lp.o_w, nullptr, a.dres, s.att, P + lp.o_w, N, c.q_dim(), H,
+                      false);
+  be_.attention_backward(a.dqkv, a.datt, s.qkv, s.att, s.lse, a.mask, a.shape);
+  be_.rope_backward(a.dqkv, a.pos, a.shape, c.rope_theta);
+  be_.matmul_backward(a.dln, G + lp.qkv_w, c.attention_bias ? G + lp.qkv_b : nullptr, a.dqkv,
+                      s.ln1, P + lp.qkv_w, N, H, c.qkv_dim(), false);
+  be_.rmsnorm_backward(a.dres, G + lp.ln1, a.dln, x_in, P + lp.ln1, s.rstd1, N, H);
+}
+
+void Qwen2Model::forward(const Batch& batch, bool for_backward, const RunOptions& opt) {
+  reserve(batch, for_backward, opt);
+  Activations& a = *acts_;
+  const ModelConfig& c = config_;
+  const int N = batch.B * batch.T, H = c.hidden_size, L = c.num_layers;
+  const bool keep_all = for_backward && !opt.recompute;
+  be_.embedding_forward(a.xs, a.ids, params_ + layout_.embed(), N, H);
+  for (int l = 0; l < L; l++) {
+    layer_forward(l, keep_all ? l : 0, a.xs + static_cast<size_t>(l + 1) * N * H);
+  }
+  be_.rmsnorm_forward(a.lnf, a.rstdf, a.xs + static_cast<size_t>(L) * N * H,
+                      params_ + layout_.norm(), N, H, c.rms_norm_eps);
+}
+
+void Qwen2Model::head(const Batch& batch, const RunOptions& opt, const float* coef,
+                      float* logprobs, float* entropy) {
+  Activations& a = *acts_;
+  const int H = config_.hidden_size, V = config_.vocab_size, N = batch.B * batch.T;
+  // The hidden state at t-1 predicts token t.
+  std::vector<int32_t> rows, targets, out_index;
+  std::vector<float> coefs;
+  for (int b = 0; b < batch.B; b++) {
+    for (int t = 1; t < batch.T; t++) {
+      if (!batch.predicted(b, t)) continue;
+      const int i = b * batch.T + t;
+      rows.push_back(i - 1);
+      targets.push_back(batch.ids[i]);
+      out_index.push_back(i);
+      if (coef != nullptr) coefs.push_back(coef[i]);
+    }
+  }
+  const int n = static_cast<int>(rows.size());
+  if (n > 0) {
+    be_.upload_i32(a.head_rows, rows.data(), n);
+    be_.upload_i32(a.targets, targets.data(), n);
+  }
+  const float* W = params_ + layout_.lm_head();
+  if (coef != nullptr) {
+    if (n > 0) be_.upload(a.coef, coefs.data(), n);
+    be_.zero(a.dlnf, static_cast<size_t>(N) * H);
+  }
+  for (int c0 = 0; c0 < n; c0 += a.chunk) {
+    const int c = std::min(a.chunk, n - c0);
+    be_.gather_rows(a.head_in, a.lnf, a.head_rows + c0, c, H);
+    be_.matmul_forward(a.logits, a.head_in, W, nullptr, c, H, V);
+    be_.logprob_forward(a.logprob + c0, a.entropy + c0, a.logits, a.targets + c0, c, V);
+    if (coef == nullptr) continue;
+    be_.logprob_backward(a.logits, a.targets + c0, a.coef + c0, c, V);
+    be_.matmul_backward(a.dhead_in, grads_ + layout_.lm_head(), nullptr, a.logits, a.head_in, W,
+                        c, H, V, false);
+    be_.scatter_rows(a.dlnf, a.dhead_in, a.head_rows + c0, c, H);
+  }
+  std::vector<float> lp(n), ent(n);
+  if (n > 0) {
+    be_.download(lp.data(), a.logprob, n);
+    if (entropy != nullptr) be_.download(ent.data(), a.entropy, n);
+  }
+  if (logprobs != nullptr) std::fill(logprobs, logprobs + N, 0.0f);
+  if (entropy != nullptr) std::fill(entropy, entropy + N, 0.0f);
+  for (int r = 0; r < n; r++) {
+    if (logprobs != nullptr) logprobs[out_index[r]] = lp[r];
+    if (entropy != nullptr) entropy[out_index[r]] = ent[r];
+  }
+}
+
+void Qwen2Model::score(const Batch& batch, const RunOptions& opt, float* logprobs,
+                       float* entropy) {
+  forward(batch, false, opt);
+  head(batch, opt, nullptr, logprobs, entropy);
+}
+
+double Qwen2Model::backward(const Batch& batch, const float* coef, const RunOptions& opt,
+                            float* logprobs) {
+  grads();
+  forward(batch, true, opt);
+  const int N = batch.B * batch.T, H = config_.hidden_size, L = config_.num_layers;
+  std::vector<float> lp(N);
+  head(batch, opt, coef, lp.data(), nullptr);
+  double loss = 0;
+  for (int i = 0; i < N; i++) loss -= static_cast<double>(coef[i]) * lp[i];
+  if (logprobs != nullptr) std::copy(lp.begin(), lp.end(), logprobs);
+
+  Activations& a = *acts_;
+  be_.zero(a.dres, static_cast<size_t>(N) * H);
+  be_.rmsnorm_backward(a.dres, grads_ + layout_.norm(), a.dlnf,
+                       a.xs + static_cast<size_t>(L) * N * H, params_ + layout_.norm(), a.rstdf,
+                       N, H);
+  for (int l = L - 1; l >= 0; l--) {
+    if (opt.recompute) layer_forward(l, 0, nullptr);
+    layer_backward(l, opt.recompute ? 0 : l);
+  }
+  be_.embedding_backward(grads_ + layout_.embed(), a.dres, a.ids, N, H);
+  return loss;
+}
+
+}  // namespace sr1

@@ -1,0 +1,73 @@
+// The Qwen2 (and Llama) decoder: weights in one flat buffer on the backend's device,
+// forward to per-token log-probs and entropies, and backward of a token-weighted
+// objective into per-parameter gradients. The language-model head runs over chunks of
+// the predicted rows, so the [tokens, vocab] logits are never held at once.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/safetensors.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace sr1 {
+
+struct RunOptions {
+  int logits_chunk = 256;  // predicted rows per language-model-head chunk
+  bool recompute = false;  // keep only each layer's input; recompute the rest in backward
+};
+
+class Qwen2Model {
+ public:
+  // Reads config.json and the safetensors weights of a Hugging Face folder.
+  static std::unique_ptr<Qwen2Model> load(const std::string& dir, Backend& backend);
+  ~Qwen2Model();
+  Qwen2Model(const Qwen2Model&) = delete;
+  Qwen2Model& operator=(const Qwen2Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  Backend& be() { return be_; }
+  const ParamLayout& layout() const { return layout_; }
+  size_t num_params() const { return layout_.total(); }
+  float* params() { return params_; }
+  float* grads();  // allocated on first use
+
+  // Writes the weights into `dir` as safetensors in `dtype` (F32, BF16 or F16), sharded
+  // above `max_shard_bytes`.
+  void save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes);
+
+  // Per-token log-probs and entropies ([B*T], host), 0 where a token is not predicted.
+  void score(const Batch& batch, const RunOptions& opt, float* logprobs, float* entropy);
+
+  // Adds to grads() the gradient of L = -sum coef[i] * logprob[i] (coef: [B*T], host; only
+  // predicted tokens count) and returns L. Writes the log-probs when `logprobs` is given.
+  double backward(const Batch& batch, const float* coef, const RunOptions& opt,
+                  float* logprobs = nullptr);
+
+  void zero_grad();
+
+ private:
+  struct Activations;
+  Qwen2Model(ModelConfig config, Backend& backend);
+  void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
+  void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
+  void layer_forward(int l, int acts, float* x_out);
+  void layer_backward(int l, int acts);
+  // Runs the head over the predicted rows: log-probs (and entropies) out, and with coef
+  // the gradient into grads and the final norm's output gradient.
+  void head(const Batch& batch, const RunOptions& opt, const float* coef, float* logprobs,
+            float* entropy);
+
+  ModelConfig config_;
+  Backend& be_;
+  ParamLayout layout_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  std::unique_ptr<Activations> acts_;
+};
+
+}  // namespace sr1

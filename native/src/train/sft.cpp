@@ -1,0 +1,86 @@
+#include "train/sft.h"
+
+#include <chrono>
+
+#include "util/error.h"
+
+namespace sr1 {
+namespace {
+
+// The rows of step `step` (batch_size of them from row step*batch_size, wrapping around).
+std::vector<int> step_rows(int step, int batch_size, int B) {
+  std::vector<int> rows(batch_size);
+  for (int r = 0; r < batch_size; r++) {
+    rows[r] = static_cast<int>((static_cast<long>(step) * batch_size + r) % B);
+  }
+  return rows;
+}
+
+Batch pick_rows(const Batch& data, const std::vector<int>& rows) {
+  Batch out;
+  out.B = static_cast<int>(rows.size());
+  out.T = data.T;
+  for (int r : rows) {
+    const Batch one = data.rows(r, r + 1);
+    out.ids.insert(out.ids.end(), one.ids.begin(), one.ids.end());
+    out.mask.insert(out.mask.end(), one.mask.begin(), one.mask.end());
+    out.positions.insert(out.positions.end(), one.positions.begin(), one.positions.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& loss_mask,
+             const SftOptions& opt, const std::function<void(const SftStep&)>& on_step) {
+  const int batch_size = opt.batch_size > 0 ? opt.batch_size : data.B;
+  const int micro = opt.micro_batch_size > 0 ? opt.micro_batch_size : batch_size;
+  if (batch_size > data.B) {
+    throw UsageError("--batch-size " + std::to_string(batch_size) + " is larger than the " +
+                     std::to_string(data.B) + " sequences in --data");
+  }
+  if (batch_size % micro != 0) {
+    throw UsageError("--micro-batch-size " + std::to_string(micro) +
+                     " must divide --batch-size " + std::to_string(batch_size));
+  }
+  opt.schedule.validate();
+  AdamW optimizer(model.be(), model.num_params(), opt.adamw);
+
+  for (int s = 0; s < opt.steps; s++) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int> rows = step_rows(s, batch_size, data.B);
+    const Batch batch = pick_rows(data, rows);
+    // coef = 1/tokens on each target token: the loss is the token mean over the whole step,
+    // whatever the micro-batch split.
+    std::vector<float> coef(batch.ids.size(), 0.0f);
+    long tokens = 0;
+    for (int b = 0; b < batch.B; b++) {
+      for (int t = 0; t < batch.T; t++) {
+        const size_t src = static_cast<size_t>(rows[b]) * data.T + t;
+        const bool target = loss_mask.empty() || loss_mask[src] != 0.0f;
+        if (target && batch.predicted(b, t)) {
+          coef[static_cast<size_t>(b) * batch.T + t] = 1.0f;
+          tokens++;
+        }
+      }
+    }
+    if (tokens == 0) {
+      throw Error("step " + std::to_string(s + 1) + ": its sequences have no loss tokens");
+    }
+    for (float& c : coef) c /= static_cast<float>(tokens);
+
+    model.zero_grad();
+    double loss = 0;
+    for (int m = 0; m < batch_size; m += micro) {
+      const Batch part = batch.rows(m, m + micro);
+      loss += model.backward(part, coef.data() + static_cast<size_t>(m) * batch.T, opt.run);
+    }
+    const float lr = opt.schedule.at(s);
+    const double norm = optimizer.step(model.params(), model.grads(), lr);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    on_step(SftStep{s + 1, loss, norm, lr, tokens, seconds});
+  }
+}
+
+}  // namespace sr1
