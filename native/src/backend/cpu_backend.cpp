@@ -325,11 +325,17 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       const float* z = logits + static_cast<size_t>(r) * V;
-      const float lse = row_lse(z, V);
-      double pz = 0;  // sum of p * z
-      for (int v = 0; v < V; v++) pz += std::exp(static_cast<double>(z[v]) - lse) * z[v];
-      logprob[r] = z[targets[r]] - lse;
-      entropy[r] = static_cast<float>(lse - pz);
+      float mx = z[0];
+      for (int v = 1; v < V; v++) mx = std::max(mx, z[v]);
+      double sum = 0, ez = 0;  // sums of e^(z - max) and of e^(z - max) * z
+      for (int v = 0; v < V; v++) {
+        const double e = std::exp(static_cast<double>(z[v] - mx));
+        sum += e;
+        ez += e * z[v];
+      }
+      const double lse = mx + std::log(sum);
+      logprob[r] = static_cast<float>(z[targets[r]] - lse);
+      entropy[r] = static_cast<float>(lse - ez / sum);
     }
   }
 

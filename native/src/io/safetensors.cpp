@@ -94,15 +94,18 @@ Entry parse_entry(const std::string& name, const json::Value& v, const std::stri
   }
   int64_t begin = get_int(offs.as_array()[0], where + ": data_offsets begin");
   int64_t end = get_int(offs.as_array()[1], where + ": data_offsets end");
-  std::string offs_text = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  std::string offs_text =
+      "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
   if (begin < 0 || end < begin) throw Error(where + ": " + offs_text + " are not an ordered range");
   e.begin = static_cast<uint64_t>(begin);
   e.end = static_cast<uint64_t>(end);
   size_t need = byte_count(e.shape, dtype_size(e.dtype));
   if (e.end - e.begin != need) {
+    std::string need_text =
+        need == std::numeric_limits<size_t>::max() ? "more than 2^64" : std::to_string(need);
     throw Error(where + ": " + offs_text + " hold " + std::to_string(e.end - e.begin) +
                 " bytes but " + dtype_name(e.dtype) + " " + shape_str(e.shape) + " needs " +
-                (need == std::numeric_limits<size_t>::max() ? "more" : std::to_string(need)));
+                need_text);
   }
   return e;
 }
@@ -148,7 +151,7 @@ void check_coverage(std::vector<const Entry*> entries, uint64_t data_size,
   }
 }
 
-// --- writing ---------------------------------------------------------------------------
+// --- writing helpers -------------------------------------------------------------------
 
 void write_all(int fd, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
@@ -163,9 +166,11 @@ void write_all(int fd, const void* data, size_t n) {
   }
 }
 
+using Parts = std::vector<std::pair<const void*, size_t>>;
+
 // Writes `parts` to a temporary file beside `path` and renames it into place; the
 // temporary is removed on any failure.
-void write_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts) {
+void write_atomic(const std::string& path, const Parts& parts) {
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path + ": cannot write: " + errno_text());
@@ -214,7 +219,8 @@ std::string header_json(const std::vector<TensorOut>& tensors,
     for (int64_t d : t.shape) shape.push(d);
     uint64_t end = offset + byte_count(t.shape, dtype_size(t.dtype));
     json::Value entry = json::Value::object({{"dtype", dtype_name(t.dtype)}, {"shape", shape}});
-    entry.set("data_offsets", json::Value::array({static_cast<int64_t>(offset), static_cast<int64_t>(end)}));
+    entry.set("data_offsets", json::Value::array({static_cast<int64_t>(offset),
+                                                   static_cast<int64_t>(end)}));
     // Names were checked unique; set() would rescan the members for each tensor.
     header.as_object().emplace_back(t.name, std::move(entry));
     offset = end;
@@ -271,8 +277,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
                 std::to_string(kMaxHeaderBytes) + " bytes");
   }
   if (header_len > size - 8) {
-    throw Error(path + ": header length " + std::to_string(header_len) + " runs past the end of the " +
-                std::to_string(size) + "-byte file");
+    throw Error(path + ": header length " + std::to_string(header_len) +
+                " runs past the end of the " + std::to_string(size) + "-byte file");
   }
   json::Value header;
   try {
@@ -384,8 +390,6 @@ std::vector<std::string> SafetensorsSet::names() const {
 
 namespace {
 
-std::string tensor_where(const TensorView& t) { return t.file + ": tensor '" + t.name + "'"; }
-
 template <typename T>
 T load(const uint8_t* p) {
   T v;
@@ -402,7 +406,7 @@ void floats_to_f32(const TensorView& t, float* dst) {
   size_t n = static_cast<size_t>(t.numel());
   const uint8_t* p = t.data;
   switch (t.dtype) {
-    case DType::F32: std::memcpy(dst, p, n * 4); break;
+    case DType::F32: std::copy_n(p, n * 4, reinterpret_cast<uint8_t*>(dst)); break;
     case DType::F16:
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load<uint16_t>(p + 2 * i));
       break;
@@ -442,12 +446,15 @@ bool ints_to_i64(const TensorView& t, int64_t* dst) {
     case DType::U32:
       for (size_t i = 0; i < n; ++i) dst[i] = load<uint32_t>(p + 4 * i);
       return true;
-    case DType::I64: std::memcpy(dst, p, n * 8); return true;
+    case DType::I64:
+      std::copy_n(p, n * 8, reinterpret_cast<uint8_t*>(dst));  // memcpy rejects null when empty
+      return true;
     case DType::U64:
       for (size_t i = 0; i < n; ++i) {
         auto v = load<uint64_t>(p + 8 * i);
         if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          throw Error(tensor_where(t) + ": U64 value " + std::to_string(v) + " does not fit in int64");
+          throw Error(t.file + ": tensor '" + t.name + "': U64 value " + std::to_string(v) +
+                      " does not fit in int64");
         }
         dst[i] = static_cast<int64_t>(v);
       }
@@ -496,10 +503,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
                        const std::map<std::string, std::string>& metadata) {
   check_outputs(tensors, path);
   std::string header = header_json(tensors, metadata);
-  uint8_t len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
-  std::vector<std::pair<const void*, size_t>> parts = {{len_bytes, 8}, {header.data(), header.size()}};
-  for (const auto& t : tensors) parts.emplace_back(t.data, byte_count(t.shape, dtype_size(t.dtype)));
+  uint8_t len_bytes[8];  // little-endian u64
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+  Parts parts = {{len_bytes, 8}, {header.data(), header.size()}};
+  for (const auto& t : tensors) {
+    parts.emplace_back(t.data, byte_count(t.shape, dtype_size(t.dtype)));
+  }
   write_atomic(path, parts);
 }
 

@@ -1,11 +1,12 @@
 #include "util/json.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <unordered_set>
 
 #include "util/error.h"
@@ -537,13 +538,24 @@ std::string Value::dump_pretty() const {
 Value parse(const std::string& text) { return Parser(text).document(); }
 
 Value parse_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw Error(path + ": cannot read: " + std::strerror(errno));
+  std::string text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot read: " + std::strerror(errno));
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      throw Error(path + ": cannot read: " + std::strerror(err));
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
   try {
-    return parse(buf.str());
+    return parse(text);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }

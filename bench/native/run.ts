@@ -1,0 +1,369 @@
+/**
+ * Benchmark: CPU training throughput (forward + backward + AdamW) of searchr1's native Qwen2
+ * trainer against the same model in PyTorch eager (Debian's python3-torch, fp32), in the same
+ * run, with the same thread count, on the very same random model files and batch.
+ *
+ * Usage: npm run build && npm run bench:native [-- OPTIONS]
+ *   --steps K       timed steps per run, after one warm-up step (default 5)
+ *   --threads N     CPU threads for both sides (default: all cores)
+ *   --python PATH   the Python with torch (default /usr/bin/python3)
+ *
+ * For each model shape, bench/native/torch_step.py writes a seeded random fp32 Qwen2 folder
+ * and a batch of 4 × 256 random tokens into a temporary folder; then `searchr1-trainer sft`
+ * and `torch_step.py train` each run 1 + K steps of the same training step on them: token-mean
+ * next-token cross-entropy over the whole batch, backward, grad-norm clipping at 1.0, AdamW
+ * (lr 1e-4, weight decay 0.01). Each side times its own steps (the trainer's --metrics file,
+ * time.perf_counter in Python), so process start-up and file loading are not counted. The
+ * first step is a warm-up and is dropped; throughput = B × T tokens / the median step time.
+ * Both sides start from the same weights and data, so their step-1 loss and gradient norm
+ * must agree (fp32 rounding aside): the report shows them, and warns when they differ by more
+ * than 1e-3 relative, as the comparison would then not be of the same computation.
+ */
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { CliError } from "../../src/runtime/errors.js";
+import { packageRoot } from "../../src/runtime/package-root.js";
+import { table } from "../../src/runtime/table.js";
+import { nativeExecutable } from "../../src/trainer/native.js";
+
+/** A Qwen2 shape; `name` is its rough parameter count. */
+interface Shape {
+  name: string;
+  vocab: number;
+  hidden: number;
+  intermediate: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  tied: boolean;
+}
+
+const SHAPES: Shape[] = [
+  {
+    name: "~10M",
+    vocab: 8192,
+    hidden: 256,
+    intermediate: 1024,
+    layers: 8,
+    heads: 8,
+    kvHeads: 2,
+    tied: true,
+  },
+  {
+    name: "~50M",
+    vocab: 16384,
+    hidden: 512,
+    intermediate: 2048,
+    layers: 8,
+    heads: 8,
+    kvHeads: 2,
+    tied: false,
+  },
+];
+const BATCH = 4;
+const SEQ = 256;
+const LR = 1e-4;
+const WEIGHT_DECAY = 0.01;
+const MAX_GRAD_NORM = 1.0;
+/** Largest relative step-1 loss / grad-norm difference still taken as the same computation. */
+const AGREEMENT = 1e-3;
+
+const { values: opts } = parseArgs({
+  options: {
+    steps: { type: "string" },
+    threads: { type: "string" },
+    python: { type: "string" },
+  },
+});
+
+function positiveInt(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) {
+    console.error(`bench:native: --${name} expects a positive integer, got ${value}`);
+    process.exit(2);
+  }
+  return n;
+}
+
+const timedSteps = positiveInt("steps", opts.steps, 5);
+const threads = positiveInt("threads", opts.threads, availableParallelism());
+const python = opts.python ?? "/usr/bin/python3";
+const script = join(packageRoot(), "bench", "native", "torch_step.py");
+// Both sides get the thread count from their options (--threads, torch.set_num_threads);
+// the environment also caps the pools those do not reach: Debian's torch calls the
+// libblas.so.3 alternative (OpenBLAS), whose pthread pool would otherwise use every core.
+const childEnv = {
+  ...process.env,
+  OMP_NUM_THREADS: String(threads),
+  OPENBLAS_NUM_THREADS: String(threads),
+};
+
+const log = (msg: string) => process.stderr.write(`${msg}\n`);
+const fmt = (n: number, digits = 0) =>
+  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+/** One line of the trainer's --metrics file (torch_step.py prints the same). */
+interface StepMetrics {
+  step: number;
+  loss: number;
+  grad_norm: number;
+  seconds: number;
+}
+
+/** One side's run of 1 + K steps. */
+interface Run {
+  steps: StepMetrics[];
+  /** Median wall seconds of the K timed steps (the warm-up step excluded). */
+  median: number;
+}
+
+function parseSteps(text: string, who: string): Run {
+  const steps = text
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => JSON.parse(line) as StepMetrics);
+  if (steps.length !== 1 + timedSteps) {
+    throw new Error(`${who}: ${steps.length} steps reported, expected ${1 + timedSteps}`);
+  }
+  const timed = steps
+    .slice(1)
+    .map((s) => s.seconds)
+    .sort((a, b) => a - b);
+  const mid = timed.length >> 1;
+  const median =
+    timed.length % 2 === 1
+      ? (timed[mid] as number)
+      : ((timed[mid - 1] as number) + (timed[mid] as number)) / 2;
+  return { steps, median };
+}
+
+/** Runs torch_step.py; exits with install instructions when torch cannot be imported. */
+function runPython(args: string[]): string {
+  const r = spawnSync(python, [script, ...args], {
+    encoding: "utf8",
+    env: childEnv,
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  if (r.error || r.status === 3) {
+    console.error(
+      "bench:native needs PyTorch, the competitor it measures against, in " +
+        `${python}${r.error ? " (not found)" : ""}.\n` +
+        "  Debian/Ubuntu: apt-get update && apt-get install -y python3-torch libopenblas0\n" +
+        "  (another Python with torch: pass --python PATH)",
+    );
+    process.exit(1);
+  }
+  if (r.status !== 0) throw new Error(`torch_step.py ${args[0]} failed (exit ${r.status})`);
+  return r.stdout;
+}
+
+/** The trainer's path; exits with a message when it has not been built. */
+function findTrainer(): string {
+  try {
+    return nativeExecutable("searchr1-trainer");
+  } catch (err) {
+    if (!(err instanceof CliError)) throw err;
+    console.error(`bench:native: ${err.message}`);
+    process.exit(1);
+  }
+}
+
+function runNative(trainer: string, work: string): Run {
+  const metrics = join(work, "native-metrics.jsonl");
+  // The trainer's per-step lines go to stderr as progress; the figures come from --metrics.
+  const r = spawnSync(
+    trainer,
+    [
+      "sft",
+      "--model",
+      join(work, "model"),
+      "--data",
+      join(work, "data.safetensors"),
+      "--out",
+      join(work, "native-out"),
+      "--overwrite",
+      "--steps",
+      String(1 + timedSteps),
+      "--lr",
+      String(LR),
+      "--weight-decay",
+      String(WEIGHT_DECAY),
+      "--max-grad-norm",
+      String(MAX_GRAD_NORM),
+      "--threads",
+      String(threads),
+      "--metrics",
+      metrics,
+    ],
+    { env: childEnv, stdio: ["ignore", 2, "inherit"] },
+  );
+  if (r.status !== 0) throw new Error(`searchr1-trainer sft failed (exit ${r.status})`);
+  return parseSteps(readFileSync(metrics, "utf8"), "searchr1-trainer");
+}
+
+function runTorch(work: string): Run {
+  const out = runPython([
+    "train",
+    "--model",
+    join(work, "model"),
+    "--data",
+    join(work, "data.safetensors"),
+    "--steps",
+    String(1 + timedSteps),
+    "--threads",
+    String(threads),
+    "--lr",
+    String(LR),
+    "--weight-decay",
+    String(WEIGHT_DECAY),
+    "--max-grad-norm",
+    String(MAX_GRAD_NORM),
+  ]);
+  return parseSteps(out, "torch_step.py");
+}
+
+interface Result {
+  shape: Shape;
+  params: number;
+  native: Run;
+  torch: Run;
+}
+
+function benchShape(trainer: string, shape: Shape): Result {
+  const work = mkdtempSync(join(tmpdir(), "searchr1-bench-native-"));
+  try {
+    log(`${shape.name}: writing a random model and batch to ${work} ...`);
+    const made = JSON.parse(
+      runPython([
+        "make",
+        "--out",
+        work,
+        "--vocab",
+        String(shape.vocab),
+        "--hidden",
+        String(shape.hidden),
+        "--intermediate",
+        String(shape.intermediate),
+        "--layers",
+        String(shape.layers),
+        "--heads",
+        String(shape.heads),
+        "--kv-heads",
+        String(shape.kvHeads),
+        ...(shape.tied ? ["--tied"] : []),
+        "--batch",
+        String(BATCH),
+        "--seq",
+        String(SEQ),
+      ]),
+    ) as { params: number };
+    log(`${shape.name}: searchr1-trainer sft, ${1 + timedSteps} steps ...`);
+    const native = runNative(trainer, work);
+    log(`${shape.name}: torch_step.py train, ${1 + timedSteps} steps ...`);
+    const torch = runTorch(work);
+    return { shape, params: made.params, native, torch };
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+const relDiff = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-12);
+
+function main() {
+  const trainer = findTrainer();
+  const versions = JSON.parse(runPython(["check"])) as {
+    torch: string;
+    python: string;
+    blas: string;
+  };
+  const cpu = cpus()[0]?.model.trim() ?? "unknown CPU";
+  const loadBefore = loadavg()[0] as number;
+  const results = SHAPES.map((shape) => benchShape(trainer, shape));
+
+  const tokens = BATCH * SEQ;
+  const lines: string[] = [
+    "",
+    "## Native Qwen2 training vs PyTorch eager (CPU, fp32)",
+    "",
+    `Machine: ${cpu}, ${availableParallelism()} cores, ${fmt(totalmem() / 2 ** 30, 1)} GiB RAM; ` +
+      `${threads} threads for both sides. PyTorch ${versions.torch} (Python ${versions.python}, ` +
+      `BLAS ${versions.blas}). 1-minute load average ${loadBefore.toFixed(2)} at the start, ` +
+      `${(loadavg()[0] as number).toFixed(2)} at the end (other work on the machine skews the figures).`,
+    `Step: forward + backward + clip + AdamW on ${BATCH} × ${SEQ} tokens; tokens/s = ` +
+      `${tokens} / the median of ${timedSteps} step${timedSteps === 1 ? "" : "s"} after 1 warm-up step.`,
+    "",
+    ...table(
+      [
+        [
+          "shape",
+          "params",
+          "V / H / I / layers / heads / kv",
+          "native s/step",
+          "native tokens/s",
+          "torch s/step",
+          "torch tokens/s",
+          "native / torch",
+        ],
+        ...results.map((r) => [
+          r.shape.name,
+          fmt(r.params),
+          `${r.shape.vocab} / ${r.shape.hidden} / ${r.shape.intermediate} / ${r.shape.layers} / ` +
+            `${r.shape.heads} / ${r.shape.kvHeads}${r.shape.tied ? ", tied" : ", untied"}`,
+          r.native.median.toFixed(3),
+          fmt(tokens / r.native.median),
+          r.torch.median.toFixed(3),
+          fmt(tokens / r.torch.median),
+          `${(r.torch.median / r.native.median).toFixed(2)}×`,
+        ]),
+      ],
+      new Set([1, 3, 4, 5, 6, 7]),
+    ),
+    "",
+    "Same computation? Step 1 (same weights, same batch) on both sides:",
+    "",
+  ];
+  const agreement: string[][] = [
+    [
+      "shape",
+      "native loss",
+      "torch loss",
+      "rel diff",
+      "native grad norm",
+      "torch grad norm",
+      "rel diff",
+    ],
+  ];
+  const mismatches: string[] = [];
+  for (const r of results) {
+    const n = r.native.steps[0] as StepMetrics;
+    const t = r.torch.steps[0] as StepMetrics;
+    const dLoss = relDiff(n.loss, t.loss);
+    const dNorm = relDiff(n.grad_norm, t.grad_norm);
+    agreement.push([
+      r.shape.name,
+      n.loss.toFixed(6),
+      t.loss.toFixed(6),
+      dLoss.toExponential(1),
+      n.grad_norm.toFixed(6),
+      t.grad_norm.toFixed(6),
+      dNorm.toExponential(1),
+    ]);
+    if (dLoss > AGREEMENT || dNorm > AGREEMENT) mismatches.push(r.shape.name);
+  }
+  lines.push(...table(agreement, new Set([1, 2, 3, 4, 5, 6])));
+  if (mismatches.length > 0) {
+    lines.push(
+      "",
+      `WARNING: step-1 loss or gradient norm differ by more than ${AGREEMENT} (relative) for ` +
+        `${mismatches.join(", ")}: the two sides do not compute the same thing, so their ` +
+        "throughputs are not comparable.",
+    );
+  }
+  console.log(lines.join("\n"));
+}
+
+main();
