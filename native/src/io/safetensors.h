@@ -105,7 +105,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorOut>& te
 // `model.safetensors` when the total fits in `max_shard_bytes`, otherwise
 // `model-0000k-of-0000n.safetensors` shards (tensors kept in order, a shard closed before
 // it would exceed the limit) and `model.safetensors.index.json` with metadata.total_size.
-// Returns the file names written.
+// The other layout's entry file (a stale index or model.safetensors) is removed, since
+// loaders would prefer it. Returns the file names written.
 std::vector<std::string> write_model_weights(const std::string& dir,
                                              const std::vector<TensorOut>& tensors,
                                              uint64_t max_shard_bytes);

@@ -67,7 +67,8 @@ class Value {
   std::shared_ptr<Object> o_;
 };
 
-// Parses a complete JSON document. Throws sr1::Error("<what> at byte N") on bad input.
+// Parses a complete JSON document. Throws sr1::Error("<what> at byte N") on bad input,
+// including duplicate object keys and invalid UTF-8. dump() writes NaN/inf as null.
 Value parse(const std::string& text);
 
 // Reads and parses a file; errors name the path.

@@ -1,0 +1,73 @@
+import { spawnSync } from "node:child_process";
+import { cpSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { readSafetensors, type Tensor, toFloat32 } from "../../src/tensors/safetensors.js";
+import { nativeExecutable } from "../../src/trainer/native.js";
+
+export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
+export const MODELS = ["untied", "tied"] as const;
+export type ModelName = (typeof MODELS)[number];
+
+export const modelDir = (m: ModelName): string => join(FIXTURES, m);
+export const caseFile = (m: ModelName): string => join(FIXTURES, `${m}.case.safetensors`);
+
+export interface TrainerResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the real native searchr1-trainer (two threads keep CI machines responsive). */
+export function trainer(args: string[]): TrainerResult {
+  const r = spawnSync(nativeExecutable("searchr1-trainer"), args, {
+    encoding: "utf8",
+    timeout: 120_000,
+    env: { ...process.env, OMP_NUM_THREADS: "2" },
+  });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Runs the trainer and fails the test with its stderr unless it exits 0. */
+export function trainerOk(args: string[]): TrainerResult {
+  const r = trainer(args);
+  if (r.code !== 0) throw new Error(`searchr1-trainer ${args[0]} exited ${r.code}: ${r.stderr}`);
+  return r;
+}
+
+export function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), "sr1-native-"));
+}
+
+/** A writable copy of a fixture model folder. */
+export function copyModel(m: ModelName): string {
+  const dir = join(tempDir(), m);
+  cpSync(modelDir(m), dir, { recursive: true });
+  return dir;
+}
+
+export async function readFloats(path: string): Promise<Map<string, Float32Array>> {
+  const tensors = await readSafetensors(path);
+  return new Map([...tensors].map(([name, t]: [string, Tensor]) => [name, toFloat32(t)]));
+}
+
+export function get<T>(map: Map<string, T>, name: string): T {
+  const v = map.get(name);
+  if (v === undefined) throw new Error(`tensor ${name} is missing`);
+  return v;
+}
+
+/** Largest |a - b| over two equally long arrays. */
+export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  if (a.length !== b.length) throw new Error(`length ${a.length} != ${b.length}`);
+  let worst = 0;
+  for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs((a[i] ?? 0) - (b[i] ?? 0)));
+  return worst;
+}
+
+export function maxAbs(a: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] ?? 0));
+  return m;
+}

@@ -1,0 +1,90 @@
+// The CPU backend against the PyTorch reference fixtures (test/native/make_fixtures.py,
+// float64): log-probs and entropies, the weighted-objective loss and every gradient, and
+// a 10-step AdamW training run.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { readSafetensorsHeader } from "../../src/tensors/safetensors.js";
+import {
+  caseFile,
+  get,
+  MODELS,
+  maxAbs,
+  maxAbsDiff,
+  modelDir,
+  readFloats,
+  tempDir,
+  trainerOk,
+} from "./helpers.js";
+
+describe.each(MODELS)("%s model against PyTorch", (model) => {
+  it("scores log-probs and entropies within 1e-4", async () => {
+    const out = join(tempDir(), "score.safetensors");
+    trainerOk(["score", "--model", modelDir(model), "--batch", caseFile(model), "--out", out]);
+    const ref = await readFloats(caseFile(model));
+    const got = await readFloats(out);
+    for (const [name, refName] of [
+      ["logprobs", "ref.logprobs"],
+      ["entropy", "ref.entropy"],
+    ] as const) {
+      const a = get(got, name);
+      const b = get(ref, refName);
+      expect(maxAbsDiff(a, b)).toBeLessThan(1e-4);
+      // Unpredicted positions (position 0, padding, first token after left padding) are 0.
+      b.forEach((v, i) => {
+        if (v === 0) expect(a[i]).toBe(0);
+      });
+    }
+  });
+
+  it("computes the weighted loss and every parameter gradient within 1e-3", async () => {
+    const out = join(tempDir(), "grad.safetensors");
+    trainerOk(["grad", "--model", modelDir(model), "--batch", caseFile(model), "--out", out]);
+    const ref = await readFloats(caseFile(model));
+    const got = await readFloats(out);
+    const refLoss = get(ref, "ref.loss")[0] ?? Number.NaN;
+    expect(Math.abs((get(got, "loss")[0] ?? 0) - refLoss)).toBeLessThan(
+      1e-4 * Math.max(1, Math.abs(refLoss)),
+    );
+
+    const gradNames = (m: Map<string, Float32Array>) =>
+      [...m.keys()].filter((k) => k.startsWith("grad.")).sort();
+    expect(gradNames(got)).toEqual(gradNames(ref));
+    for (const name of gradNames(ref)) {
+      const b = get(ref, name);
+      const scale = Math.max(maxAbs(b), 1e-6);
+      expect(maxAbsDiff(get(got, name), b) / scale, name).toBeLessThan(1e-3);
+    }
+  });
+
+  it("follows the reference 10-step AdamW loss curve within 1e-4", async () => {
+    const header = await readSafetensorsHeader(caseFile(model));
+    const hp = JSON.parse(header.metadata.sft ?? "{}") as Record<string, number | string>;
+    const dir = tempDir();
+    const metrics = join(dir, "metrics.jsonl");
+    trainerOk([
+      "sft",
+      ...["--model", modelDir(model), "--data", caseFile(model), "--out", join(dir, "out")],
+      ...["--steps", String(hp.total_steps), "--lr", String(hp.lr)],
+      ...["--lr-schedule", String(hp.schedule), "--warmup-steps", String(hp.warmup_steps)],
+      ...["--min-lr-ratio", String(hp.min_lr_ratio), "--weight-decay", String(hp.weight_decay)],
+      ...["--beta1", String(hp.beta1), "--beta2", String(hp.beta2), "--eps", String(hp.eps)],
+      ...["--max-grad-norm", String(hp.max_grad_norm), "--metrics", metrics],
+    ]);
+    const steps = readFileSync(metrics, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { loss: number; grad_norm: number; lr: number });
+    const ref = await readFloats(caseFile(model));
+    const losses = get(ref, "sft.loss");
+    expect(steps).toHaveLength(losses.length);
+    steps.forEach((s, i) => {
+      expect(Math.abs(s.loss - (losses[i] ?? 0)), `step ${i + 1} loss`).toBeLessThan(1e-4);
+      const norm = get(ref, "sft.grad_norm")[i] ?? 0;
+      expect(Math.abs(s.grad_norm - norm) / norm, `step ${i + 1} grad norm`).toBeLessThan(1e-3);
+      expect(s.lr).toBeCloseTo(get(ref, "sft.lr")[i] ?? 0, 7);
+    });
+    // The run really trains: the loss falls well below its start.
+    expect(steps.at(-1)?.loss ?? 0).toBeLessThan((steps[0]?.loss ?? 0) / 2);
+  });
+});
