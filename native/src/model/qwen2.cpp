@@ -54,15 +54,19 @@ std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& ba
   const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
   const ParamLayout& layout = model->layout_;
 
+  // Converted one tensor at a time, so loading never holds a second full copy.
+  model->params_ = backend.alloc(layout.total());
   std::set<std::string> expected;
-  std::vector<float> host(layout.total());
+  std::vector<float> staging;
   for (const ParamTensor& t : layout.tensors()) {
     const TensorView* view = weights.find(t.name);
     if (view == nullptr) {
       throw Error(weights.source() + ": tensor '" + t.name +
                   "' is missing (the model in config.json has it)");
     }
-    read_f32(*view, t.shape, host.data() + t.offset);
+    staging.resize(t.numel);
+    read_f32(*view, t.shape, staging.data());
+    backend.upload(model->params_ + t.offset, staging.data(), t.numel);
     expected.insert(t.name);
   }
   for (const std::string& name : weights.names()) {
@@ -74,8 +78,6 @@ std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& ba
                   "' is not part of the model config.json describes");
     }
   }
-  model->params_ = backend.alloc(layout.total());
-  backend.upload(model->params_, host.data(), host.size());
   return model;
 }
 
