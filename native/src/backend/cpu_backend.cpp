@@ -203,69 +203,44 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // One task per (sequence, kv head): it owns the dk/dv rows of that head and the dq rows
+  // of the query heads in its group, so one pass computes all three without races and
+  // each probability is recomputed (from the saved lse) only once.
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* lse, const int32_t* key_mask,
                           const AttentionShape& s) override {
     const int B = s.B, T = s.T, NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim;
     const int group = NH / NKV, QKV = s.qkv_dim(), OD = NH * hd;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    // delta[b,h,i] = dout_i . out_i, the softmax-backward row term.
-    std::vector<float> delta(static_cast<size_t>(B) * NH * T);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-      for (int i = 0; i < T; i++) {
-        const size_t r = (static_cast<size_t>(b) * T + i) * OD;
-        for (int h = 0; h < NH; h++) {
-          delta[(static_cast<size_t>(b) * NH + h) * T + i] = dot(dout + r + h * hd, out + r + h * hd, hd);
-        }
-      }
-    }
-    // Probability p_ij and score gradient ds_ij, recomputed from the saved lse.
-    auto grad_score = [&](const Heads& x, int b, int h, int i, int j, float* p_out) {
-      const size_t bh = (static_cast<size_t>(b) * NH + h) * T + i;
-      const float* q = x.row(i) + h * hd;
-      const float p = std::exp(dot(q, x.k(j), hd) * scale - lse[bh]);
-      const float* g = dout + (static_cast<size_t>(b) * T + i) * OD + h * hd;
-      *p_out = p;
-      return p * (dot(g, x.v(j), hd) - delta[bh]);
-    };
-    // Pass 1: dq, one query row per task.
-#pragma omp parallel for collapse(3) schedule(dynamic, 4)
-    for (int b = 0; b < B; b++) {
-      for (int h = 0; h < NH; h++) {
-        for (int i = 0; i < T; i++) {
-          const Heads x = heads(qkv, s, b, h / group);
-          float* dq = dqkv + (static_cast<size_t>(b) * T + i) * QKV + h * hd;
-          std::memset(dq, 0, hd * sizeof(float));
-          if (lse[(static_cast<size_t>(b) * NH + h) * T + i] == kNoKeys) continue;
-          const int* km = key_mask + static_cast<size_t>(b) * T;
-          for (int j = 0; j <= i; j++) {
-            if (!km[j]) continue;
-            float p;
-            axpy(dq, grad_score(x, b, h, i, j, &p) * scale, x.k(j), hd);
-          }
-        }
-      }
-    }
-    // Pass 2: dk and dv, one key row per task (summing over the query heads of its group),
-    // so no two threads write the same row.
-#pragma omp parallel for collapse(3) schedule(dynamic, 4)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++) {
       for (int g = 0; g < NKV; g++) {
+        const Heads x = heads(qkv, s, b, g);
+        const int* km = key_mask + static_cast<size_t>(b) * T;
+        float* rows = dqkv + static_cast<size_t>(b) * T * QKV;
         for (int j = 0; j < T; j++) {
-          const Heads x = heads(qkv, s, b, g);
-          float* dk = dqkv + (static_cast<size_t>(b) * T + j) * QKV + (NH + g) * hd;
-          float* dv = dk + NKV * hd;
-          std::memset(dk, 0, hd * sizeof(float));
-          std::memset(dv, 0, hd * sizeof(float));
-          if (!key_mask[static_cast<size_t>(b) * T + j]) continue;
-          for (int h = g * group; h < (g + 1) * group; h++) {
-            for (int i = j; i < T; i++) {
-              if (lse[(static_cast<size_t>(b) * NH + h) * T + i] == kNoKeys) continue;
-              float p;
-              const float ds = grad_score(x, b, h, i, j, &p);
-              axpy(dv, p, dout + (static_cast<size_t>(b) * T + i) * OD + h * hd, hd);
-              axpy(dk, ds * scale, x.row(i) + h * hd, hd);
+          std::memset(rows + static_cast<size_t>(j) * QKV + (NH + g) * hd, 0, hd * sizeof(float));
+          std::memset(rows + static_cast<size_t>(j) * QKV + (NH + NKV + g) * hd, 0,
+                      hd * sizeof(float));
+        }
+        for (int h = g * group; h < (g + 1) * group; h++) {
+          for (int i = 0; i < T; i++) {
+            float* dq = rows + static_cast<size_t>(i) * QKV + h * hd;
+            std::memset(dq, 0, hd * sizeof(float));
+            const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + i];
+            if (row_lse == kNoKeys) continue;
+            const size_t r = (static_cast<size_t>(b) * T + i) * OD + h * hd;
+            const float* q = x.row(i) + h * hd;
+            const float* d = dout + r;
+            const float delta = dot(d, out + r, hd);  // the softmax-backward row term
+            for (int j = 0; j <= i; j++) {
+              if (!km[j]) continue;
+              const float p = std::exp(dot(q, x.k(j), hd) * scale - row_lse);
+              const float ds = p * (dot(d, x.v(j), hd) - delta) * scale;
+              float* dk = rows + static_cast<size_t>(j) * QKV + (NH + g) * hd;
+              axpy(dq, ds, x.k(j), hd);
+              axpy(dk, ds, q, hd);
+              axpy(dk + NKV * hd, p, d, hd);
             }
           }
         }
