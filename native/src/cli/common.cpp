@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 
 #include "util/error.h"
@@ -42,6 +43,31 @@ RunOptions read_run_options(const Args& args) {
   opt.logits_chunk = static_cast<int>(args.integer("logits-chunk", opt.logits_chunk, 1));
   opt.recompute = args.flag("recompute");
   return opt;
+}
+
+std::vector<OptionSpec> batch_command_options(const std::string& batch_help, bool backward) {
+  return concat(concat({{"model", "DIR", "Hugging Face model folder (required)"},
+                        {"batch", "IN", batch_help + " (required)"},
+                        {"out", "OUT", "output safetensors file (required)"}},
+                       run_options(backward)),
+                device_options());
+}
+
+BatchCommand open_batch_command(const Args& args) {
+  BatchCommand c;
+  const std::string model_dir = args.required("model"), in = args.required("batch");
+  c.out = args.required("out");
+  c.run = read_run_options(args);
+  c.backend = open_backend(args);
+  c.model = Qwen2Model::load(model_dir, *c.backend);
+  c.file = SafetensorsFile::open(in);
+  c.batch = read_batch(*c.file, c.model->config().vocab_size);
+  return c;
+}
+
+bool print_help(const Args& args) {
+  if (args.help_requested()) std::fputs(args.usage().c_str(), stdout);
+  return args.help_requested();
 }
 
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b) {

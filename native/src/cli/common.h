@@ -7,6 +7,8 @@
 
 #include "backend/backend.h"
 #include "cli/args.h"
+#include "io/safetensors.h"
+#include "model/batch.h"
 #include "model/qwen2.h"
 
 namespace sr1 {
@@ -19,6 +21,22 @@ std::unique_ptr<Backend> open_backend(const Args& args);
 // --logits-chunk, --recompute (the latter only where a backward pass runs)
 std::vector<OptionSpec> run_options(bool backward);
 RunOptions read_run_options(const Args& args);
+
+// What score and grad share: --model, --batch, --out, the run and device options, and the
+// model and batch they load.
+std::vector<OptionSpec> batch_command_options(const std::string& batch_help, bool backward);
+struct BatchCommand {
+  std::unique_ptr<Backend> backend;  // declared first: the model releases into it
+  std::unique_ptr<Qwen2Model> model;
+  std::unique_ptr<SafetensorsFile> file;
+  Batch batch;
+  RunOptions run;
+  std::string out;
+};
+BatchCommand open_batch_command(const Args& args);
+
+// Prints the usage and returns true when --help was given.
+bool print_help(const Args& args);
 
 // Appends specs to a list (for building option tables from shared parts).
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);

@@ -76,10 +76,7 @@ int cmd_sft(const std::vector<std::string>& argv) {
                   "predicted tokens without one), prints the loss per step and saves the\n"
                   "model to --out (config and tokenizer files copied, safetensors weights).",
                   concat(concat(kOptions, run_options(true)), device_options()), argv);
-  if (args.help_requested()) {
-    std::fputs(args.usage().c_str(), stdout);
-    return 0;
-  }
+  if (print_help(args)) return 0;
   const std::string model_dir = args.required("model"), data_path = args.required("data");
   SftOptions opt;
   opt.steps = static_cast<int>(args.integer("steps", 1, 1));
