@@ -28,6 +28,11 @@ describe("searchr1-trainer usage", () => {
     }
   });
 
+  // A complete sft command line plus the options under test.
+  const sft = (...extra: string[]) => [
+    ...["sft", "--model", model, "--data", caseFile("untied"), "--out", "x"],
+    ...extra,
+  ];
   it.each([
     [[], "Usage: searchr1-trainer"],
     [["train"], "unknown command 'train'"],
@@ -47,46 +52,11 @@ describe("searchr1-trainer usage", () => {
       ],
       "--logits-chunk must be an integer >= 1",
     ],
-    [
-      [
-        "sft",
-        "--model",
-        model,
-        "--data",
-        caseFile("untied"),
-        "--out",
-        "x",
-        "--lr-schedule",
-        "step",
-      ],
-      "unknown schedule 'step'",
-    ],
-    [
-      ["sft", "--model", model, "--data", caseFile("untied"), "--out", "x", "--warmup-steps", "2"],
-      "the constant schedule has no warmup",
-    ],
-    [
-      ["sft", "--model", model, "--data", caseFile("untied"), "--out", "x", "--batch-size", "5"],
-      "--batch-size 5 is larger than the 4 sequences",
-    ],
-    [
-      [
-        "sft",
-        "--model",
-        model,
-        "--data",
-        caseFile("untied"),
-        "--out",
-        "x",
-        "--micro-batch-size",
-        "3",
-      ],
-      "--micro-batch-size 3 must divide --batch-size 4",
-    ],
-    [
-      ["sft", "--model", model, "--data", caseFile("untied"), "--out", "x", "--save-dtype", "int8"],
-      "--save-dtype: unknown dtype 'int8'",
-    ],
+    [sft("--lr-schedule", "step"), "unknown schedule 'step'"],
+    [sft("--warmup-steps", "2"), "the constant schedule has no warmup"],
+    [sft("--batch-size", "5"), "--batch-size 5 is larger than the 4 sequences"],
+    [sft("--micro-batch-size", "3"), "--micro-batch-size 3 must divide --batch-size 4"],
+    [sft("--save-dtype", "int8"), "--save-dtype: unknown dtype 'int8'"],
     [
       ["score", "--model", model, "--batch", caseFile("untied"), "--out", "x", "--device", "tpu"],
       "unknown device 'tpu'",
