@@ -72,7 +72,6 @@ const FORBIDDEN_BUILTINS = new Set([
   "exec",
   "compile",
   "open",
-  "getattr",
   "setattr",
   "delattr",
   "__import__",
@@ -173,6 +172,16 @@ const tensorV2: Callable = {
 const first: Callable = { call: (args) => args[0] };
 const newList: Callable = { call: (args) => (Array.isArray(args[0]) ? [...args[0]] : []) };
 
+/** `getattr(SomeClass, "name")` names a class attribute: another inert global. */
+const getattrGlobal: Callable = {
+  call: ([owner, name]) => {
+    if (owner instanceof PyGlobal && typeof name === "string") {
+      return new PyGlobal(owner.module, `${owner.name}.${name}`);
+    }
+    return new PyObject(new PyGlobal("builtins", "getattr"), [owner, name]);
+  },
+};
+
 const HANDLERS: Record<string, Callable> = {
   "torch._utils._rebuild_tensor": tensorV2,
   "torch._utils._rebuild_tensor_v2": tensorV2,
@@ -195,6 +204,9 @@ const HANDLERS: Record<string, Callable> = {
   "builtins.frozenset": newList,
   "__builtin__.set": newList,
   "__builtin__.frozenset": newList,
+  // Python ≥ 3.11 pickles enum members (Megatron's args) as getattr(EnumClass, "member").
+  "builtins.getattr": getattrGlobal,
+  "__builtin__.getattr": getattrGlobal,
   "builtins.bytearray": { call: ([b]) => Buffer.from((b as Buffer | undefined) ?? []) },
   // Protocol 2 pickles Python 3 bytes as _codecs.encode(text, "latin1").
   "_codecs.encode": {
