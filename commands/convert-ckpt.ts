@@ -1,6 +1,18 @@
+import { join } from "node:path";
 import type { Command } from "commander";
+import { expectedTensors, verifyTensors } from "../src/ckpt/expected-tensors.js";
+import { fsdpToHf, locateFsdp } from "../src/ckpt/fsdp.js";
+import { parseShardSize, writeHfFolder } from "../src/ckpt/hf-folder.js";
+import { hfFolderTensors } from "../src/ckpt/hf-source.js";
+import { type Conversion, megatronToHf } from "../src/ckpt/megatron.js";
+import { locateMegatron } from "../src/ckpt/megatron-layout.js";
+import { modelDims, readConfig } from "../src/ckpt/model-dims.js";
 import { defineCommand } from "../src/cli/define.js";
 import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
+import { InputError, UsageError } from "../src/runtime/errors.js";
+import { withInterrupt } from "../src/runtime/interrupt.js";
+import { createProgress, formatBytes } from "../src/runtime/progress.js";
+import { table } from "../src/runtime/table.js";
 
 export function register(program: Command): Command {
   return defineCommand(program, {
@@ -8,15 +20,90 @@ export function register(program: Command): Command {
     description:
       "turn Megatron, verl-FSDP and searchr1 checkpoints into Hugging Face safetensors folders",
     aliases: ["convert"],
+    positional: { name: "kind", key: "kind", single: true },
     flags: [
-      { flags: "--from <kind>", key: "from" },
       { flags: "--input <dir>", key: "input" },
       { flags: "--out <dir>", key: "out" },
-      { flags: "--base-model <dir>", key: "base_model" },
+      { flags: "--hf-base <dir>", key: "hf_base" },
       { flags: "--dtype <dtype>", key: "dtype" },
+      { flags: "--max-shard-size <size>", key: "max_shard_size" },
+      { flags: "--verify", key: "verify" },
+      { flags: "--overwrite", key: "overwrite" },
+      { flags: "--quiet", key: "quiet" },
     ],
     examples: [
-      "searchr1 convert --from megatron --input ckpt/actor/global_step_300 --out hf/step300 --base-model models/Qwen2.5-3B",
+      "searchr1 convert megatron-to-hf --input ckpt/actor --hf-base models/Qwen2.5-3B --out hf/step300",
+      "searchr1 convert fsdp-to-hf --input checkpoints/nq/global_step_300/actor --out hf/step300 --dtype bf16",
+      "searchr1 convert native-to-hf --input runs/sft/model --out hf/sft --max-shard-size 2GB --verify",
     ],
+    run: async (config) => {
+      const started = Date.now();
+      const maxShardBytes = parseShardSize(config.max_shard_size);
+      const progress = createProgress({ quiet: config.quiet });
+      const warn = (message: string) => progress.log(`warning: ${message}`);
+
+      let baseDir: string;
+      let open: (dims: ReturnType<typeof modelDims>) => Promise<Conversion>;
+      let from: string;
+      if (config.kind === "megatron-to-hf") {
+        if (!config.hf_base) {
+          throw new UsageError(
+            "convert megatron-to-hf: --hf-base is required (the HF folder the model started from: config.json, tokenizer)",
+          );
+        }
+        const layout = locateMegatron(config.input);
+        baseDir = config.hf_base;
+        from = `${layout.iterDir} (tensor-parallel ${layout.tp}, pipeline ${layout.pp})`;
+        open = (dims) => megatronToHf(layout, dims);
+      } else if (config.kind === "fsdp-to-hf") {
+        const layout = locateFsdp(config.input);
+        baseDir = config.hf_base ?? join(layout.actorDir, "huggingface");
+        from = `${layout.actorDir} (world size ${layout.worldSize})`;
+        open = (dims) => fsdpToHf(layout, dims);
+      } else {
+        baseDir = config.hf_base ?? config.input;
+        from = config.input;
+        open = () => hfFolderTensors(config.input);
+      }
+      const configPath = join(baseDir, "config.json");
+      const hfConfig = readConfig(configPath);
+      const dims = modelDims(hfConfig, configPath);
+      const conversion = await open(dims);
+      try {
+        const expected = expectedTensors(hfConfig, configPath);
+        const check = verifyTensors(expected, conversion.tensors);
+        if (config.verify) {
+          process.stdout.write(`${table(check.rows, new Set()).join("\n")}\n`);
+        }
+        if (check.problems > 0) {
+          throw new InputError(
+            `${from}: ${check.problems} tensor(s) do not match what ${configPath} implies` +
+              (config.verify ? "" : "; --verify prints the table"),
+          );
+        }
+        const summary = await withInterrupt(
+          (signal) =>
+            writeHfFolder({
+              out: config.out,
+              baseDir,
+              tensors: conversion.tensors,
+              dtype: config.dtype,
+              maxShardBytes,
+              overwrite: config.overwrite,
+              progress,
+              signal,
+              warn,
+            }),
+          `interrupted; ${config.out} was not written`,
+        );
+        const seconds = ((Date.now() - started) / 1000).toFixed(1);
+        process.stdout.write(
+          `${config.out}: ${summary.tensors} tensors, ${formatBytes(summary.bytes)} ` +
+            `(${summary.dtypes.join(", ")}) in ${summary.files.length} file(s) from ${from} in ${seconds} s\n`,
+        );
+      } finally {
+        await conversion.close();
+      }
+    },
   });
 }

@@ -14,7 +14,7 @@ const COMMANDS = [
   "eval",
   "convert-ckpt",
 ];
-const NOT_YET = ["train", "eval", "convert-ckpt"];
+const NOT_YET = ["train", "eval"];
 const dir = mkdtempSync(join(tmpdir(), "searchr1-cli-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -56,10 +56,17 @@ describe("searchr1 CLI", () => {
     expect(r.stdout).toBe("");
   });
 
-  it("the convert alias reaches convert-ckpt", () => {
-    const r = runCli(["convert"]);
+  it("the convert alias reaches convert-ckpt, whose <kind> is checked like any config key", () => {
+    const r = runCli(["convert", "deepspeed-to-hf", "--input", "x", "--out", "y"]);
     expect(r.code).toBe(2);
-    expect(r.stderr).toContain("convert-ckpt: not implemented yet");
+    expect(r.stderr).toContain(
+      '"kind" = "deepspeed-to-hf" (argument <kind>): expected one of megatron-to-hf|fsdp-to-hf|native-to-hf',
+    );
+    const none = runCli(["convert", "--input", "x", "--out", "y"]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain(
+      'missing required key "kind": expected one of megatron-to-hf|fsdp-to-hf|native-to-hf (set it with <kind> argument',
+    );
   });
 
   it("an unknown command or option is a usage error (exit 2)", () => {

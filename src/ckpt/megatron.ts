@@ -77,11 +77,7 @@ interface Shards {
   dtype: DType;
 }
 
-export async function megatronToHf(
-  layout: MegatronLayout,
-  dims: ModelDims,
-  warn: (message: string) => void,
-): Promise<Conversion> {
+export async function megatronToHf(layout: MegatronLayout, dims: ModelDims): Promise<Conversion> {
   const opened: TorchFile[] = [];
   const close = async () => {
     await Promise.all(opened.map((f) => f.archive.close()));
@@ -97,8 +93,13 @@ export async function megatronToHf(
       }
       chunks.push(stage);
     }
-    const units = orderUnits(layout, chunks, dims);
-    const tensors = planTensors(units, dims, warn);
+    const { units, layers } = orderUnits(layout, chunks);
+    const tensors = planTensors(units, dims);
+    if (layers !== dims.layers) {
+      throw new InputError(
+        `${layout.iterDir}: the checkpoint has ${layers} decoder layers, config.json says num_hidden_layers ${dims.layers}`,
+      );
+    }
     tensors.sort((a, b) => hfOrder(a.name, b.name));
     return { tensors, close };
   } catch (e) {
@@ -131,8 +132,7 @@ function modelChunks(value: unknown, file: string): Map<unknown, unknown>[] {
 function orderUnits(
   layout: MegatronLayout,
   chunks: Map<unknown, unknown>[][][],
-  dims: ModelDims,
-): Unit[] {
+): { units: Unit[]; layers: number } {
   const vpp = chunks[0]?.[0]?.length ?? 0;
   const units: Unit[] = [];
   let offset = 0;
@@ -162,15 +162,10 @@ function orderUnits(
       offset += count;
     }
   }
-  if (offset !== dims.layers) {
-    throw new InputError(
-      `${layout.iterDir}: the checkpoint has ${offset} decoder layers, config.json says num_hidden_layers ${dims.layers}`,
-    );
-  }
-  return units;
+  return { units, layers: offset };
 }
 
-function planTensors(units: Unit[], dims: ModelDims, warn: (m: string) => void): SourceTensor[] {
+function planTensors(units: Unit[], dims: ModelDims): SourceTensor[] {
   const out: SourceTensor[] = [];
   const cache = oneEntryCache();
   let embedding: Shards | undefined;
@@ -207,9 +202,30 @@ function planTensors(units: Unit[], dims: ModelDims, warn: (m: string) => void):
       `${units.at(-1)?.files[0]}: no output_layer.weight, but config.json has tie_word_embeddings false`,
     );
   }
-  const rows = (s: Shards) => s.parts.reduce((a, p) => a + (p.shape[0] as number), 0);
-  if (embedding && output && dims.tied && rows(embedding) !== rows(output)) {
-    warn(`output_layer.weight and the embedding differ in shape; the embedding is kept (tied)`);
+  if (dims.tied && output) {
+    // Megatron keeps a copy of a tied embedding on the last stage; a copy that differs
+    // means the model was trained untied and the config given does not belong to it.
+    const i = out.findIndex((t) => t.name === "model.embed_tokens.weight");
+    const embed = out[i] as SourceTensor;
+    const [copy] = expand(TOP_RULES["output_layer.weight"] as Rule, "", output, dims, cache);
+    const file = output.files[0];
+    out[i] = {
+      ...embed,
+      read: async () => {
+        const bytes = await embed.read();
+        if (
+          !copy ||
+          copy.shape.join() !== embed.shape.join() ||
+          !(await copy.read()).equals(bytes)
+        ) {
+          throw new InputError(
+            `${file}: output_layer.weight differs from the embedding, but config.json has ` +
+              "tie_word_embeddings true: pass the folder of the untied model as --hf-base",
+          );
+        }
+        return bytes;
+      },
+    };
   }
   return out;
 }

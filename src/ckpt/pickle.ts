@@ -46,9 +46,6 @@ export class PickleError extends Error {}
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 
-class Mark {}
-const MARK = new Mark();
-
 /** Unpickles `data`; errors name the byte offset of the opcode at fault. */
 export function unpickle(data: Uint8Array, hooks: UnpickleHooks): unknown {
   const buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);

@@ -7,8 +7,11 @@ export interface CommandDefinition<S extends CommandConfigSpec> {
   spec: S;
   description: string;
   aliases?: string[];
-  /** Name of the positional arguments (mixed with key=value overrides), e.g. "dataset". */
-  positional?: { name: string; key: string };
+  /**
+   * Name of the positional arguments (mixed with key=value overrides), e.g. "dataset";
+   * `single` takes exactly one value (a string key) instead of a list.
+   */
+  positional?: { name: string; key: string; single?: boolean };
   flags: FlagSpec[];
   /** Usage examples shown by --help. */
   examples: string[];
@@ -21,28 +24,44 @@ export function defineCommand<S extends CommandConfigSpec>(
   program: Command,
   def: CommandDefinition<S>,
 ): Command {
-  const argName = def.positional ? `${def.positional.name}...` : "overrides...";
-  const cmd = program
-    .command(def.spec.command)
-    .description(def.description)
-    .argument(
-      `[${argName}]`,
+  const single = def.positional?.single === true;
+  const cmd = program.command(def.spec.command).description(def.description);
+  if (def.positional && single) {
+    cmd
+      .argument(`[${def.positional.name}]`, def.positional.name)
+      .argument("[overrides...]", "key.path=value overrides");
+  } else {
+    cmd.argument(
+      def.positional ? `[${def.positional.name}...]` : "[overrides...]",
       def.positional
         ? `${def.positional.name}s, then key.path=value overrides`
         : "key.path=value overrides",
-    )
-    .addHelpText("after", `\nExamples:\n${def.examples.map((e) => `  $ ${e}`).join("\n")}\n`);
+    );
+  }
+  cmd.addHelpText("after", `\nExamples:\n${def.examples.map((e) => `  $ ${e}`).join("\n")}\n`);
   for (const alias of def.aliases ?? []) cmd.alias(alias);
   addConfigFlags(cmd, def.spec, def.flags);
-  cmd.action(async (args: string[]) => {
+  cmd.action(async (...params: unknown[]) => {
+    // Commander passes one parameter per declared argument, then options and the command.
+    const args = (
+      single ? [params[0], ...(params[1] as string[])] : (params[0] as string[])
+    ).filter((a): a is string => typeof a === "string");
     const run = def.run;
     if (!run) throw new NotImplementedError(def.spec.command);
     const { overrides, positional } = splitArgs(args);
     const extra: CliValue[] = [];
+    if (single && positional.length > 1) {
+      cmd.error(
+        `error: unexpected argument "${positional[1]}" (one <${def.positional?.name}> only)`,
+        {
+          exitCode: 2,
+        },
+      );
+    }
     if (def.positional && positional.length > 0) {
       extra.push({
         key: def.positional.key,
-        value: positional,
+        value: single ? positional[0] : positional,
         origin: { kind: "argument", name: def.positional.name },
       });
     } else if (positional.length > 0) {
@@ -51,7 +70,10 @@ export function defineCommand<S extends CommandConfigSpec>(
       });
     }
     const hints: Record<string, string> = def.positional
-      ? { [def.positional.key]: `<${def.positional.name}...> arguments` }
+      ? {
+          [def.positional.key]:
+            `<${def.positional.name}${single ? "> argument" : "...> arguments"}`,
+        }
       : {};
     await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra, hints));
   });

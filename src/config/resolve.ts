@@ -124,7 +124,8 @@ function describeIssue(
   const key = displayKey(issue.path) || "(config)";
   const value = getPath(merged, issue.path);
   const node = nodeAt(spec.schema, ownerPath);
-  if (value === undefined && issue.code === "invalid_type" && stop < 0 && node) {
+  const missing = issue.code === "invalid_type" || issue.code === "invalid_value"; // enums say the latter
+  if (value === undefined && missing && stop < 0 && node) {
     // A missing section is reported as its required keys, which is what the user must set.
     const required = leafPaths(node, ownerPath).filter(
       (p) => !nodeAt(spec.schema, p)?.safeParse(undefined).success,

@@ -109,7 +109,8 @@ function numel(shape: readonly number[]): number {
   return shape.reduce((a, b) => a * b, 1);
 }
 
-function shapeStr(shape: readonly number[]): string {
+/** "[2, 3]": shapes as error messages show them. */
+export function shapeStr(shape: readonly number[]): string {
   return `[${shape.join(", ")}]`;
 }
 
@@ -345,9 +346,20 @@ function checkCoverage(tensors: readonly TensorInfo[], dataSize: number, path: s
 
 // --- writing -----------------------------------------------------------------------------
 
+/** A tensor as the header describes it, before its bytes exist. */
+export interface TensorEntry {
+  name: string;
+  dtype: DType;
+  shape: number[];
+}
+
+/** Bytes of a tensor's data: numel × element size. */
+export function tensorBytes(t: { dtype: DType; shape: readonly number[] }): number {
+  return numel(t.shape) * DTYPE_SIZE[t.dtype];
+}
+
 /**
- * Writes tensors in the order given, `__metadata__` first when there is any, atomically:
- * a temporary file beside `path` renamed into place, removed again on failure. A tensor
+ * Writes in-memory tensors in the order given (see writeSafetensorsStreamed). A tensor
  * whose data does not match its dtype and shape is a caller bug and throws a plain Error.
  */
 export async function writeSafetensors(
@@ -355,59 +367,104 @@ export async function writeSafetensors(
   tensors: readonly NamedTensor[],
   metadata: Record<string, string> = {},
 ): Promise<void> {
-  checkTensors(tensors);
-  const header = headerBytes(tensors, metadata);
+  await writeSafetensorsStreamed(
+    path,
+    tensors,
+    async (i) => dataBytes(tensors[i] as NamedTensor),
+    metadata,
+  );
+}
+
+/**
+ * Writes a file one tensor at a time, `__metadata__` first when there is any: the header
+ * comes from `entries`, then `next(i)` supplies tensor i's bytes, asked for only once
+ * tensor i-1 is on disk, so a caller need hold one tensor at a time. Atomic: a temporary
+ * file beside `path` is renamed into place, and removed again on any failure. I/O failures
+ * are InputErrors naming `path`; errors from `next` pass through unchanged; an invalid
+ * entry or bytes of the wrong length are caller bugs and throw a plain Error.
+ */
+export async function writeSafetensorsStreamed(
+  path: string,
+  entries: readonly TensorEntry[],
+  next: (index: number) => Promise<Uint8Array>,
+  metadata: Record<string, string> = {},
+): Promise<void> {
+  checkEntries(entries);
+  const header = headerBytes(entries, metadata);
   const tmp = `${path}.tmp-${process.pid}`;
   let handle: FileHandle | undefined;
   try {
-    handle = await open(tmp, "w");
-    let position = await writeAll(handle, header, 0);
-    for (const t of tensors) {
-      const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
-      position = await writeAll(handle, bytes, position);
+    handle = await io(path, open(tmp, "w"));
+    let position = await io(path, writeAll(handle, header, 0));
+    for (const [i, entry] of entries.entries()) {
+      const bytes = await next(i);
+      const want = tensorBytes(entry);
+      if (bytes.byteLength !== want) {
+        throw new Error(
+          `${tensorLabel(entry)}: ${bytes.byteLength} bytes for ${entry.dtype} ${shapeStr(entry.shape)} (wants ${want})`,
+        );
+      }
+      position = await io(path, writeAll(handle, bytes, position));
     }
-    await handle.close();
+    const closing = handle;
     handle = undefined;
-    await rename(tmp, path);
+    await io(path, closing.close());
+    await io(path, rename(tmp, path));
   } catch (e) {
     await handle?.close().catch(() => {});
     await rm(tmp, { force: true });
+    throw e;
+  }
+}
+
+/** Awaits a file operation, reporting its failure as an InputError naming the file. */
+async function io<T>(path: string, op: Promise<T>): Promise<T> {
+  try {
+    return await op;
+  } catch (e) {
     throw new InputError(`${path}: cannot write (${errorCode(e)})`);
   }
 }
 
-function checkTensors(tensors: readonly NamedTensor[]): void {
+function tensorLabel(t: TensorEntry): string {
+  return `safetensors: tensor '${t.name}'`;
+}
+
+function checkEntries(entries: readonly TensorEntry[]): void {
   const seen = new Set<string>();
-  for (const t of tensors) {
-    const where = `safetensors: tensor '${t.name}'`;
-    if (t.name === "__metadata__") throw new Error(`${where}: the name is reserved`);
-    if (seen.has(t.name)) throw new Error(`${where}: the name is repeated`);
+  for (const t of entries) {
+    if (t.name === "__metadata__") throw new Error(`${tensorLabel(t)}: the name is reserved`);
+    if (seen.has(t.name)) throw new Error(`${tensorLabel(t)}: the name is repeated`);
     seen.add(t.name);
     if (!t.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
-      throw new Error(`${where}: shape ${shapeStr(t.shape)} is not a list of sizes`);
-    }
-    const Type = ARRAY_TYPE[t.dtype];
-    if (!(t.data instanceof Type)) {
-      throw new Error(`${where}: ${t.dtype} data must be a ${Type.name}`);
-    }
-    if (t.data.length !== numel(t.shape)) {
-      throw new Error(
-        `${where}: ${t.data.length} values for ${t.dtype} ${shapeStr(t.shape)} (wants ${numel(t.shape)})`,
-      );
+      throw new Error(`${tensorLabel(t)}: shape ${shapeStr(t.shape)} is not a list of sizes`);
     }
   }
 }
 
+/** The tensor's data as bytes, once it is known to match its dtype and shape. */
+function dataBytes(t: NamedTensor): Uint8Array {
+  const Type = ARRAY_TYPE[t.dtype];
+  if (!(t.data instanceof Type))
+    throw new Error(`${tensorLabel(t)}: ${t.dtype} data must be a ${Type.name}`);
+  if (t.data.length !== numel(t.shape)) {
+    throw new Error(
+      `${tensorLabel(t)}: ${t.data.length} values for ${t.dtype} ${shapeStr(t.shape)} (wants ${numel(t.shape)})`,
+    );
+  }
+  return new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+}
+
 /** Length prefix plus the JSON header, padded with spaces to a multiple of 8. */
-function headerBytes(tensors: readonly NamedTensor[], metadata: Record<string, string>): Buffer {
+function headerBytes(entries: readonly TensorEntry[], metadata: Record<string, string>): Buffer {
   // Built by hand: JSON.stringify would move integer-like keys ("0") to the front.
   const members: string[] = [];
   if (Object.keys(metadata).length > 0) {
     members.push(`"__metadata__":${objectJson(Object.entries(metadata))}`);
   }
   let offset = 0;
-  for (const t of tensors) {
-    const end = offset + t.data.byteLength;
+  for (const t of entries) {
+    const end = offset + tensorBytes(t);
     const entry = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, end] };
     members.push(`${JSON.stringify(t.name)}:${JSON.stringify(entry)}`);
     offset = end;
@@ -448,12 +505,12 @@ function bitsFloat(bits: number): number {
   return f32[0] as number;
 }
 
-/** Rounds `value >>> shift` to nearest, ties to even (1 <= shift <= 24, value < 2^32). */
+/** Rounds `value >>> shift` to nearest, ties to even (1 <= shift <= 24, value + 2^(shift-1) < 2^32). */
 function shiftRne(value: number, shift: number): number {
-  const kept = value >>> shift;
-  const rest = value - kept * 2 ** shift;
-  const half = 2 ** (shift - 1);
-  return rest > half || (rest === half && (kept & 1) === 1) ? kept + 1 : kept;
+  // Adding half a unit less one, plus the kept part's low bit, carries into the kept part
+  // exactly when the dropped bits exceed half, or equal it with the kept part odd.
+  // Integer-only, so the per-value loops in cast.ts stay fast.
+  return (value + (1 << (shift - 1)) - 1 + ((value >>> shift) & 1)) >>> shift;
 }
 
 export function bf16ToF32(bits: number): number {
@@ -465,12 +522,17 @@ export function bf16ToF32(bits: number): number {
  * NaN keeps its sign and top payload bits with the quiet bit set (as x86 AVX512-BF16 does).
  */
 export function f32ToBf16(x: number): number {
-  const b = floatBits(x);
+  return f32BitsToBf16(floatBits(x));
+}
+
+/** f32ToBf16 on the bits of a float32, for loops over a Uint32Array view. */
+export function f32BitsToBf16(b: number): number {
   if ((b & 0x7fffffff) > 0x7f800000) return (b >>> 16) | 0x0040;
   return shiftRne(b, 16);
 }
 
-function f16BitsToF32Bits(h: number): number {
+/** The float32 bits of an IEEE half, exactly (every half is a float32). */
+export function f16BitsToF32Bits(h: number): number {
   const sign = (h & 0x8000) << 16;
   const exp = (h >>> 10) & 0x1f;
   let mant = h & 0x3ff;
@@ -496,7 +558,11 @@ export function f16ToF32(bits: number): number {
  * (as x86 F16C does).
  */
 export function f32ToF16(x: number): number {
-  const b = floatBits(x);
+  return f32BitsToF16(floatBits(x));
+}
+
+/** f32ToF16 on the bits of a float32, for loops over a Uint32Array view. */
+export function f32BitsToF16(b: number): number {
   const sign = (b >>> 16) & 0x8000;
   const a = b & 0x7fffffff;
   if (a > 0x7f800000) return sign | 0x7e00 | ((a >>> 13) & 0x3ff);

@@ -5,52 +5,13 @@ import { afterAll, describe, expect, it } from "vitest";
 import { PyObject } from "../../src/ckpt/pickle.js";
 import { loadTorchFile } from "../../src/ckpt/torch-load.js";
 import { TorchTensor } from "../../src/ckpt/torch-tensor.js";
-import { pickleBytes, writeZip } from "./zip-writer.js";
+import { pickleBytes, str, tensorOps, writeTorchFile } from "./handmade.js";
 
 const dir = mkdtempSync(join(tmpdir(), "searchr1-torchload-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const str = (s: string) => {
-  const b = Buffer.from(s, "utf8");
-  const len = Buffer.alloc(4);
-  len.writeUInt32LE(b.length);
-  return Buffer.concat([Buffer.from("X"), len, b]);
-};
-const int = (n: number) => Buffer.from([0x4b, n]); // BININT1
-const tuple = (...items: Buffer[]) => Buffer.concat([Buffer.from("("), ...items, Buffer.from("t")]);
-
-/** `_rebuild_tensor_v2(storage key, offset, size, stride)` over a FloatStorage of `numel`. */
-function tensorOps(key: string, numel: number, offset: number, size: number[], stride: number[]) {
-  return Buffer.concat([
-    Buffer.from("ctorch._utils\n_rebuild_tensor_v2\n"),
-    tuple(
-      tuple(
-        str("storage"),
-        Buffer.from("ctorch\nFloatStorage\n"),
-        str(key),
-        str("cpu"),
-        int(numel),
-      ),
-      Buffer.from("Q"),
-      int(offset),
-      tuple(...size.map(int)),
-      tuple(...stride.map(int)),
-      Buffer.from([0x89]),
-      Buffer.from("ccollections\nOrderedDict\n)R"),
-    ),
-    Buffer.from("R"),
-  ]);
-}
-
-function checkpoint(name: string, pkl: Buffer, storages: Record<string, Buffer> = {}): string {
-  const path = join(dir, name);
-  const entries: Record<string, Buffer> = { "archive/data.pkl": pkl };
-  for (const [k, v] of Object.entries(storages)) entries[`archive/data/${k}`] = v;
-  entries["archive/version"] = Buffer.from("3\n");
-  writeZip(path, entries);
-  return path;
-}
-
+const checkpoint = (name: string, pkl: Buffer, storages: Record<string, Buffer> = {}) =>
+  writeTorchFile(join(dir, name), pkl, storages);
 const floats = (...v: number[]) => Buffer.from(new Float32Array(v).buffer);
 
 describe("loadTorchFile", () => {
@@ -75,6 +36,20 @@ describe("loadTorchFile", () => {
     const ns = value as PyObject;
     expect(ns.cls.qualified).toBe("argparse.Namespace");
     expect((ns.state as Map<string, number>).get("lr")).toBeCloseTo(0.1);
+    await archive.close();
+  });
+
+  it("reads enum members pickled as getattr(EnumClass, name) as inert globals", async () => {
+    const pkl = pickleBytes(
+      "c__builtin__\ngetattr\ncmegatron.core.transformer.enums\nAttnBackend\n",
+      str("auto"),
+      "\x86R",
+    );
+    const { value, archive } = await loadTorchFile(checkpoint("enum.pt", pkl));
+    expect(value).toMatchObject({
+      module: "megatron.core.transformer.enums",
+      name: "AttnBackend.auto",
+    });
     await archive.close();
   });
 

@@ -1,4 +1,12 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -13,6 +21,7 @@ import {
   readSafetensorsHeader,
   toFloat32,
   writeSafetensors,
+  writeSafetensorsStreamed,
 } from "../../src/tensors/safetensors.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-st-"));
@@ -359,6 +368,54 @@ describe("writeSafetensors failures", () => {
       expect(err).not.toBeInstanceOf(InputError);
       expect((err as Error).message).toBe(message);
     }
+  });
+});
+
+describe("writeSafetensorsStreamed", () => {
+  const entries = [
+    { name: "a", dtype: "F32" as const, shape: [2] },
+    { name: "b", dtype: "U8" as const, shape: [3] },
+  ];
+  const data = [new Uint8Array(new Float32Array([1, -2]).buffer), new Uint8Array([7, 8, 9])];
+
+  it("asks for each tensor's bytes in order, once the previous one is written", async () => {
+    const p = tmpPath();
+    const asked: [number, number][] = [];
+    await writeSafetensorsStreamed(
+      p,
+      entries,
+      async (i) => {
+        asked.push([i, statSync(`${p}.tmp-${process.pid}`).size]);
+        return data[i] as Uint8Array;
+      },
+      { format: "pt" },
+    );
+    const header = await readSafetensorsHeader(p);
+    expect(asked).toEqual([
+      [0, header.dataStart],
+      [1, header.dataStart + 8],
+    ]);
+    expect(header.metadata).toEqual({ format: "pt" });
+    const read = await readSafetensors(p);
+    expect(read.get("a")?.data).toEqual(new Float32Array([1, -2]));
+    expect(read.get("b")?.data).toEqual(new Uint8Array([7, 8, 9]));
+  });
+
+  it("passes errors of `next` through and rejects bytes of the wrong length, leaving no file", async () => {
+    const p = tmpPath();
+    const own = new InputError("reader failed");
+    await expect(
+      writeSafetensorsStreamed(p, entries, async (i) => {
+        if (i === 1) throw own;
+        return data[0] as Uint8Array;
+      }),
+    ).rejects.toBe(own);
+    const err = await writeSafetensorsStreamed(p, entries, async () => new Uint8Array(5)).catch(
+      (e: unknown) => e,
+    );
+    expect(err).not.toBeInstanceOf(InputError);
+    expect((err as Error).message).toBe("safetensors: tensor 'a': 5 bytes for F32 [2] (wants 8)");
+    expect(readdirSync(dir).filter((f) => f.startsWith(path.basename(p)))).toEqual([]);
   });
 });
 

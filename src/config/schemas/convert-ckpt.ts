@@ -2,19 +2,40 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 
 export const convertCkptSchema = z.strictObject({
-  from: z.enum(["megatron", "fsdp", "searchr1"]).describe("checkpoint kind to convert"),
-  input: z.string().min(1).describe("checkpoint folder"),
+  kind: z
+    .enum(["megatron-to-hf", "fsdp-to-hf", "native-to-hf"])
+    .describe("what to convert: a Megatron-LM, a verl FSDP or a searchr1 native checkpoint"),
+  input: z
+    .string()
+    .min(1)
+    .describe("checkpoint folder (its root, one iteration/step, or the rank files' folder)"),
   out: z.string().min(1).describe("Hugging Face model folder to write"),
-  base_model: z
+  hf_base: z
     .string()
     .min(1)
     .nullable()
     .default(null)
-    .describe("HF folder for config and tokenizer"),
+    .describe(
+      "HF folder whose config.json and tokenizer files go with the weights " +
+        "(required for megatron-to-hf; default <input>/huggingface for fsdp-to-hf, the input for native-to-hf)",
+    ),
   dtype: z
-    .enum(["bf16", "fp16", "fp32"])
-    .default("bf16")
-    .describe("dtype of the written safetensors"),
+    .enum(["keep", "bf16", "fp16", "fp32"])
+    .default("keep")
+    .describe("dtype of the written floating-point tensors (keep = as in the checkpoint)"),
+  max_shard_size: z
+    .string()
+    .min(1)
+    .default("5GB")
+    .describe(
+      "largest safetensors shard, as transformers reads it (5GB = 5·10⁹ bytes, 5GiB = 5·2³⁰)",
+    ),
+  verify: z
+    .boolean()
+    .default(false)
+    .describe("print every tensor against what config.json implies (name, shape)"),
+  overwrite: z.boolean().default(false).describe("replace an existing --out folder"),
+  quiet: z.boolean().default(false).describe("no progress output"),
 });
 
 export const convertCkptSpec: CommandConfigSpec<typeof convertCkptSchema> = {

@@ -1,0 +1,281 @@
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { readSafetensors, type Tensor } from "../../src/tensors/safetensors.js";
+import { runCli } from "../helpers/cli.js";
+import { pickleBytes, str, tensorOps, writeTorchFile } from "./handmade.js";
+
+const F = fileURLToPath(new URL("./fixtures", import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), "searchr1-convert-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Every tensor of a HF folder, read with the plain safetensors reader and the index. */
+async function readFolder(folder: string): Promise<Map<string, Tensor>> {
+  const index = join(folder, "model.safetensors.index.json");
+  const files = existsSync(index)
+    ? [
+        ...new Set(
+          Object.values(
+            JSON.parse(readFileSync(index, "utf8")).weight_map as Record<string, string>,
+          ),
+        ),
+      ]
+    : ["model.safetensors"];
+  const all = new Map<string, Tensor>();
+  for (const f of files) for (const [k, v] of await readSafetensors(join(folder, f))) all.set(k, v);
+  return all;
+}
+
+async function expectSameTensors(out: string, reference: Map<string, Tensor>) {
+  const got = await readFolder(out);
+  expect([...got.keys()].sort()).toEqual([...reference.keys()].sort());
+  for (const [name, want] of reference) {
+    const t = got.get(name) as Tensor;
+    expect({ name, dtype: t.dtype, shape: t.shape }).toEqual({
+      name,
+      dtype: want.dtype,
+      shape: want.shape,
+    });
+    const a = Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+    const b = Buffer.from(want.data.buffer, want.data.byteOffset, want.data.byteLength);
+    expect(a.equals(b), `${name} differs`).toBe(true);
+  }
+}
+
+const MEGATRON: [string, string][] = [
+  ["tp1-pp1-te-untied", "untied"],
+  ["tp2-pp1-te-untied", "untied"],
+  ["tp1-pp2-plain-tied", "tied"],
+  ["tp2-pp2-te-tied", "tied"],
+  ["tp2-pp2-plain-untied", "untied"],
+  ["tp2-pp1-te-llama", "llama"],
+];
+
+describe("searchr1 convert megatron-to-hf", () => {
+  it.each(MEGATRON)("%s gives the %s model back, bit for bit", async (c, base) => {
+    const out = join(dir, `m-${c}`);
+    const r = runCli([
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      join(F, "megatron", c),
+      "--hf-base",
+      join(F, "hf", base),
+      "--out",
+      out,
+      "--max-shard-size",
+      "8KB",
+    ]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).not.toContain("warning");
+    expect(r.stdout).toMatch(
+      new RegExp(`^${out}: \\d+ tensors, .* file\\(s\\) from .*iter_0000300`),
+    );
+    await expectSameTensors(out, await readFolder(join(F, "hf", base)));
+    // Config and tokenizer come from the base folder unchanged; the shards have an index.
+    for (const f of [
+      "config.json",
+      "tokenizer.json",
+      "tokenizer_config.json",
+      "generation_config.json",
+    ]) {
+      expect(readFileSync(join(out, f))).toEqual(readFileSync(join(F, "hf", base, f)));
+    }
+    const index = JSON.parse(readFileSync(join(out, "model.safetensors.index.json"), "utf8"));
+    expect(Object.keys(index.weight_map).length).toBeGreaterThan(10);
+    expect(readdirSync(out).filter((f) => f.endsWith(".safetensors")).length).toBeGreaterThan(1);
+  });
+
+  it("--verify prints one row per tensor against config.json", () => {
+    const r = runCli([
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      join(F, "megatron", "tp2-pp2-te-tied"),
+      "--hf-base",
+      join(F, "hf", "tied"),
+      "--out",
+      join(dir, "verify"),
+      "--verify",
+      "--quiet",
+    ]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/model\.layers\.3\.self_attn\.q_proj\.bias\s+\[16\]\s+BF16\s+ok/);
+    expect(r.stdout).not.toMatch(/lm_head/);
+  });
+
+  it("a config that does not fit the checkpoint is an error, and nothing is written", () => {
+    const out = join(dir, "wrong-base");
+    const r = runCli([
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      join(F, "megatron", "tp2-pp1-te-llama"),
+      "--hf-base",
+      join(F, "hf", "untied"),
+      "--out",
+      out,
+      "--verify",
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/q_proj\.bias\s+\[16\]\s+missing/);
+    expect(r.stderr).toMatch(/tensor\(s\) do not match what .*hf\/untied\/config\.json implies/);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("an untied checkpoint with a tied config is refused, not silently truncated", () => {
+    const out = join(dir, "tied-mismatch");
+    const r = runCli([
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      join(F, "megatron", "tp2-pp2-plain-untied"),
+      "--hf-base",
+      join(F, "hf", "tied"),
+      "--out",
+      out,
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("output_layer.weight differs from the embedding");
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it("names a missing rank file", () => {
+    const copy = join(dir, "missing-rank");
+    cpSync(join(F, "megatron", "tp2-pp2-te-tied"), copy, { recursive: true });
+    rmSync(join(copy, "iter_0000300", "mp_rank_01_001"), { recursive: true });
+    const r = runCli([
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      copy,
+      "--hf-base",
+      join(F, "hf", "tied"),
+      "--out",
+      join(dir, "x"),
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(
+      `${join(copy, "iter_0000300", "mp_rank_01_001")}: missing (tensor-parallel size 2, pipeline size 2)`,
+    );
+  });
+
+  it("names an unknown parameter and refuses a hostile pickle, exiting 1", () => {
+    const root = join(dir, "handmade", "iter_0000001", "mp_rank_00");
+    mkdirSync(root, { recursive: true });
+    const pkl = pickleBytes(
+      "}",
+      str("model"),
+      "}",
+      str("decoder.layers.0.mystery.weight"),
+      tensorOps("0", 1, 0, [1], [1]),
+      "ss",
+    );
+    writeTorchFile(join(root, "model_optim_rng.pt"), pkl, { "0": Buffer.alloc(4) });
+    const args = [
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      join(dir, "handmade"),
+      "--hf-base",
+      join(F, "hf", "untied"),
+      "--out",
+      join(dir, "y"),
+    ];
+    const r = runCli(args);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("unknown parameter name decoder.layers.0.mystery.weight");
+    writeTorchFile(
+      join(root, "model_optim_rng.pt"),
+      pickleBytes("cos\nsystem\n", str("echo hi"), "\x85R"),
+    );
+    const h = runCli(args);
+    expect(h.code).toBe(1);
+    expect(h.stderr).toContain("refusing global os.system");
+    expect(h.stdout).toBe("");
+  });
+
+  it("requires --hf-base and refuses to overwrite an existing folder", () => {
+    const input = join(F, "megatron", "tp1-pp1-te-untied");
+    const noBase = runCli(["convert", "megatron-to-hf", "--input", input, "--out", join(dir, "z")]);
+    expect(noBase.code).toBe(2);
+    expect(noBase.stderr).toContain("--hf-base is required");
+    const out = join(dir, "exists");
+    const base = [
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      input,
+      "--hf-base",
+      join(F, "hf", "untied"),
+      "--out",
+      out,
+      "--quiet",
+    ];
+    expect(runCli(base).code).toBe(0);
+    const again = runCli(base);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toContain("--out");
+    expect(runCli([...base, "--overwrite"]).code).toBe(0);
+  });
+});
+
+describe("searchr1 convert fsdp-to-hf", () => {
+  it.each([
+    ["ws1-tied", "tied"],
+    ["ws2-dtensor-untied", "untied"],
+  ])("%s (from the checkpoint root) gives the %s model back, bit for bit", async (c, base) => {
+    const out = join(dir, `f-${c}`);
+    const r = runCli(["convert", "fsdp-to-hf", "--input", join(F, "fsdp", c), "--out", out]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`world size ${c.startsWith("ws1") ? 1 : 2}`);
+    await expectSameTensors(out, await readFolder(join(F, "hf", base)));
+    expect(readFileSync(join(out, "config.json"))).toEqual(
+      readFileSync(join(F, "fsdp", c, "global_step_300", "actor", "huggingface", "config.json")),
+    );
+  });
+
+  it("names a missing rank file", () => {
+    const copy = join(dir, "fsdp-missing");
+    cpSync(join(F, "fsdp", "ws2-dtensor-untied"), copy, { recursive: true });
+    const gone = join(copy, "global_step_300", "actor", "model_world_size_2_rank_1.pt");
+    rmSync(gone);
+    const r = runCli(["convert", "fsdp-to-hf", "--input", copy, "--out", join(dir, "w")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`${gone}: missing (world size 2)`);
+  });
+});
+
+describe("searchr1 convert native-to-hf", () => {
+  it.each([
+    ["untied", "bf16", "untied-bf16"],
+    ["untied", "fp16", "untied-fp16"],
+    ["tied", "fp32", "tied-fp32"],
+  ])("%s --dtype %s matches PyTorch's cast bit for bit", async (base, dtype, cast) => {
+    const out = join(dir, `n-${cast}`);
+    const r = runCli([
+      "convert",
+      "native-to-hf",
+      "--input",
+      join(F, "hf", base),
+      "--out",
+      out,
+      "--dtype",
+      dtype,
+    ]);
+    expect(r.code).toBe(0);
+    await expectSameTensors(out, await readSafetensors(join(F, "cast", `${cast}.safetensors`)));
+    // config.json is copied unchanged, so its torch_dtype now disagrees: a warning says so.
+    expect(r.stderr).toMatch(/warning: .*config\.json says/);
+  });
+});
