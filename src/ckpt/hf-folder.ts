@@ -3,10 +3,11 @@
  * model's config, tokenizer and other non-weight files, and the converted tensors as
  * safetensors shards, with `model.safetensors.index.json` when there is more than one.
  */
-import { copyFile, mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { InputError, UsageError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
+import { replaceDir } from "../runtime/replace-dir.js";
 import {
   type DType,
   shapeStr,
@@ -274,23 +275,6 @@ function pyJson(s: string): string {
     /[\u0080-\uffff]/g,
     (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
   );
-}
-
-/** Puts the finished folder at `out`; an old one is removed only once the new one is in place. */
-async function replaceDir(tmp: string, out: string): Promise<void> {
-  const old = `${out}.old-${process.pid}`;
-  const existed = await stat(out).then(
-    () => true,
-    () => false,
-  );
-  if (existed) await rename(out, old);
-  try {
-    await rename(tmp, out);
-  } catch (e) {
-    if (existed) await rename(old, out);
-    throw e;
-  }
-  if (existed) await rm(old, { recursive: true, force: true });
 }
 
 /** The warning when config.json's (torch_)dtype is not the dtype the float tensors were written in. */

@@ -1,10 +1,11 @@
-import { mkdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { Worker } from "node:worker_threads";
 import { InputError } from "../../runtime/errors.js";
 import { packageVersion } from "../../runtime/package-root.js";
 import type { Progress } from "../../runtime/progress.js";
+import { replaceDir } from "../../runtime/replace-dir.js";
 import { type AnalyzerOptions, DEFAULT_ANALYZER } from "../analyzer.js";
 import { corpusBatches, type LineBatch } from "../corpus-batches.js";
 import { CorpusStoreWriter, corpusKind, identifyCorpus } from "../corpus-store.js";
@@ -145,18 +146,6 @@ async function checkPaths(corpus: string, out: string, overwrite: boolean): Prom
     throw new InputError(`${out} already exists; remove it or pass --overwrite to replace it`);
   }
   await mkdir(dirname(out), { recursive: true });
-}
-
-/** Puts the finished folder in place; an old index is only removed once the new one is. */
-async function replaceDir(tmp: string, out: string): Promise<void> {
-  const old = `${out}.old-${process.pid}`;
-  const existed = await stat(out).then(
-    () => true,
-    () => false,
-  );
-  if (existed) await rename(out, old);
-  await rename(tmp, out);
-  if (existed) await rm(old, { recursive: true, force: true });
 }
 
 interface PoolWorker {
