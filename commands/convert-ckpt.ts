@@ -81,12 +81,17 @@ export function register(program: Command): Command {
               (config.verify ? "" : "; --verify prints the table"),
           );
         }
+        // The order transformers' save_pretrained writes (expected covers every tensor now).
+        const rank = new Map(expected.map((t, i) => [t.name, i]));
+        const tensors = [...conversion.tensors].sort(
+          (a, b) => (rank.get(a.name) ?? 0) - (rank.get(b.name) ?? 0),
+        );
         const summary = await withInterrupt(
           (signal) =>
             writeHfFolder({
               out: config.out,
               baseDir,
-              tensors: conversion.tensors,
+              tensors,
               dtype: config.dtype,
               maxShardBytes,
               overwrite: config.overwrite,

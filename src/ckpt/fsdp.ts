@@ -9,7 +9,6 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
-import { hfOrder } from "./hf-names.js";
 import type { Conversion } from "./megatron.js";
 import type { ModelDims } from "./model-dims.js";
 import type { SourceTensor } from "./source.js";
@@ -126,7 +125,6 @@ export async function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Con
         ),
       );
     }
-    tensors.sort((a, b) => hfOrder(a.name, b.name));
     return { tensors, close };
   } catch (e) {
     await close();

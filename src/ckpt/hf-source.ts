@@ -8,7 +8,6 @@ import { type FileHandle, open } from "node:fs/promises";
 import { join } from "node:path";
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, readSafetensorsHeader } from "../tensors/safetensors.js";
-import { hfOrder } from "./hf-names.js";
 import type { Conversion } from "./megatron.js";
 import type { SourceTensor } from "./source.js";
 
@@ -48,7 +47,6 @@ export async function hfFolderTensors(dir: string): Promise<Conversion> {
         }
       }
     }
-    tensors.sort((a, b) => hfOrder(a.name, b.name));
     return { tensors, close };
   } catch (e) {
     await close();

@@ -8,7 +8,6 @@
  */
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
-import { hfOrder } from "./hf-names.js";
 import type { MegatronLayout } from "./megatron-layout.js";
 import type { ModelDims } from "./model-dims.js";
 import type { SourceTensor } from "./source.js";
@@ -100,7 +99,6 @@ export async function megatronToHf(layout: MegatronLayout, dims: ModelDims): Pro
         `${layout.iterDir}: the checkpoint has ${layers} decoder layers, config.json says num_hidden_layers ${dims.layers}`,
       );
     }
-    tensors.sort((a, b) => hfOrder(a.name, b.name));
     return { tensors, close };
   } catch (e) {
     await close();

@@ -205,6 +205,42 @@ describe("searchr1 convert megatron-to-hf", () => {
     expect(h.stdout).toBe("");
   });
 
+  it("names the rank whose shard does not match rank 0's shape", () => {
+    const iter = join(dir, "mismatch", "iter_0000001");
+    const norm = (n: number) =>
+      pickleBytes(
+        "}",
+        str("model"),
+        "}",
+        str("decoder.final_layernorm.weight"),
+        tensorOps("0", n, 0, [n], [1]),
+        "ss",
+      );
+    for (const [t, n] of [
+      [0, 2],
+      [1, 3],
+    ]) {
+      mkdirSync(join(iter, `mp_rank_0${t}`), { recursive: true });
+      writeTorchFile(join(iter, `mp_rank_0${t}`, "model_optim_rng.pt"), norm(n as number), {
+        "0": Buffer.alloc(12),
+      });
+    }
+    const r = runCli([
+      "convert",
+      "megatron-to-hf",
+      "--input",
+      join(dir, "mismatch"),
+      "--hf-base",
+      join(F, "hf", "untied"),
+      "--out",
+      join(dir, "v"),
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(
+      `${join(iter, "mp_rank_01", "model_optim_rng.pt")}: decoder.final_layernorm.weight has shape [3], rank 0 has [2]`,
+    );
+  });
+
   it("requires --hf-base and refuses to overwrite an existing folder", () => {
     const input = join(F, "megatron", "tp1-pp1-te-untied");
     const noBase = runCli(["convert", "megatron-to-hf", "--input", input, "--out", join(dir, "z")]);
