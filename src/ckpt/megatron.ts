@@ -321,9 +321,12 @@ function expand(
         }
         rows = dims.vocabSize; // Megatron pads the vocabulary; the padding rows are dropped
       }
+      const all = total(0);
       return [
         tensor(rule.hf, [rows, ...rest], async () =>
-          takeRows(await merged(0), rowBytes, [{ start: 0, count: rows }]),
+          rows === all
+            ? merged(0)
+            : takeRows(await merged(0), rowBytes, [{ start: 0, count: rows }]),
         ),
       ];
     }
