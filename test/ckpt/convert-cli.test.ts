@@ -59,6 +59,7 @@ const MEGATRON: [string, string][] = [
   ["tp2-pp2-te-tied", "tied"],
   ["tp2-pp2-plain-untied", "untied"],
   ["tp2-pp1-te-llama", "llama"],
+  ["tp2-pp1-te-tied", "tied"],
 ];
 
 describe("searchr1 convert megatron-to-hf", () => {

@@ -136,6 +136,7 @@ MEGATRON_CASES = {
     "tp2-pp2-te-tied": ("tied", 2, 2, True, False),
     "tp2-pp2-plain-untied": ("untied", 2, 2, False, True),
     "tp2-pp1-te-llama": ("llama", 2, 1, True, False),
+    "tp2-pp1-te-tied": ("tied", 2, 1, True, False),
 }
 MAKE_VOCAB_DIVISIBLE_BY = 16  # Megatron pads vocab to a multiple of this * TP
 
@@ -1450,6 +1451,7 @@ The script's docstring documents every layout in detail.
   - `tp2-pp2-plain-untied`: all params of a file are views of one flat buffer;
     `decoder.layers.0.self_attention.linear_proj.weight` is non-contiguous
   - `tp2-pp1-te-llama`: vocab 30 padded to 32 with zero rows (drop them)
+  - `tp2-pp1-te-tied`: tied BF16 on one stage: no `output_layer.weight` at all
 - `fsdp/<case>/global_step_300/actor/`: verl FSDP checkpoints:
   - `ws1-tied`: one rank, plain tensors, embed_tokens and lm_head share storage
   - `ws2-dtensor-untied`: two ranks, DTensor pickles (Shard(0), Shard(1) for
