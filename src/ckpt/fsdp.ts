@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
 import type { Conversion } from "./megatron.js";
-import type { ModelDims } from "./model-dims.js";
+import { type ModelDims, readConfig } from "./model-dims.js";
 import type { SourceTensor } from "./source.js";
 import { concat } from "./tensor-ops.js";
 import { DTensorShard, describe, loadTorchFile, type TorchFile } from "./torch-load.js";
@@ -38,7 +38,7 @@ export function locateFsdp(input: string): FsdpLayout {
   let worldSize: number;
   const configPath = join(actorDir, "fsdp_config.json");
   if (existsSync(configPath)) {
-    const config = JSON.parse(readFileSync(configPath, "utf8")) as { world_size?: unknown };
+    const config = readConfig(configPath);
     if (!Number.isSafeInteger(config.world_size) || (config.world_size as number) <= 0) {
       throw new InputError(`${configPath}: field "world_size" must be a positive integer`);
     }

@@ -14,6 +14,7 @@ export interface ModelDims {
   tied: boolean;
 }
 
+/** A JSON file holding an object (config.json, fsdp_config.json), with errors naming it. */
 export function readConfig(path: string): Record<string, unknown> {
   let text: string;
   try {
