@@ -23,9 +23,9 @@ convert  the competitor: the conversion as the reference converters (Megatron-LM
          split the fused QKV per query group into q/k/v weight and bias, split each rank's
          fc1 into its gate and up halves and concatenate those across ranks, take the norms
          from rank 0, drop the _extra_state entries; then write one safetensors file in HF
-         state-dict order with a pure-Python writer that works as safetensors.torch.save_file
-         does (every tensor turned into one bytes object, then all written; the safetensors
-         package is not installed here).
+         state-dict order with the fixtures' pure-Python writer, which works as
+         safetensors.torch.save_file does (every tensor turned into one bytes object, then
+         all written; the safetensors package is not installed here).
          Prints {"seconds", "load_s", "merge_s", "write_s", "tensors", "bytes"} as JSON;
          the times are its own, from after the imports.
 
@@ -37,7 +37,6 @@ import collections
 import json
 import os
 import platform
-import struct
 import sys
 import time
 
@@ -52,7 +51,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "test", "ckpt"))
 # make_fixtures pins torch to one thread when imported; the competitor keeps torch's default.
 _THREADS = torch.get_num_threads()
-from make_fixtures import ST_NAME, megatron_model, param_specs, write_json  # noqa: E402
+from make_fixtures import megatron_model, param_specs, write_json, write_safetensors  # noqa: E402
 
 torch.set_num_threads(_THREADS)
 
@@ -143,32 +142,6 @@ def make(args):
 # convert (the competitor)
 # ---------------------------------------------------------------------------
 
-def save_file(tensors, path, metadata):
-    """safetensors.torch.save_file without the package: as it does, every tensor becomes a
-    bytes object (one copy, numpy's tobytes) before the header and the data are written.
-    Little-endian hosts only (as the data must be on disk)."""
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        bits = t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
-        data = bits.numpy().tobytes()
-        header[name] = {
-            "dtype": ST_NAME[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        blobs.append(data)
-        offset += len(data)
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for data in blobs:
-            f.write(data)
-    return offset
-
-
 def convert(args):
     t0 = time.perf_counter()
     with open(args.config) as f:
@@ -227,7 +200,7 @@ def convert(args):
         out["lm_head.weight"] = cat("output_layer.weight", 0)[:V]
     t2 = time.perf_counter()
 
-    written = save_file(out, args.out, {"format": "pt"})
+    written = write_safetensors(args.out, list(out.items()), {"format": "pt"})
     t3 = time.perf_counter()
     print(json.dumps({
         "seconds": t3 - t0,

@@ -211,11 +211,13 @@ ST_DTYPE = {v: k for k, v in ST_NAME.items()}
 
 
 def raw_bytes(t):
+    """The tensor's bytes as safetensors stores them (one copy; little-endian hosts only)."""
+    assert sys.byteorder == "little"
     t = t.detach().contiguous()
     if t.dtype == torch.float32:
-        return t.view(torch.int32).numpy().astype("<i4").tobytes()
+        return t.view(torch.int32).numpy().tobytes()
     if t.dtype in (torch.bfloat16, torch.float16):
-        return t.view(torch.int16).numpy().astype("<i2").tobytes()
+        return t.view(torch.int16).numpy().tobytes()
     raise ValueError(t.dtype)
 
 
