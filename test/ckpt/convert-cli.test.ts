@@ -52,6 +52,20 @@ async function expectSameTensors(out: string, reference: Map<string, Tensor>) {
   }
 }
 
+/** `searchr1 convert megatron-to-hf --input … --hf-base … --out … [extra]`. */
+const megatron = (input: string, base: string, out: string, ...extra: string[]) =>
+  runCli([
+    "convert",
+    "megatron-to-hf",
+    "--input",
+    input,
+    "--hf-base",
+    base,
+    "--out",
+    out,
+    ...extra,
+  ]);
+
 const MEGATRON: [string, string][] = [
   ["tp1-pp1-te-untied", "untied"],
   ["tp2-pp1-te-untied", "untied"],
@@ -65,18 +79,7 @@ const MEGATRON: [string, string][] = [
 describe("searchr1 convert megatron-to-hf", () => {
   it.each(MEGATRON)("%s gives the %s model back, bit for bit", async (c, base) => {
     const out = join(dir, `m-${c}`);
-    const r = runCli([
-      "convert",
-      "megatron-to-hf",
-      "--input",
-      join(F, "megatron", c),
-      "--hf-base",
-      join(F, "hf", base),
-      "--out",
-      out,
-      "--max-shard-size",
-      "8KB",
-    ]);
+    const r = megatron(join(F, "megatron", c), join(F, "hf", base), out, "--max-shard-size", "8KB");
     expect(r.code).toBe(0);
     expect(r.stderr).not.toContain("warning");
     expect(r.stdout).toMatch(
@@ -98,18 +101,13 @@ describe("searchr1 convert megatron-to-hf", () => {
   });
 
   it("--verify prints one row per tensor against config.json", () => {
-    const r = runCli([
-      "convert",
-      "megatron-to-hf",
-      "--input",
+    const r = megatron(
       join(F, "megatron", "tp2-pp2-te-tied"),
-      "--hf-base",
       join(F, "hf", "tied"),
-      "--out",
       join(dir, "verify"),
       "--verify",
       "--quiet",
-    ]);
+    );
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/model\.layers\.3\.self_attn\.q_proj\.bias\s+\[16\]\s+BF16\s+ok/);
     expect(r.stdout).not.toMatch(/lm_head/);
@@ -117,17 +115,12 @@ describe("searchr1 convert megatron-to-hf", () => {
 
   it("a config that does not fit the checkpoint is an error, and nothing is written", () => {
     const out = join(dir, "wrong-base");
-    const r = runCli([
-      "convert",
-      "megatron-to-hf",
-      "--input",
+    const r = megatron(
       join(F, "megatron", "tp2-pp1-te-llama"),
-      "--hf-base",
       join(F, "hf", "untied"),
-      "--out",
       out,
       "--verify",
-    ]);
+    );
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/q_proj\.bias\s+\[16\]\s+missing/);
     expect(r.stderr).toMatch(/tensor\(s\) do not match what .*hf\/untied\/config\.json implies/);
@@ -136,16 +129,7 @@ describe("searchr1 convert megatron-to-hf", () => {
 
   it("an untied checkpoint with a tied config is refused, not silently truncated", () => {
     const out = join(dir, "tied-mismatch");
-    const r = runCli([
-      "convert",
-      "megatron-to-hf",
-      "--input",
-      join(F, "megatron", "tp2-pp2-plain-untied"),
-      "--hf-base",
-      join(F, "hf", "tied"),
-      "--out",
-      out,
-    ]);
+    const r = megatron(join(F, "megatron", "tp2-pp2-plain-untied"), join(F, "hf", "tied"), out);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("output_layer.weight differs from the embedding");
     expect(existsSync(out)).toBe(false);
@@ -155,16 +139,7 @@ describe("searchr1 convert megatron-to-hf", () => {
     const copy = join(dir, "missing-rank");
     cpSync(join(F, "megatron", "tp2-pp2-te-tied"), copy, { recursive: true });
     rmSync(join(copy, "iter_0000300", "mp_rank_01_001"), { recursive: true });
-    const r = runCli([
-      "convert",
-      "megatron-to-hf",
-      "--input",
-      copy,
-      "--hf-base",
-      join(F, "hf", "tied"),
-      "--out",
-      join(dir, "x"),
-    ]);
+    const r = megatron(copy, join(F, "hf", "tied"), join(dir, "x"));
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       `${join(copy, "iter_0000300", "mp_rank_01_001")}: missing (tensor-parallel size 2, pipeline size 2)`,
@@ -183,24 +158,15 @@ describe("searchr1 convert megatron-to-hf", () => {
       "ss",
     );
     writeTorchFile(join(root, "model_optim_rng.pt"), pkl, { "0": Buffer.alloc(4) });
-    const args = [
-      "convert",
-      "megatron-to-hf",
-      "--input",
-      join(dir, "handmade"),
-      "--hf-base",
-      join(F, "hf", "untied"),
-      "--out",
-      join(dir, "y"),
-    ];
-    const r = runCli(args);
+    const run = () => megatron(join(dir, "handmade"), join(F, "hf", "untied"), join(dir, "y"));
+    const r = run();
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("unknown parameter name decoder.layers.0.mystery.weight");
     writeTorchFile(
       join(root, "model_optim_rng.pt"),
       pickleBytes("cos\nsystem\n", str("echo hi"), "\x85R"),
     );
-    const h = runCli(args);
+    const h = run();
     expect(h.code).toBe(1);
     expect(h.stderr).toContain("refusing global os.system");
     expect(h.stdout).toBe("");
@@ -226,16 +192,7 @@ describe("searchr1 convert megatron-to-hf", () => {
         "0": Buffer.alloc(12),
       });
     }
-    const r = runCli([
-      "convert",
-      "megatron-to-hf",
-      "--input",
-      join(dir, "mismatch"),
-      "--hf-base",
-      join(F, "hf", "untied"),
-      "--out",
-      join(dir, "v"),
-    ]);
+    const r = megatron(join(dir, "mismatch"), join(F, "hf", "untied"), join(dir, "v"));
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(
       `${join(iter, "mp_rank_01", "model_optim_rng.pt")}: decoder.final_layernorm.weight has shape [3], rank 0 has [2]`,
@@ -248,22 +205,13 @@ describe("searchr1 convert megatron-to-hf", () => {
     expect(noBase.code).toBe(2);
     expect(noBase.stderr).toContain("--hf-base is required");
     const out = join(dir, "exists");
-    const base = [
-      "convert",
-      "megatron-to-hf",
-      "--input",
-      input,
-      "--hf-base",
-      join(F, "hf", "untied"),
-      "--out",
-      out,
-      "--quiet",
-    ];
-    expect(runCli(base).code).toBe(0);
-    const again = runCli(base);
+    const run = (...extra: string[]) =>
+      megatron(input, join(F, "hf", "untied"), out, "--quiet", ...extra);
+    expect(run().code).toBe(0);
+    const again = run();
     expect(again.code).toBe(2);
     expect(again.stderr).toContain("--out");
-    expect(runCli([...base, "--overwrite"]).code).toBe(0);
+    expect(run("--overwrite").code).toBe(0);
   });
 });
 

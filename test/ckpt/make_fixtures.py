@@ -86,6 +86,7 @@ import copyreg
 import dataclasses
 import enum
 import hashlib
+import importlib.util
 import io
 import json
 import math
@@ -107,6 +108,12 @@ torch.set_num_threads(1)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures")
+# The native fixtures' generator, loaded by path: both scripts are named make_fixtures.
+_spec = importlib.util.spec_from_file_location(
+    "native_make_fixtures", os.path.join(HERE, "..", "native", "make_fixtures.py"))
+_native = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_native)
+native_param_specs = _native.param_specs
 ITER = 300
 INIT_STD, NORM_STD = 0.15, 0.1
 
@@ -294,30 +301,10 @@ def model_cfg(name):
 
 
 def param_specs(c):
-    """(hf name, shape, kind) in HF checkpoint order."""
-    H, I, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    NH, NKV = c["num_attention_heads"], c["num_key_value_heads"]
-    hd = H // NH
-    bias = c["arch"] == "qwen2"
-    specs = [("model.embed_tokens.weight", (V, H), "matrix")]
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        specs.append((p + "input_layernorm.weight", (H,), "norm"))
-        for proj, rows in (("q", NH * hd), ("k", NKV * hd), ("v", NKV * hd)):
-            specs.append((p + f"self_attn.{proj}_proj.weight", (rows, H), "matrix"))
-            if bias:
-                specs.append((p + f"self_attn.{proj}_proj.bias", (rows,), "bias"))
-        specs += [
-            (p + "self_attn.o_proj.weight", (H, NH * hd), "matrix"),
-            (p + "post_attention_layernorm.weight", (H,), "norm"),
-            (p + "mlp.gate_proj.weight", (I, H), "matrix"),
-            (p + "mlp.up_proj.weight", (I, H), "matrix"),
-            (p + "mlp.down_proj.weight", (H, I), "matrix"),
-        ]
-    specs.append(("model.norm.weight", (H,), "norm"))
-    if not c["tied"]:
-        specs.append(("lm_head.weight", (V, H), "matrix"))
-    return specs
+    """(hf name, shape, kind) in HF checkpoint order: the native fixtures' list, with
+    Llama's missing q/k/v biases."""
+    return native_param_specs(
+        {**c, "tie_word_embeddings": c["tied"], "attention_bias": c["arch"] == "qwen2"})
 
 
 def init_params(name):

@@ -208,21 +208,21 @@ def write_json(path, obj):
 # ---------------------------------------------------------------------------
 
 def param_specs(cfg):
-    """(name, shape, kind) for every parameter, in HF checkpoint order."""
+    """(name, shape, kind) for every parameter, in HF checkpoint order. q/k/v biases as
+    Qwen2 has them, unless the config says `attention_bias: false` (Llama)."""
     H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     NH, NKV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = H // NH
+    bias = cfg.get("attention_bias", True)
     specs = [("model.embed_tokens.weight", (V, H), "matrix")]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        specs.append((p + "input_layernorm.weight", (H,), "norm"))
+        for proj, rows in (("q", NH * hd), ("k", NKV * hd), ("v", NKV * hd)):
+            specs.append((p + f"self_attn.{proj}_proj.weight", (rows, H), "matrix"))
+            if bias:
+                specs.append((p + f"self_attn.{proj}_proj.bias", (rows,), "bias"))
         specs += [
-            (p + "input_layernorm.weight", (H,), "norm"),
-            (p + "self_attn.q_proj.weight", (NH * hd, H), "matrix"),
-            (p + "self_attn.q_proj.bias", (NH * hd,), "bias"),
-            (p + "self_attn.k_proj.weight", (NKV * hd, H), "matrix"),
-            (p + "self_attn.k_proj.bias", (NKV * hd,), "bias"),
-            (p + "self_attn.v_proj.weight", (NKV * hd, H), "matrix"),
-            (p + "self_attn.v_proj.bias", (NKV * hd,), "bias"),
             (p + "self_attn.o_proj.weight", (H, NH * hd), "matrix"),
             (p + "post_attention_layernorm.weight", (H,), "norm"),
             (p + "mlp.gate_proj.weight", (I, H), "matrix"),
