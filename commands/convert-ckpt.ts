@@ -4,9 +4,10 @@ import { expectedTensors, verifyTensors } from "../src/ckpt/expected-tensors.js"
 import { fsdpToHf, locateFsdp } from "../src/ckpt/fsdp.js";
 import { parseShardSize, writeHfFolder } from "../src/ckpt/hf-folder.js";
 import { hfFolderTensors } from "../src/ckpt/hf-source.js";
-import { type Conversion, megatronToHf } from "../src/ckpt/megatron.js";
+import { megatronToHf } from "../src/ckpt/megatron.js";
 import { locateMegatron } from "../src/ckpt/megatron-layout.js";
 import { modelDims, readConfig } from "../src/ckpt/model-dims.js";
+import type { Conversion } from "../src/ckpt/source.js";
 import { defineCommand } from "../src/cli/define.js";
 import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
 import { InputError, UsageError } from "../src/runtime/errors.js";

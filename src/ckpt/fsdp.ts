@@ -9,11 +9,10 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
-import type { Conversion } from "./megatron.js";
 import { type ModelDims, readConfig } from "./model-dims.js";
-import type { SourceTensor } from "./source.js";
+import type { Conversion, SourceTensor } from "./source.js";
 import { concat } from "./tensor-ops.js";
-import { DTensorShard, describe, loadTorchFile, type TorchFile } from "./torch-load.js";
+import { convertTorchFiles, DTensorShard, describe } from "./torch-load.js";
 import { TorchTensor } from "./torch-tensor.js";
 
 export interface FsdpLayout {
@@ -27,13 +26,10 @@ const MODEL_FILE = /^model_world_size_(\d+)_rank_(\d+)\.pt$/;
 
 export function locateFsdp(input: string): FsdpLayout {
   const actorDir = findActorDir(input);
-  const byWorld = new Map<number, Set<number>>();
+  const worlds = new Set<number>();
   for (const f of readdirSync(actorDir)) {
     const m = MODEL_FILE.exec(f);
-    if (!m) continue;
-    const w = Number(m[1]);
-    if (!byWorld.has(w)) byWorld.set(w, new Set());
-    byWorld.get(w)?.add(Number(m[2]));
+    if (m) worlds.add(Number(m[1]));
   }
   let worldSize: number;
   const configPath = join(actorDir, "fsdp_config.json");
@@ -43,13 +39,13 @@ export function locateFsdp(input: string): FsdpLayout {
       throw new InputError(`${configPath}: field "world_size" must be a positive integer`);
     }
     worldSize = config.world_size as number;
-  } else if (byWorld.size === 1) {
-    worldSize = [...byWorld.keys()][0] as number;
+  } else if (worlds.size === 1) {
+    worldSize = [...worlds][0] as number;
   } else {
     throw new InputError(
-      byWorld.size === 0
+      worlds.size === 0
         ? `${actorDir}: no model_world_size_W_rank_R.pt files`
-        : `${actorDir}: files for several world sizes (${[...byWorld.keys()].join(", ")}) and no fsdp_config.json`,
+        : `${actorDir}: files for several world sizes (${[...worlds].join(", ")}) and no fsdp_config.json`,
     );
   }
   const files = Array.from({ length: worldSize }, (_, r) => {
@@ -88,23 +84,16 @@ function findActorDir(input: string): string {
 // FSDP/activation-checkpointing wrappers that older saves leave in parameter names.
 const WRAPPERS = /(^|\.)(_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\./g;
 
-export async function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Conversion> {
-  const opened: TorchFile[] = [];
-  const close = async () => {
-    await Promise.all(opened.map((f) => f.archive.close()));
-  };
-  try {
-    const dicts: Map<string, unknown>[] = [];
-    for (const file of layout.files) {
-      const loaded = await loadTorchFile(file);
-      opened.push(loaded);
-      if (!(loaded.value instanceof Map)) {
-        throw new InputError(`${file}: expected a state dict, found ${describe(loaded.value)}`);
+export function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Conversion> {
+  return convertTorchFiles(layout.files, (values) => {
+    const dicts = values.map((value, r) => {
+      if (!(value instanceof Map)) {
+        throw new InputError(`${layout.files[r]}: expected a state dict, found ${describe(value)}`);
       }
       const dict = new Map<string, unknown>();
-      for (const [k, v] of loaded.value) dict.set(String(k).replace(WRAPPERS, "$1"), v);
-      dicts.push(dict);
-    }
+      for (const [k, v] of value) dict.set(String(k).replace(WRAPPERS, "$1"), v);
+      return dict;
+    });
     const first = dicts[0] as Map<string, unknown>;
     dicts.forEach((d, r) => {
       for (const k of d.keys()) {
@@ -125,11 +114,8 @@ export async function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Con
         ),
       );
     }
-    return { tensors, close };
-  } catch (e) {
-    await close();
-    throw e;
-  }
+    return tensors;
+  });
 }
 
 function merge(name: string, files: string[], values: unknown[]): SourceTensor {

@@ -8,8 +8,7 @@ import { type FileHandle, open } from "node:fs/promises";
 import { join } from "node:path";
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, readSafetensorsHeader } from "../tensors/safetensors.js";
-import type { Conversion } from "./megatron.js";
-import type { SourceTensor } from "./source.js";
+import type { Conversion, SourceTensor } from "./source.js";
 
 export async function hfFolderTensors(dir: string): Promise<Conversion> {
   const files = shardFiles(dir);

@@ -10,15 +10,10 @@ import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
 import type { MegatronLayout } from "./megatron-layout.js";
 import type { ModelDims } from "./model-dims.js";
-import type { SourceTensor } from "./source.js";
+import type { Conversion, SourceTensor } from "./source.js";
 import { concat, takeRows } from "./tensor-ops.js";
-import { describe, loadTorchFile, type TorchFile } from "./torch-load.js";
+import { convertTorchFiles, describe } from "./torch-load.js";
 import { TorchTensor } from "./torch-tensor.js";
-
-export interface Conversion {
-  tensors: SourceTensor[];
-  close(): Promise<void>;
-}
 
 /** How one Megatron tensor maps onto HF tensors. */
 type Rule =
@@ -76,22 +71,12 @@ interface Shards {
   dtype: DType;
 }
 
-export async function megatronToHf(layout: MegatronLayout, dims: ModelDims): Promise<Conversion> {
-  const opened: TorchFile[] = [];
-  const close = async () => {
-    await Promise.all(opened.map((f) => f.archive.close()));
-  };
-  try {
-    const chunks: Map<unknown, unknown>[][][] = []; // [stage][tp][chunk]
-    for (const row of layout.files) {
-      const stage: Map<unknown, unknown>[][] = [];
-      for (const file of row) {
-        const loaded = await loadTorchFile(file);
-        opened.push(loaded);
-        stage.push(modelChunks(loaded.value, file));
-      }
-      chunks.push(stage);
-    }
+export function megatronToHf(layout: MegatronLayout, dims: ModelDims): Promise<Conversion> {
+  return convertTorchFiles(layout.files.flat(), (values) => {
+    // [stage][tp][chunk], from the files in stage-major order
+    const chunks = layout.files.map((row, p) =>
+      row.map((file, t) => modelChunks(values[p * layout.tp + t], file)),
+    );
     const { units, layers } = orderUnits(layout, chunks);
     const tensors = planTensors(units, dims);
     if (layers !== dims.layers) {
@@ -99,11 +84,8 @@ export async function megatronToHf(layout: MegatronLayout, dims: ModelDims): Pro
         `${layout.iterDir}: the checkpoint has ${layers} decoder layers, config.json says num_hidden_layers ${dims.layers}`,
       );
     }
-    return { tensors, close };
-  } catch (e) {
-    await close();
-    throw e;
-  }
+    return tensors;
+  });
 }
 
 /** The model state dicts of a rank file: `model`, or `model0`, `model1`, ... (virtual pipeline). */

@@ -14,3 +14,9 @@ export interface SourceTensor {
 
 /** `--dtype`: keep each tensor's dtype, or cast floating-point tensors to one. */
 export type OutputDType = "keep" | "bf16" | "fp16" | "fp32";
+
+/** A conversion's tensors, lazily read from files that stay open until `close()`. */
+export interface Conversion {
+  tensors: SourceTensor[];
+  close(): Promise<void>;
+}

@@ -8,6 +8,7 @@
 import { InputError } from "../runtime/errors.js";
 import type { DType } from "../tensors/safetensors.js";
 import { type Callable, PickleError, PyGlobal, PyObject, unpickle } from "./pickle.js";
+import type { Conversion, SourceTensor } from "./source.js";
 import { type TorchStorage, TorchTensor } from "./torch-tensor.js";
 import { ZipArchive } from "./zip.js";
 
@@ -153,6 +154,28 @@ export async function loadTorchFile(path: string): Promise<TorchFile> {
     }
   } catch (e) {
     await archive.close();
+    throw e;
+  }
+}
+
+/**
+ * Loads the rank files of one checkpoint and plans its tensors from their values (in file
+ * order). The archives stay open for the lazy reads until the conversion is closed, and are
+ * closed at once if a file or the planning fails.
+ */
+export async function convertTorchFiles(
+  files: readonly string[],
+  plan: (values: unknown[]) => SourceTensor[],
+): Promise<Conversion> {
+  const opened: TorchFile[] = [];
+  const close = async () => {
+    await Promise.all(opened.map((f) => f.archive.close()));
+  };
+  try {
+    for (const file of files) opened.push(await loadTorchFile(file));
+    return { tensors: plan(opened.map((f) => f.value)), close };
+  } catch (e) {
+    await close();
     throw e;
   }
 }
