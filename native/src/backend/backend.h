@@ -1,7 +1,12 @@
 // The per-layer operations of the model, in the style of llm.c: explicit forward and
 // backward functions over flat buffers. The model code (model/qwen2.cpp) is written once
-// against this interface; each device (CPU now, CUDA next) is one implementation of it,
-// chosen at run time. Buffers returned by `alloc` live on the backend's device.
+// against this interface; each device (CPU, CUDA) is one implementation of it, chosen at
+// run time. Buffers returned by `alloc*` live on the backend's device.
+//
+// Precision: activations and the compute copy of the weights are in the backend's
+// compute type, llm.c's "floatX" (fp32 on the CPU, bf16 on CUDA) and travel as XPtr.
+// Master weights, gradients, AdamW state and per-row statistics (rstd, lse, log-probs)
+// are always fp32 (float*). Reductions accumulate in fp32.
 //
 // Layouts are row-major. "Rows" are the B*T token positions of a batch. Weights are
 // stored (out, in) like PyTorch nn.Linear. Backward functions accumulate (+=) into
@@ -9,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,6 +24,16 @@ namespace sr1 {
 struct AttentionShape {
   int B = 0, T = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+};
+
+// A device pointer to elements of the backend's compute type. The model only offsets
+// these and hands them from one backend call to the next; null (p == nullptr) means
+// "absent" where an argument is optional.
+struct XPtr {
+  void* p = nullptr;
+  size_t elem = sizeof(float);  // bytes per element
+  XPtr operator+(size_t n) const { return XPtr{static_cast<char*>(p) + n * elem, elem}; }
+  bool null() const { return p == nullptr; }
 };
 
 struct AdamWParams {
@@ -30,80 +46,111 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Waits for queued device work (for timing); a no-op on the CPU.
+  virtual void synchronize() {}
 
   // ---- memory (counts are elements) ----
+  // Bytes per compute-type element: 4 means XPtr buffers are plain floats, so the model
+  // computes on its fp32 master weights directly instead of keeping a copy.
+  virtual size_t x_elem() const = 0;
   virtual float* alloc(size_t n) = 0;
   virtual int32_t* alloc_i32(size_t n) = 0;
+  virtual XPtr alloc_x(size_t n) = 0;
   virtual void release(void* p) = 0;
   virtual void upload(float* dst, const float* src, size_t n) = 0;
   virtual void upload_i32(int32_t* dst, const int32_t* src, size_t n) = 0;
   virtual void download(float* dst, const float* src, size_t n) = 0;
   virtual void zero(float* p, size_t n) = 0;
+  virtual void zero_x(XPtr p, size_t n) = 0;
+  // dst = src rounded to the compute type (device to device)
+  virtual void to_x(XPtr dst, const float* src, size_t n) = 0;
+  // Largest number of bytes the backend's buffers held at once since the last reset.
+  size_t peak_bytes() const { return peak_; }
+  size_t live_bytes() const { return live_; }
+  void reset_peak_bytes() { peak_ = live_; }
 
   // ---- layers ----
   // out[N,C] = wte[ids[n]]
-  virtual void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
-                                 int C) = 0;
+  virtual void embedding_forward(XPtr out, const int32_t* ids, XPtr wte, int N, int C) = 0;
   // dwte[ids[n]] += dout[n]
-  virtual void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
+  virtual void embedding_backward(float* dwte, XPtr dout, const int32_t* ids, int N,
                                   int C) = 0;
   // out = w * inp * rstd, rstd = 1/sqrt(mean(inp^2) + eps), per row
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
-                               int N, int C, float eps) = 0;
+  virtual void rmsnorm_forward(XPtr out, float* rstd, XPtr inp, XPtr w, int N, int C,
+                               float eps) = 0;
   // dinp += d(out)/d(inp) . dout ; dw += sum over rows
-  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                const float* w, const float* rstd, int N, int C) = 0;
-  // out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC])
-  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias,
-                              int N, int C, int OC) = 0;
+  virtual void rmsnorm_backward(XPtr dinp, float* dw, XPtr dout, XPtr inp, XPtr w,
+                                const float* rstd, int N, int C) = 0;
+  // out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC]; bias may be null)
+  virtual void matmul_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C, int OC) = 0;
   // dinp[N,C] = (or +=, with accumulate) dout . w ; dw += dout^T . inp ; dbias += colsum
   // Any of dinp, dw, dbias may be null to skip it.
-  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                               const float* inp, const float* w, int N, int C, int OC,
-                               bool accumulate_dinp) = 0;
+  virtual void matmul_backward(XPtr dinp, float* dw, float* dbias, XPtr dout, XPtr inp, XPtr w,
+                               int N, int C, int OC, bool accumulate_dinp) = 0;
   // Rotary embedding (rotate_half pairing j, j+hd/2) of the q and k parts of each fused
   // qkv row, in place, at the row's position. Backward applies the inverse rotation to the
   // gradient.
-  virtual void rope_forward(float* qkv, const int32_t* pos, const AttentionShape& s,
+  virtual void rope_forward(XPtr qkv, const int32_t* pos, const AttentionShape& s,
                             float theta) = 0;
-  virtual void rope_backward(float* dqkv, const int32_t* pos, const AttentionShape& s,
+  virtual void rope_backward(XPtr dqkv, const int32_t* pos, const AttentionShape& s,
                              float theta) = 0;
   // Causal grouped-query attention with a key mask (key_mask[b*T+j] != 0: real token).
-  // out[N, NH*hd]; lse[B, NH, T] keeps each row's log-sum-exp for the backward pass.
-  // Query rows that can see no key produce zeros.
-  virtual void attention_forward(float* out, float* lse, const float* qkv,
-                                 const int32_t* key_mask, const AttentionShape& s) = 0;
+  // out[N, NH*hd]; lse[B, NH, T] keeps each row's log-sum-exp for the backward pass
+  // (-inf for a query row that can see no key; its output is zeros).
+  virtual void attention_forward(XPtr out, float* lse, XPtr qkv, const int32_t* key_mask,
+                                 const AttentionShape& s) = 0;
   // dqkv[N, qkv_dim] = gradient of q, k, v (overwritten)
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, const float* lse, const int32_t* key_mask,
-                                  const AttentionShape& s) = 0;
+  virtual void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
+                                  const int32_t* key_mask, const AttentionShape& s) = 0;
   // gu row = [gate (I) | up (I)]; out[N,I] = silu(gate) * up
-  virtual void swiglu_forward(float* out, const float* gu, int N, int I) = 0;
-  virtual void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int I) = 0;
+  virtual void swiglu_forward(XPtr out, XPtr gu, int N, int I) = 0;
+  virtual void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) = 0;
   // out = a + b (out may alias a)
-  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;
 
   // ---- language-model head, on the rows that predict a token ----
   // out[r] = in[rows[r]] for r < n
-  virtual void gather_rows(float* out, const float* in, const int32_t* rows, int n, int C) = 0;
+  virtual void gather_rows(XPtr out, XPtr in, const int32_t* rows, int n, int C) = 0;
   // out[rows[r]] = in[r] (rows distinct)
-  virtual void scatter_rows(float* out, const float* in, const int32_t* rows, int n, int C) = 0;
+  virtual void scatter_rows(XPtr out, XPtr in, const int32_t* rows, int n, int C) = 0;
   // For each of n rows of logits[n,V]: logprob of targets[r] and entropy of the softmax.
-  virtual void logprob_forward(float* logprob, float* entropy, const float* logits,
+  virtual void logprob_forward(float* logprob, float* entropy, XPtr logits,
                                const int32_t* targets, int n, int V) = 0;
   // In place: logits[r] <- coef[r] * (softmax(logits[r]) - onehot(targets[r])), the
   // gradient of -coef[r] * logprob[r].
-  virtual void logprob_backward(float* logits, const int32_t* targets, const float* coef,
-                                int n, int V) = 0;
+  virtual void logprob_backward(XPtr logits, const int32_t* targets, const float* coef, int n,
+                                int V) = 0;
 
-  // ---- optimiser ----
+  // ---- optimiser (fp32 master weights and state) ----
   virtual double sum_squares(const float* x, size_t n) = 0;
   // p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p), PyTorch AdamW order
   virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
                             const AdamWParams& a) = 0;
+
+ protected:
+  // Implementations report each allocation and release, for peak_bytes().
+  void track_alloc(void* p, size_t bytes);
+  void track_release(void* p);
+
+ private:
+  std::map<void*, size_t> sizes_;
+  size_t live_ = 0, peak_ = 0;
 };
 
-// "cpu" (the reference; always available). Throws sr1::UsageError for an unknown device.
+// What the CUDA backend would run on, or why it cannot: for `--device auto` and the
+// `info` command.
+struct CudaStatus {
+  bool built = false;      // compiled with nvcc
+  bool available = false;  // a GPU is visible and cuBLASLt loaded
+  std::string reason;      // why not, when unavailable
+  std::string gpu;         // device name and compute capability
+  std::string cublaslt;    // the library file that was loaded
+};
+CudaStatus cuda_status();
+
+// "cpu" (the reference; always available), "cuda", or "auto" (cuda when cuda_status()
+// says it is available, else cpu with a note on stderr saying why). Throws
+// sr1::UsageError for an unknown device, or for "cuda" when it is unavailable.
 std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace sr1

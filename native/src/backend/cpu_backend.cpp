@@ -1,4 +1,4 @@
-// The CPU backend: fp32, OpenMP over rows, OpenBLAS sgemm for the linear layers. It is the
+// The CPU backend: fp32 throughout (its XPtrs are floats), OpenMP over rows, OpenBLAS sgemm for the linear layers. It is the
 // readable reference the CUDA backend is tested against, so it favours plain loops.
 #include <cblas.h>
 #include <omp.h>
@@ -49,11 +49,16 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
+  size_t x_elem() const override { return sizeof(float); }
   float* alloc(size_t n) override { return static_cast<float*>(aligned(n * sizeof(float))); }
   int32_t* alloc_i32(size_t n) override {
     return static_cast<int32_t*>(aligned(n * sizeof(int32_t)));
   }
-  void release(void* p) override { std::free(p); }
+  XPtr alloc_x(size_t n) override { return XPtr{alloc(n), sizeof(float)}; }
+  void release(void* p) override {
+    track_release(p);
+    std::free(p);
+  }
   void upload(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
   void upload_i32(int32_t* dst, const int32_t* src, size_t n) override {
     std::memcpy(dst, src, n * sizeof(int32_t));
@@ -63,9 +68,14 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) p[i] = 0.0f;
   }
+  void zero_x(XPtr p, size_t n) override { zero(F(p), n); }
+  void to_x(XPtr dst, const float* src, size_t n) override {
+    if (F(dst) != src) copy(F(dst), src, n);
+  }
 
-  void embedding_forward(float* out, const int32_t* ids, const float* wte, int N,
-                         int C) override {
+  void embedding_forward(XPtr xout, const int32_t* ids, XPtr xwte, int N, int C) override {
+    float* out = F(xout);
+    const float* wte = F(xwte);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
       std::memcpy(out + static_cast<size_t>(n) * C, wte + static_cast<size_t>(ids[n]) * C,
@@ -73,8 +83,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding_backward(float* dwte, const float* dout, const int32_t* ids, int N,
-                          int C) override {
+  void embedding_backward(float* dwte, XPtr xdout, const int32_t* ids, int N, int C) override {
+    const float* dout = F(xdout);
     // Rows may share a token id, so threads split the columns instead of the rows.
 #pragma omp parallel
     {
@@ -89,8 +99,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+  void rmsnorm_forward(XPtr xout, float* rstd, XPtr xinp, XPtr xw, int N, int C,
                        float eps) override {
+    float* out = F(xout);
+    const float *inp = F(xinp), *w = F(xw);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
       const float* x = inp + static_cast<size_t>(n) * C;
@@ -103,8 +115,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                        const float* w, const float* rstd, int N, int C) override {
+  void rmsnorm_backward(XPtr xdinp, float* dw, XPtr xdout, XPtr xinp, XPtr xw,
+                        const float* rstd, int N, int C) override {
+    float* dinp = F(xdinp);
+    const float *dout = F(xdout), *inp = F(xinp), *w = F(xw);
     column_sums(dw, N, C, [&](int n, float* local) {
       const float* x = inp + static_cast<size_t>(n) * C;
       const float* g = dout + static_cast<size_t>(n) * C;
@@ -121,8 +135,10 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N,
-                      int C, int OC) override {
+  void matmul_forward(XPtr xout, XPtr xinp, XPtr xw, XPtr xbias, int N, int C,
+                      int OC) override {
+    float* out = F(xout);
+    const float *inp = F(xinp), *w = F(xw), *bias = F(xbias);
     if (bias != nullptr) {
 #pragma omp parallel for schedule(static)
       for (int n = 0; n < N; n++) std::memcpy(out + static_cast<size_t>(n) * OC, bias,
@@ -132,9 +148,10 @@ class CpuBackend final : public Backend {
                 bias != nullptr ? 1.0f : 0.0f, out, OC);
   }
 
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                       const float* inp, const float* w, int N, int C, int OC,
-                       bool accumulate_dinp) override {
+  void matmul_backward(XPtr xdinp, float* dw, float* dbias, XPtr xdout, XPtr xinp, XPtr xw,
+                       int N, int C, int OC, bool accumulate_dinp) override {
+    float* dinp = F(xdinp);
+    const float *dout = F(xdout), *inp = F(xinp), *w = F(xw);
     if (dinp != nullptr) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
                   accumulate_dinp ? 1.0f : 0.0f, dinp, C);
@@ -151,17 +168,19 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void rope_forward(float* qkv, const int32_t* pos, const AttentionShape& s,
+  void rope_forward(XPtr qkv, const int32_t* pos, const AttentionShape& s,
                     float theta) override {
-    rotate(qkv, pos, s, theta, 1.0f);
+    rotate(F(qkv), pos, s, theta, 1.0f);
   }
-  void rope_backward(float* dqkv, const int32_t* pos, const AttentionShape& s,
+  void rope_backward(XPtr dqkv, const int32_t* pos, const AttentionShape& s,
                      float theta) override {
-    rotate(dqkv, pos, s, theta, -1.0f);  // the transpose of a rotation is its inverse
+    rotate(F(dqkv), pos, s, theta, -1.0f);  // the transpose of a rotation is its inverse
   }
 
-  void attention_forward(float* out, float* lse, const float* qkv, const int32_t* key_mask,
+  void attention_forward(XPtr xout, float* lse, XPtr xqkv, const int32_t* key_mask,
                          const AttentionShape& s) override {
+    float* out = F(xout);
+    const float* qkv = F(xqkv);
     const int T = s.T, NH = s.num_heads, hd = s.head_dim;
     const int group = NH / s.num_kv_heads;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -206,9 +225,10 @@ class CpuBackend final : public Backend {
   // One task per (sequence, kv head): it owns the dk/dv rows of that head and the dq rows
   // of the query heads in its group, so one pass computes all three without races and
   // each probability is recomputed (from the saved lse) only once.
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* lse, const int32_t* key_mask,
-                          const AttentionShape& s) override {
+  void attention_backward(XPtr xdqkv, XPtr xdout, XPtr xqkv, XPtr xout, const float* lse,
+                          const int32_t* key_mask, const AttentionShape& s) override {
+    float* dqkv = F(xdqkv);
+    const float *dout = F(xdout), *qkv = F(xqkv), *out = F(xout);
     const int B = s.B, T = s.T, NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim;
     const int group = NH / NKV, QKV = s.qkv_dim(), OD = NH * hd;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -248,7 +268,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void swiglu_forward(float* out, const float* gu, int N, int I) override {
+  void swiglu_forward(XPtr xout, XPtr xgu, int N, int I) override {
+    float* out = F(xout);
+    const float* gu = F(xgu);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
       const float* g = gu + static_cast<size_t>(n) * 2 * I;
@@ -258,7 +280,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int I) override {
+  void swiglu_backward(XPtr xdgu, XPtr xdout, XPtr xgu, int N, int I) override {
+    float* dgu = F(xdgu);
+    const float *dout = F(xdout), *gu = F(xgu);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
       const float* g = gu + static_cast<size_t>(n) * 2 * I;
@@ -274,12 +298,16 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void add(float* out, const float* a, const float* b, size_t n) override {
+  void add(XPtr xout, XPtr xa, XPtr xb, size_t n) override {
+    float* out = F(xout);
+    const float *a = F(xa), *b = F(xb);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
   }
 
-  void gather_rows(float* out, const float* in, const int32_t* rows, int n, int C) override {
+  void gather_rows(XPtr xout, XPtr xin, const int32_t* rows, int n, int C) override {
+    float* out = F(xout);
+    const float* in = F(xin);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       std::memcpy(out + static_cast<size_t>(r) * C, in + static_cast<size_t>(rows[r]) * C,
@@ -287,7 +315,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void scatter_rows(float* out, const float* in, const int32_t* rows, int n, int C) override {
+  void scatter_rows(XPtr xout, XPtr xin, const int32_t* rows, int n, int C) override {
+    float* out = F(xout);
+    const float* in = F(xin);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       std::memcpy(out + static_cast<size_t>(rows[r]) * C, in + static_cast<size_t>(r) * C,
@@ -295,8 +325,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void logprob_forward(float* logprob, float* entropy, const float* logits,
-                       const int32_t* targets, int n, int V) override {
+  void logprob_forward(float* logprob, float* entropy, XPtr xlogits, const int32_t* targets,
+                       int n, int V) override {
+    const float* logits = F(xlogits);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       const float* z = logits + static_cast<size_t>(r) * V;
@@ -314,8 +345,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void logprob_backward(float* logits, const int32_t* targets, const float* coef, int n,
+  void logprob_backward(XPtr xlogits, const int32_t* targets, const float* coef, int n,
                         int V) override {
+    float* logits = F(xlogits);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       float* z = logits + static_cast<size_t>(r) * V;
@@ -351,6 +383,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // XPtrs of this backend hold floats.
+  static float* F(XPtr x) { return static_cast<float*>(x.p); }
+
   // Pointers into the fused qkv rows of sequence b for kv head g.
   struct Heads {
     const float* base;  // row 0 of the sequence
@@ -397,9 +432,10 @@ class CpuBackend final : public Backend {
   static void copy(float* dst, const float* src, size_t n) {
     std::memcpy(dst, src, n * sizeof(float));
   }
-  static void* aligned(size_t bytes) {
+  void* aligned(size_t bytes) {
     void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
     if (p == nullptr) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    track_alloc(p, bytes);
     return p;
   }
 };

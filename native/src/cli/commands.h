@@ -9,5 +9,6 @@ namespace sr1 {
 int cmd_score(const std::vector<std::string>& argv);
 int cmd_grad(const std::vector<std::string>& argv);
 int cmd_sft(const std::vector<std::string>& argv);
+int cmd_info(const std::vector<std::string>& argv);
 
 }  // namespace sr1

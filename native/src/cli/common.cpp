@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 namespace sr1 {
 
 std::vector<OptionSpec> device_options() {
-  return {{"device", "cpu|cuda", "where to run (default cpu)"},
+  return {{"device", "auto|cpu|cuda", "where to run (default auto: cuda when usable, else cpu)"},
           {"threads", "N", "CPU threads (default: all cores)"}};
 }
 
@@ -26,7 +26,7 @@ std::unique_ptr<Backend> open_backend(const Args& args) {
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
   }
-  return make_backend(args.text("device", "cpu"));
+  return make_backend(args.text("device", "auto"));
 }
 
 std::vector<OptionSpec> run_options(bool backward) {

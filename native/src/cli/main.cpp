@@ -20,6 +20,7 @@ const char* kUsage =
     "  score   per-token log-probs and entropies of a batch of sequences\n"
     "  grad    loss and parameter gradients of a token-weighted objective\n"
     "  sft     supervised next-token training with AdamW; saves a Hugging Face folder\n"
+    "  info    whether the CUDA backend is built and usable here, as JSON\n"
     "\n"
     "Run 'searchr1-trainer <command> --help' for a command's options.\n";
 
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
     if (command == "score") return sr1::cmd_score(rest);
     if (command == "grad") return sr1::cmd_grad(rest);
     if (command == "sft") return sr1::cmd_sft(rest);
-    throw sr1::UsageError("unknown command '" + command + "' (score, grad, sft)");
+    if (command == "info") return sr1::cmd_info(rest);
+    throw sr1::UsageError("unknown command '" + command + "' (score, grad, sft, info)");
   } catch (const sr1::Interrupted&) {
     std::fputs("searchr1-trainer: interrupted; nothing was saved\n", stderr);
     return 130;

@@ -1,21 +1,40 @@
 // searchr1-trainer score: per-token log-probs and entropies of a batch.
+#include <chrono>
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "cli/common.h"
 
 namespace sr1 {
 
 int cmd_score(const std::vector<std::string>& argv) {
-  const Args args("score",
-                  "Writes OUT with 'logprobs' and 'entropy' (float32 [B, T]): at t >= 1 the\n"
-                  "log-probability of input_ids[b, t] given the tokens before it, and the\n"
-                  "entropy of that distribution; 0 at position 0 and at padding.",
-                  batch_command_options(
-                      "safetensors with input_ids [B, T] and an optional attention_mask", false),
-                  argv);
+  const Args args(
+      "score",
+      "Writes OUT with 'logprobs' and 'entropy' (float32 [B, T]): at t >= 1 the\n"
+      "log-probability of input_ids[b, t] given the tokens before it, and the\n"
+      "entropy of that distribution; 0 at position 0 and at padding.",
+      concat(batch_command_options(
+                 "safetensors with input_ids [B, T] and an optional attention_mask", false),
+             {{"repeat", "K",
+               "run the forward pass K times and print each pass's seconds and peak memory as a "
+               "JSON line (for benchmarks)"}}),
+      argv);
   if (print_help(args)) return 0;
   BatchCommand c = open_batch_command(args);
+  const long repeat = args.integer("repeat", 1, 1);
   std::vector<float> logprobs(c.batch.ids.size()), entropy(c.batch.ids.size());
-  c.model->score(c.batch, c.run, logprobs.data(), entropy.data());
+  for (long pass = 1; pass <= repeat; pass++) {
+    c.backend->reset_peak_bytes();
+    const auto start = std::chrono::steady_clock::now();
+    c.model->score(c.batch, c.run, logprobs.data(), entropy.data());
+    c.backend->synchronize();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (args.has("repeat")) {
+      std::printf("{\"pass\":%ld,\"seconds\":%.6f,\"peak_memory_mb\":%.3f}\n", pass, seconds,
+                  static_cast<double>(c.backend->peak_bytes()) / (1 << 20));
+    }
+  }
   const std::vector<int64_t> shape = {c.batch.B, c.batch.T};
   write_safetensors(c.out, {{"logprobs", DType::F32, shape, logprobs.data()},
                             {"entropy", DType::F32, shape, entropy.data()}});

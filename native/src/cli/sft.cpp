@@ -112,14 +112,15 @@ int cmd_sft(const std::vector<std::string>& argv) {
   }
   install_interrupt_handler();
   run_sft(*model, data, loss_mask, opt, [&](const SftStep& s) {
-    std::printf("step %d/%d  loss %.6f  grad_norm %.4f  lr %.4e  tokens %ld  %.2fs\n", s.step,
-                opt.steps, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds);
+    std::printf("step %d/%d  loss %.6f  grad_norm %.4f  lr %.4e  tokens %ld  %.2fs  %.0f MiB\n",
+                s.step, opt.steps, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds,
+                s.peak_memory_mb);
     std::fflush(stdout);
     if (metrics) {
       std::fprintf(metrics.get(),
                    "{\"step\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,\"tokens\":%ld,"
-                   "\"seconds\":%.6f}\n",
-                   s.step, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds);
+                   "\"seconds\":%.6f,\"peak_memory_mb\":%.3f}\n",
+                   s.step, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds, s.peak_memory_mb);
       std::fflush(metrics.get());
     }
     if (interrupted()) throw Interrupted{};

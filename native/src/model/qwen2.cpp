@@ -11,7 +11,13 @@ namespace sr1 {
 // pass needs them all, or a single reused set (scoring, or recomputation).
 struct Qwen2Model::Activations {
   struct Layer {
-    float *ln1, *rstd1, *qkv, *att, *lse, *h, *ln2, *rstd2, *gu, *act;
+    XPtr ln1;
+    float* rstd1;
+    XPtr qkv, att;
+    float* lse;
+    XPtr h, ln2;
+    float* rstd2;
+    XPtr gu, act;
   };
   Backend& be;
   std::vector<void*> owned;
@@ -21,11 +27,13 @@ struct Qwen2Model::Activations {
   AttentionShape shape;
 
   int32_t *ids, *mask, *pos, *head_rows, *targets;
-  float* xs;  // [L+1, N, H]: the input of every layer, then the last layer's output
+  XPtr xs;  // [L+1, N, H]: the input of every layer, then the last layer's output
   std::vector<Layer> layers;
-  float *lnf, *rstdf, *logprob, *entropy, *head_in, *logits;
+  XPtr lnf, head_in, logits;
+  float *rstdf, *logprob, *entropy;
   // backward only
-  float *dres, *dln, *dqkv, *datt, *dgu, *dact, *dlnf, *coef, *dhead_in;
+  XPtr dres, dln, dqkv, datt, dgu, dact, dlnf, dhead_in;
+  float* coef;
 
   explicit Activations(Backend& backend) : be(backend) {}
   ~Activations() {
@@ -33,6 +41,11 @@ struct Qwen2Model::Activations {
   }
   float* f(size_t n) { return keep(be.alloc(n)); }
   int32_t* i(size_t n) { return keep(be.alloc_i32(n)); }
+  XPtr x(size_t n) {
+    const XPtr p = be.alloc_x(n);
+    keep(p.p);
+    return p;
+  }
   template <typename T>
   T* keep(T* p) {
     owned.push_back(p);
@@ -45,6 +58,7 @@ Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend)
 
 Qwen2Model::~Qwen2Model() {
   acts_.reset();
+  if (!weights_.null() && weights_.p != params_) be_.release(weights_.p);
   if (params_ != nullptr) be_.release(params_);
   if (grads_ != nullptr) be_.release(grads_);
 }
@@ -69,6 +83,7 @@ std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& ba
     backend.upload(model->params_ + t.offset, staging.data(), t.numel);
     expected.insert(t.name);
   }
+  model->params_changed();
   for (const std::string& name : weights.names()) {
     // Tied checkpoints sometimes carry a redundant lm_head copy; the embedding is used.
     const bool redundant_head = name == "lm_head.weight" && model->config_.tie_word_embeddings;
@@ -87,6 +102,14 @@ float* Qwen2Model::grads() {
     be_.zero(grads_, layout_.total());
   }
   return grads_;
+}
+
+void Qwen2Model::params_changed() {
+  const size_t n = layout_.total();
+  if (weights_.null()) {
+    weights_ = be_.x_elem() == sizeof(float) ? XPtr{params_, sizeof(float)} : be_.alloc_x(n);
+  }
+  be_.to_x(weights_, params_, n);
 }
 
 void Qwen2Model::zero_grad() { be_.zero(grads(), layout_.total()); }
@@ -138,28 +161,28 @@ void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions
     a->pos = a->i(N);
     a->head_rows = a->i(N);
     a->targets = a->i(N);
-    a->xs = a->f((c.num_layers + 1) * N * H);
+    a->xs = a->x((c.num_layers + 1) * N * H);
     for (int s = 0; s < sets; s++) {
       a->layers.push_back(Activations::Layer{
-          a->f(N * H), a->f(N), a->f(N * QKV), a->f(N * Q), a->f(N * c.num_heads), a->f(N * H),
-          a->f(N * H), a->f(N), a->f(N * 2 * I), a->f(N * I)});
+          a->x(N * H), a->f(N), a->x(N * QKV), a->x(N * Q), a->f(N * c.num_heads), a->x(N * H),
+          a->x(N * H), a->f(N), a->x(N * 2 * I), a->x(N * I)});
     }
-    a->lnf = a->f(N * H);
+    a->lnf = a->x(N * H);
     a->rstdf = a->f(N);
     a->logprob = a->f(N);
     a->entropy = a->f(N);
-    a->head_in = a->f(chunk * H);
-    a->logits = a->f(chunk * V);
+    a->head_in = a->x(chunk * H);
+    a->logits = a->x(chunk * V);
     if (for_backward) {
-      a->dres = a->f(N * H);
-      a->dln = a->f(N * H);
-      a->dqkv = a->f(N * QKV);
-      a->datt = a->f(N * Q);
-      a->dgu = a->f(N * 2 * I);
-      a->dact = a->f(N * I);
-      a->dlnf = a->f(N * H);
+      a->dres = a->x(N * H);
+      a->dln = a->x(N * H);
+      a->dqkv = a->x(N * QKV);
+      a->datt = a->x(N * Q);
+      a->dgu = a->x(N * 2 * I);
+      a->dact = a->x(N * I);
+      a->dlnf = a->x(N * H);
       a->coef = a->f(N);
-      a->dhead_in = a->f(chunk * H);
+      a->dhead_in = a->x(chunk * H);
     }
     acts_ = std::move(fresh);
   }
@@ -170,27 +193,27 @@ void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions
   be_.upload_i32(a->pos, batch.positions.data(), N);
 }
 
-void Qwen2Model::layer_forward(int l, int set, float* x_out) {
+void Qwen2Model::layer_forward(int l, int set, XPtr x_out) {
   Activations& a = *acts_;
   const Activations::Layer& s = a.layers[set];
   const LayerParams& lp = layout_.layer(l);
   const ModelConfig& c = config_;
   const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
-  const float* P = params_;
-  const float* x_in = a.xs + static_cast<size_t>(l) * N * H;
+  const XPtr P = weights_;
+  const XPtr x_in = a.xs + static_cast<size_t>(l) * N * H;
 
   be_.rmsnorm_forward(s.ln1, s.rstd1, x_in, P + lp.ln1, N, H, c.rms_norm_eps);
-  be_.matmul_forward(s.qkv, s.ln1, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : nullptr, N,
-                     H, c.qkv_dim());
+  be_.matmul_forward(s.qkv, s.ln1, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : XPtr{}, N, H,
+                     c.qkv_dim());
   be_.rope_forward(s.qkv, a.pos, a.shape, c.rope_theta);
   be_.attention_forward(s.att, s.lse, s.qkv, a.mask, a.shape);
-  be_.matmul_forward(s.h, s.att, P + lp.o_w, nullptr, N, c.q_dim(), H);
+  be_.matmul_forward(s.h, s.att, P + lp.o_w, {}, N, c.q_dim(), H);
   be_.add(s.h, s.h, x_in, static_cast<size_t>(N) * H);
   be_.rmsnorm_forward(s.ln2, s.rstd2, s.h, P + lp.ln2, N, H, c.rms_norm_eps);
-  be_.matmul_forward(s.gu, s.ln2, P + lp.gu_w, nullptr, N, H, 2 * I);
+  be_.matmul_forward(s.gu, s.ln2, P + lp.gu_w, {}, N, H, 2 * I);
   be_.swiglu_forward(s.act, s.gu, N, I);
-  if (x_out == nullptr) return;  // recomputation for backward needs no layer output
-  be_.matmul_forward(x_out, s.act, P + lp.down_w, nullptr, N, I, H);
+  if (x_out.null()) return;  // recomputation for backward needs no layer output
+  be_.matmul_forward(x_out, s.act, P + lp.down_w, {}, N, I, H);
   be_.add(x_out, x_out, s.h, static_cast<size_t>(N) * H);
 }
 
@@ -201,9 +224,9 @@ void Qwen2Model::layer_backward(int l, int set) {
   const LayerParams& lp = layout_.layer(l);
   const ModelConfig& c = config_;
   const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
-  const float* P = params_;
+  const XPtr P = weights_;
   float* G = grads_;
-  const float* x_in = a.xs + static_cast<size_t>(l) * N * H;
+  const XPtr x_in = a.xs + static_cast<size_t>(l) * N * H;
 
   be_.matmul_backward(a.dact, G + lp.down_w, nullptr, a.dres, s.act, P + lp.down_w, N, I, H,
                       false);
@@ -227,12 +250,12 @@ void Qwen2Model::forward(const Batch& batch, bool for_backward, const RunOptions
   const ModelConfig& c = config_;
   const int N = batch.B * batch.T, H = c.hidden_size, L = c.num_layers;
   const bool keep_all = for_backward && !opt.recompute;
-  be_.embedding_forward(a.xs, a.ids, params_ + layout_.embed(), N, H);
+  be_.embedding_forward(a.xs, a.ids, weights_ + layout_.embed(), N, H);
   for (int l = 0; l < L; l++) {
     layer_forward(l, keep_all ? l : 0, a.xs + static_cast<size_t>(l + 1) * N * H);
   }
   be_.rmsnorm_forward(a.lnf, a.rstdf, a.xs + static_cast<size_t>(L) * N * H,
-                      params_ + layout_.norm(), N, H, c.rms_norm_eps);
+                      weights_ + layout_.norm(), N, H, c.rms_norm_eps);
 }
 
 void Qwen2Model::head(const Batch& batch, const RunOptions& opt, const float* coef,
@@ -257,15 +280,15 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, const float* co
     be_.upload_i32(a.head_rows, rows.data(), n);
     be_.upload_i32(a.targets, targets.data(), n);
   }
-  const float* W = params_ + layout_.lm_head();
+  const XPtr W = weights_ + layout_.lm_head();
   if (coef != nullptr) {
     if (n > 0) be_.upload(a.coef, coefs.data(), n);
-    be_.zero(a.dlnf, static_cast<size_t>(N) * H);
+    be_.zero_x(a.dlnf, static_cast<size_t>(N) * H);
   }
   for (int c0 = 0; c0 < n; c0 += a.chunk) {
     const int c = std::min(a.chunk, n - c0);
     be_.gather_rows(a.head_in, a.lnf, a.head_rows + c0, c, H);
-    be_.matmul_forward(a.logits, a.head_in, W, nullptr, c, H, V);
+    be_.matmul_forward(a.logits, a.head_in, W, {}, c, H, V);
     be_.logprob_forward(a.logprob + c0, a.entropy + c0, a.logits, a.targets + c0, c, V);
     if (coef == nullptr) continue;
     be_.logprob_backward(a.logits, a.targets + c0, a.coef + c0, c, V);
@@ -304,12 +327,12 @@ double Qwen2Model::backward(const Batch& batch, const float* coef, const RunOpti
   if (logprobs != nullptr) std::copy(lp.begin(), lp.end(), logprobs);
 
   Activations& a = *acts_;
-  be_.zero(a.dres, static_cast<size_t>(N) * H);
+  be_.zero_x(a.dres, static_cast<size_t>(N) * H);
   be_.rmsnorm_backward(a.dres, grads_ + layout_.norm(), a.dlnf,
-                       a.xs + static_cast<size_t>(L) * N * H, params_ + layout_.norm(), a.rstdf,
+                       a.xs + static_cast<size_t>(L) * N * H, weights_ + layout_.norm(), a.rstdf,
                        N, H);
   for (int l = L - 1; l >= 0; l--) {
-    if (opt.recompute) layer_forward(l, 0, nullptr);
+    if (opt.recompute) layer_forward(l, 0, XPtr{});
     layer_backward(l, opt.recompute ? 0 : l);
   }
   be_.embedding_backward(grads_ + layout_.embed(), a.dres, a.ids, N, H);

@@ -1,5 +1,6 @@
-// The Qwen2 (and Llama) decoder: weights in one flat buffer on the backend's device,
-// forward to per-token log-probs and entropies, and backward of a token-weighted
+// The Qwen2 (and Llama) decoder: fp32 master weights in one flat buffer on the backend's
+// device (plus a copy in the backend's compute type when that is not fp32), forward to
+// per-token log-probs and entropies, and backward of a token-weighted
 // objective into per-parameter gradients. The language-model head runs over chunks of
 // the predicted rows, so the [tokens, vocab] logits are never held at once.
 #pragma once
@@ -33,8 +34,10 @@ class Qwen2Model {
   Backend& be() { return be_; }
   const ParamLayout& layout() const { return layout_; }
   size_t num_params() const { return layout_.total(); }
-  float* params() { return params_; }
-  float* grads();  // allocated on first use
+  float* params() { return params_; }  // fp32 master weights
+  float* grads();  // fp32, allocated on first use
+  // Call after changing params(): refreshes the compute-type copy the layers read.
+  void params_changed();
 
   // Writes the weights into `dir` as safetensors in `dtype` (F32, BF16 or F16), sharded
   // above `max_shard_bytes`.
@@ -55,7 +58,7 @@ class Qwen2Model {
   Qwen2Model(ModelConfig config, Backend& backend);
   void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
-  void layer_forward(int l, int acts, float* x_out);
+  void layer_forward(int l, int acts, XPtr x_out);
   void layer_backward(int l, int acts);
   // Runs the head over the predicted rows: log-probs (and entropies) out, and with coef
   // the gradient into grads and the final norm's output gradient.
@@ -66,6 +69,7 @@ class Qwen2Model {
   Backend& be_;
   ParamLayout layout_;
   float* params_ = nullptr;
+  XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;
   std::unique_ptr<Activations> acts_;
 };

@@ -48,6 +48,7 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
 
   for (int s = 0; s < opt.steps; s++) {
     const auto start = std::chrono::steady_clock::now();
+    model.be().reset_peak_bytes();
     const std::vector<int> rows = step_rows(s, batch_size, data.B);
     const Batch batch = pick_rows(data, rows);
     // coef = 1/tokens on each target token: the loss is the token mean over the whole step,
@@ -77,9 +78,12 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
     }
     const float lr = opt.schedule.at(s);
     const double norm = optimizer.step(model.params(), model.grads(), lr);
+    model.params_changed();
+    model.be().synchronize();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    on_step(SftStep{s + 1, loss, norm, lr, tokens, seconds});
+    on_step(SftStep{s + 1, loss, norm, lr, tokens, seconds,
+                    static_cast<double>(model.be().peak_bytes()) / (1 << 20)});
   }
 }
 

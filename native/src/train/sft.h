@@ -26,6 +26,7 @@ struct SftStep {
   float lr;
   long tokens;  // loss tokens in the step
   double seconds;
+  double peak_memory_mb;  // most backend memory held at once during the step
 };
 
 // Trains on `data`, whose rows are taken in order batch_size at a time, wrapping around.

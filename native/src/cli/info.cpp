@@ -1,0 +1,29 @@
+// searchr1-trainer info: what `--device auto` would pick and why, for people and for the
+// test suite (which runs its GPU tests only when CUDA is usable).
+#include <cstdio>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "util/json.h"
+
+namespace sr1 {
+
+int cmd_info(const std::vector<std::string>& argv) {
+  const Args args("info",
+                  "Prints one JSON line: {\"cuda\": {\"built\", \"available\", \"reason\", \"gpu\",\n"
+                  "\"cublaslt\"}}. built: compiled with nvcc; available: a GPU is visible and\n"
+                  "cuBLASLt loaded; reason: why not.",
+                  {}, argv);
+  if (print_help(args)) return 0;
+  const CudaStatus s = cuda_status();
+  const json::Value cuda = json::Value::object({{"built", s.built},
+                                          {"available", s.available},
+                                          {"reason", s.reason},
+                                          {"gpu", s.gpu},
+                                          {"cublaslt", s.cublaslt}});
+  std::printf("%s\n", json::Value::object({{"cuda", cuda}}).dump().c_str());
+  return 0;
+}
+
+}  // namespace sr1
