@@ -6,8 +6,14 @@
  * Usage: npm run build && npm run bench:native [-- OPTIONS]
  *   --steps K       timed steps per run, after one warm-up step (default 5)
  *   --threads N     CPU threads for both sides (default: all cores)
- *   --python PATH   the Python with torch (default /usr/bin/python3)
+ *   --python PATH   the Python with torch (default /usr/bin/python3; with --gpu, python3)
+ *   --gpu           benchmark the CUDA backend instead, against PyTorch on the same GPU
+ *                   (bench/native/gpu.ts says what it measures); with it:
+ *     --micro-batch-size N   sequences per forward/backward on both sides (default 8: all)
+ *     --recompute            recompute layer activations in backward on both sides
+ *     --peak-tflops X        the GPU's dense bf16 peak for MFU (known: H100, H200, A100)
  *
+ * Without --gpu:
  * For each model shape, bench/native/torch_step.py writes a seeded random fp32 Qwen2 folder
  * and a batch of 4 × 256 random tokens into a temporary folder; then `searchr1-trainer sft`
  * and `torch_step.py train` each run 1 + K steps of the same training step on them: token-mean
@@ -28,6 +34,7 @@ import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { gpuBench } from "./gpu.js";
 
 /** A Qwen2 shape; `name` is its rough parameter count. */
 interface Shape {
@@ -76,6 +83,10 @@ const { values: opts } = parseArgs({
     steps: { type: "string" },
     threads: { type: "string" },
     python: { type: "string" },
+    gpu: { type: "boolean", default: false },
+    "micro-batch-size": { type: "string" },
+    recompute: { type: "boolean", default: false },
+    "peak-tflops": { type: "string" },
   },
 });
 
@@ -366,4 +377,37 @@ function main() {
   console.log(lines.join("\n"));
 }
 
-main();
+function positiveNumber(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!(n > 0) || !Number.isFinite(n)) {
+    console.error(`bench:native: --${name} expects a positive number, got ${value}`);
+    process.exit(2);
+  }
+  return n;
+}
+
+if (opts.gpu) {
+  if (opts.threads !== undefined) {
+    console.error("bench:native: --threads is for the CPU benchmark, not --gpu");
+    process.exit(2);
+  }
+  gpuBench({
+    steps: timedSteps,
+    microBatchSize:
+      opts["micro-batch-size"] === undefined
+        ? undefined
+        : positiveInt("micro-batch-size", opts["micro-batch-size"], 0),
+    recompute: opts.recompute,
+    peakTflops: positiveNumber("peak-tflops", opts["peak-tflops"]),
+    python: opts.python ?? "python3",
+  });
+} else {
+  for (const gpuOnly of ["micro-batch-size", "recompute", "peak-tflops"] as const) {
+    if (opts[gpuOnly]) {
+      console.error(`bench:native: --${gpuOnly} needs --gpu`);
+      process.exit(2);
+    }
+  }
+  main();
+}

@@ -11,6 +11,8 @@ export const MODELS = ["untied", "tied"] as const;
 export type ModelName = (typeof MODELS)[number];
 
 export const modelDir = (m: ModelName): string => join(FIXTURES, m);
+/** Pins a run to the fp32 CPU backend (the default, auto, picks a GPU where there is one). */
+export const CPU = ["--device", "cpu"];
 export const caseFile = (m: ModelName): string => join(FIXTURES, `${m}.case.safetensors`);
 
 export interface TrainerResult {

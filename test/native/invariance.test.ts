@@ -1,10 +1,12 @@
 // Results that must not depend on how a batch is laid out or computed: padding side,
-// logits chunk size, activation recomputation and micro-batching.
+// logits chunk size, activation recomputation and micro-batching, on the CPU backend
+// (--device cpu: its fp32 results allow these tight tolerances; cuda.test.ts covers CUDA).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readSafetensors, writeSafetensors } from "../../src/tensors/safetensors.js";
 import {
+  CPU,
   caseFile,
   get,
   maxAbs,
@@ -27,7 +29,17 @@ async function caseInputs() {
 
 function score(batch: string, extra: string[] = []): Promise<Map<string, Float32Array>> {
   const out = join(tempDir(), "score.safetensors");
-  trainerOk(["score", "--model", modelDir(MODEL), "--batch", batch, "--out", out, ...extra]);
+  trainerOk([
+    "score",
+    "--model",
+    modelDir(MODEL),
+    "--batch",
+    batch,
+    "--out",
+    out,
+    ...CPU,
+    ...extra,
+  ]);
   return readFloats(out);
 }
 
@@ -41,6 +53,7 @@ function grad(extra: string[]): Promise<Map<string, Float32Array>> {
     caseFile(MODEL),
     "--out",
     out,
+    ...CPU,
     ...extra,
   ]);
   return readFloats(out);
@@ -112,7 +125,7 @@ describe("native layout invariance", () => {
       trainerOk([
         "sft",
         ...["--model", modelDir(MODEL), "--data", caseFile(MODEL), "--out", join(dir, "o")],
-        ...["--steps", "4", "--lr", "5e-3", "--metrics", metrics, ...extra],
+        ...["--steps", "4", "--lr", "5e-3", "--metrics", metrics, ...CPU, ...extra],
       ]);
       return readFileSync(metrics, "utf8")
         .trim()

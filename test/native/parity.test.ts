@@ -1,11 +1,13 @@
 // The CPU backend against the PyTorch reference fixtures (test/native/make_fixtures.py,
 // float64): log-probs and entropies, the weighted-objective loss and every gradient, and
-// a 10-step AdamW training run.
+// a 10-step AdamW training run. --device cpu throughout: the default, auto, would pick a
+// GPU where there is one, whose bf16 results cuda.test.ts checks with bf16 tolerances.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readSafetensorsHeader } from "../../src/tensors/safetensors.js";
 import {
+  CPU,
   caseFile,
   get,
   MODELS,
@@ -20,7 +22,10 @@ import {
 describe.each(MODELS)("%s model against PyTorch", (model) => {
   it("scores log-probs and entropies within 1e-4", async () => {
     const out = join(tempDir(), "score.safetensors");
-    trainerOk(["score", "--model", modelDir(model), "--batch", caseFile(model), "--out", out]);
+    trainerOk([
+      ...["score", "--model", modelDir(model), "--batch", caseFile(model), "--out", out],
+      ...CPU,
+    ]);
     const ref = await readFloats(caseFile(model));
     const got = await readFloats(out);
     for (const [name, refName] of [
@@ -39,7 +44,10 @@ describe.each(MODELS)("%s model against PyTorch", (model) => {
 
   it("computes the weighted loss and every parameter gradient within 1e-3", async () => {
     const out = join(tempDir(), "grad.safetensors");
-    trainerOk(["grad", "--model", modelDir(model), "--batch", caseFile(model), "--out", out]);
+    trainerOk([
+      ...["grad", "--model", modelDir(model), "--batch", caseFile(model), "--out", out],
+      ...CPU,
+    ]);
     const ref = await readFloats(caseFile(model));
     const got = await readFloats(out);
     const refLoss = get(ref, "ref.loss")[0] ?? Number.NaN;
@@ -69,7 +77,7 @@ describe.each(MODELS)("%s model against PyTorch", (model) => {
       ...["--lr-schedule", String(hp.schedule), "--warmup-steps", String(hp.warmup_steps)],
       ...["--min-lr-ratio", String(hp.min_lr_ratio), "--weight-decay", String(hp.weight_decay)],
       ...["--beta1", String(hp.beta1), "--beta2", String(hp.beta2), "--eps", String(hp.eps)],
-      ...["--max-grad-norm", String(hp.max_grad_norm), "--metrics", metrics],
+      ...["--max-grad-norm", String(hp.max_grad_norm), "--metrics", metrics, ...CPU],
     ]);
     const steps = readFileSync(metrics, "utf8")
       .trim()

@@ -13,7 +13,9 @@ std::unique_ptr<Backend> make_cuda_backend();  // backend/cuda/cuda_backend.cu
 #else
 CudaStatus cuda_status() {
   CudaStatus s;
-  s.reason = "this build has no CUDA backend (nvcc was not found when it was built)";
+  s.reason =
+      "this build has no CUDA backend (nvcc was not found when it was built, or it was "
+      "configured with SEARCHR1_CUDA=OFF)";
   return s;
 }
 #endif

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One command on a machine with an NVIDIA GPU: build, run the CUDA backend's tests (which
+# must really run there, not be skipped), then the GPU benchmark against PyTorch.
+# Everything printed also goes to bench/gpu-results.txt.
+#
+# Usage: bench/gpu.sh [options of `npm run bench:native -- --gpu`, e.g. --steps 10
+#                      --micro-batch-size 4 --recompute --python /path/to/python3]
+# Needs: nvidia-smi (the driver), node >= 20 and npm, cmake, g++, libopenblas-dev, nvcc
+# (the CUDA toolkit, to build the backend) and, for the comparison, a Python with torch
+# built for CUDA (default: python3 on the PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec > >(tee bench/gpu-results.txt) 2>&1
+
+fail() {
+  echo "bench/gpu.sh: $*" >&2
+  exit 1
+}
+
+command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: this needs an NVIDIA GPU and its driver"
+nvidia-smi
+command -v nvcc >/dev/null || fail "nvcc not found: put the CUDA toolkit's bin on the PATH to build the backend"
+command -v npm >/dev/null || fail "npm not found: install Node.js >= 20"
+
+[ -d node_modules ] || npm ci
+npm run build
+
+# The tests skip their GPU part when the trainer cannot use CUDA; here that is a failure.
+trainer="${SEARCHR1_NATIVE_DIR:-native/build}/searchr1-trainer"
+info="$("$trainer" info)"
+echo "$info"
+case "$info" in
+*'"available":true'*) ;;
+*) fail "searchr1-trainer cannot use the GPU (see 'reason' above); if it says the build has no CUDA backend, delete native/build and run this again" ;;
+esac
+
+# The benchmark runs even when a test fails, so one session on a GPU gives both reports.
+tests=0
+npx vitest run test/native/cuda.test.ts || tests=$?
+npm run bench:native -- --gpu "$@"
+[ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"

@@ -1,0 +1,262 @@
+// The CUDA backend: bf16 activations and compute weights with fp32 accumulation; fp32
+// master weights, gradients and AdamW state. Matmuls go through cuBLASLt (loaded at run
+// time, matmul.h), everything else through our own kernels (kernels.h). All work is queued
+// on one stream; the host waits only where a value comes back (download, sum_squares).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul.h"
+#include "util/error.h"
+
+namespace sr1 {
+
+namespace cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+  }
+}
+
+void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::bf16;
+using cuda::check;
+
+bf16* X(XPtr p) { return static_cast<bf16*>(p.p); }
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::unique_ptr<cuda::Matmul> matmul) : mm_(std::move(matmul)) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    workspace_ = raw(cuda::Matmul::kWorkspaceBytes);
+    partials_ = static_cast<double*>(raw(cuda::sum_squares_partials() * sizeof(double)));
+  }
+  ~CudaBackend() override {
+    // Destructors must not throw: errors here are reported by the next CUDA call, if any.
+    for (void* p : {workspace_, static_cast<void*>(partials_), static_cast<void*>(scratch_)}) {
+      if (p != nullptr) cudaFree(p);
+    }
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  size_t x_elem() const override { return sizeof(bf16); }
+  float* alloc(size_t n) override { return static_cast<float*>(raw(n * sizeof(float))); }
+  int32_t* alloc_i32(size_t n) override { return static_cast<int32_t*>(raw(n * sizeof(int32_t))); }
+  XPtr alloc_x(size_t n) override { return XPtr{raw(n * sizeof(bf16)), sizeof(bf16)}; }
+  void release(void* p) override {
+    track_release(p);
+    cudaFree(p);
+  }
+  // Host buffers may be reused as soon as these return, so they wait for the copy.
+  void upload(float* dst, const float* src, size_t n) override {
+    copy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  void upload_i32(int32_t* dst, const int32_t* src, size_t n) override {
+    copy(dst, src, n * sizeof(int32_t), cudaMemcpyHostToDevice);
+  }
+  void download(float* dst, const float* src, size_t n) override {
+    copy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost);
+  }
+  void zero(float* p, size_t n) override {
+    check(cudaMemsetAsync(p, 0, n * sizeof(float), stream_), "cudaMemsetAsync");
+  }
+  void zero_x(XPtr p, size_t n) override {
+    check(cudaMemsetAsync(p.p, 0, n * sizeof(bf16), stream_), "cudaMemsetAsync");  // +0.0
+  }
+  void to_x(XPtr dst, const float* src, size_t n) override {
+    cuda::f32_to_bf16(X(dst), src, n, stream_);
+  }
+
+  void embedding_forward(XPtr out, const int32_t* ids, XPtr wte, int N, int C) override {
+    cuda::embedding_forward(X(out), ids, X(wte), N, C, stream_);
+  }
+  void embedding_backward(float* dwte, XPtr dout, const int32_t* ids, int N, int C) override {
+    cuda::embedding_backward(dwte, X(dout), ids, N, C, stream_);
+  }
+  void rmsnorm_forward(XPtr out, float* rstd, XPtr inp, XPtr w, int N, int C,
+                       float eps) override {
+    cuda::rmsnorm_forward(X(out), rstd, X(inp), X(w), N, C, eps, stream_);
+  }
+  void rmsnorm_backward(XPtr dinp, float* dw, XPtr dout, XPtr inp, XPtr w, const float* rstd,
+                        int N, int C) override {
+    cuda::rmsnorm_backward(X(dinp), dw, X(dout), X(inp), X(w), rstd, N, C, stream_);
+  }
+  void matmul_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C, int OC) override {
+    mm_->forward(X(out), X(inp), X(w), X(bias), N, C, OC, workspace_, stream_);
+  }
+  void matmul_backward(XPtr dinp, float* dw, float* dbias, XPtr dout, XPtr inp, XPtr w, int N,
+                       int C, int OC, bool accumulate_dinp) override {
+    mm_->backward(X(dinp), dw, dbias, X(dout), X(inp), X(w), N, C, OC, accumulate_dinp,
+                  workspace_, stream_);
+  }
+  void rope_forward(XPtr qkv, const int32_t* pos, const AttentionShape& s,
+                    float theta) override {
+    cuda::rope(X(qkv), pos, s, theta, 1.0f, stream_);
+  }
+  void rope_backward(XPtr dqkv, const int32_t* pos, const AttentionShape& s,
+                     float theta) override {
+    cuda::rope(X(dqkv), pos, s, theta, -1.0f, stream_);  // a rotation's transpose is its inverse
+  }
+  void attention_forward(XPtr out, float* lse, XPtr qkv, const int32_t* key_mask,
+                         const AttentionShape& s) override {
+    require_head_dim(s);
+    cuda::attention_forward(X(out), lse, X(qkv), key_mask, s, stream_);
+  }
+  void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
+                          const int32_t* key_mask, const AttentionShape& s) override {
+    require_head_dim(s);
+    float* scratch = scratch_floats(cuda::attention_backward_scratch(s));
+    cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s, scratch,
+                             stream_);
+  }
+  void swiglu_forward(XPtr out, XPtr gu, int N, int I) override {
+    cuda::swiglu_forward(X(out), X(gu), N, I, stream_);
+  }
+  void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) override {
+    cuda::swiglu_backward(X(dgu), X(dout), X(gu), N, I, stream_);
+  }
+  void add(XPtr out, XPtr a, XPtr b, size_t n) override {
+    cuda::add(X(out), X(a), X(b), n, stream_);
+  }
+  void gather_rows(XPtr out, XPtr in, const int32_t* rows, int n, int C) override {
+    cuda::gather_rows(X(out), X(in), rows, n, C, stream_);
+  }
+  void scatter_rows(XPtr out, XPtr in, const int32_t* rows, int n, int C) override {
+    cuda::scatter_rows(X(out), X(in), rows, n, C, stream_);
+  }
+  void logprob_forward(float* logprob, float* entropy, XPtr logits, const int32_t* targets,
+                       int n, int V) override {
+    cuda::logprob_forward(logprob, entropy, X(logits), targets, n, V, stream_);
+  }
+  void logprob_backward(XPtr logits, const int32_t* targets, const float* coef, int n,
+                        int V) override {
+    cuda::logprob_backward(X(logits), targets, coef, n, V, stream_);
+  }
+  double sum_squares(const float* x, size_t n) override {
+    return cuda::sum_squares(x, n, partials_, stream_);
+  }
+  void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
+                    const AdamWParams& a) override {
+    cuda::adamw_update(p, g, m, v, n, a, stream_);
+  }
+
+ private:
+  void* raw(size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (status != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw Error("CUDA: cannot allocate " + mib(bytes) + " of GPU memory (" + mib(free) +
+                  " free of " + mib(total) + ", this process holds " + mib(live_bytes()) +
+                  "): try --recompute, a smaller --micro-batch-size or --logits-chunk");
+    }
+    track_alloc(p, bytes);
+    return p;
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "cudaMemcpyAsync");
+    synchronize();
+  }
+
+  // Attention backward's fp32 scratch, grown to the largest shape seen.
+  float* scratch_floats(size_t n) {
+    if (n > scratch_n_) {
+      if (scratch_ != nullptr) release(scratch_);
+      scratch_ = nullptr;  // raw() may throw; never leave a dangling pointer behind
+      scratch_ = static_cast<float*>(raw(n * sizeof(float)));
+      scratch_n_ = n;
+    }
+    return scratch_;
+  }
+
+  static void require_head_dim(const AttentionShape& s) {
+    if (!cuda::attention_supports(s.head_dim)) {
+      throw Error("the CUDA attention kernels support head_dim 16, 32, 64 and 128; this model has " +
+                  std::to_string(s.head_dim) + " (use --device cpu)");
+    }
+  }
+
+  std::unique_ptr<cuda::Matmul> mm_;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  double* partials_ = nullptr;
+  float* scratch_ = nullptr;
+  size_t scratch_n_ = 0;
+};
+
+// Why the runtime found no device, in words a user can act on.
+std::string no_device_reason(cudaError_t status) {
+  if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return "no NVIDIA driver was found (libcuda.so.1)";
+    dlclose(driver);
+  }
+  if (status == cudaErrorInsufficientDriver) {
+    return "the NVIDIA driver is older than the CUDA " + std::to_string(CUDART_VERSION / 1000) +
+           " runtime this binary was built with (update the driver, or rebuild with an older "
+           "nvcc: CUDACXX=/path/to/nvcc npm run build:native)";
+  }
+  return std::string("no CUDA GPU is visible (") + cudaGetErrorString(status) + ")";
+}
+
+CudaStatus probe() {
+  CudaStatus s;
+  s.built = true;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    s.reason = no_device_reason(status == cudaSuccess ? cudaErrorNoDevice : status);
+    return s;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  s.gpu = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+          std::to_string(prop.minor) + ")";
+  if (prop.major < 8) {
+    s.reason = s.gpu + " has no bf16 tensor cores; the CUDA backend needs sm_80 or newer";
+    return s;
+  }
+  std::string why;
+  const std::unique_ptr<cuda::Matmul> matmul = cuda::Matmul::open(&why);
+  if (!matmul) {
+    s.reason = why;
+    return s;
+  }
+  s.cublaslt = matmul->library();
+  s.available = true;
+  return s;
+}
+
+}  // namespace
+
+CudaStatus cuda_status() {
+  static const CudaStatus status = probe();
+  return status;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  std::string why;
+  std::unique_ptr<cuda::Matmul> matmul = cuda::Matmul::open(&why);
+  if (!matmul) throw Error("--device cuda: " + why);
+  return std::make_unique<CudaBackend>(std::move(matmul));
+}
+
+}  // namespace sr1

@@ -1,0 +1,80 @@
+// Launchers of the CUDA backend's own kernels (one .cu file per group, named below). All
+// take device pointers, queue work on `stream` and return at once, except where noted.
+// Activations and compute weights are bf16; gradients of parameters, master weights,
+// AdamW state and per-row statistics are fp32; arithmetic is fp32.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace sr1::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- elementwise.cu ----
+// out[N,C] = wte[ids[n]]
+void embedding_forward(bf16* out, const int32_t* ids, const bf16* wte, int N, int C,
+                       cudaStream_t stream);
+// dwte[ids[n]] += dout[n] (fp32 accumulation; rows may share an id)
+void embedding_backward(float* dwte, const bf16* dout, const int32_t* ids, int N, int C,
+                        cudaStream_t stream);
+// gu row = [gate (I) | up (I)]; out = silu(gate) * up; backward overwrites dgu
+void swiglu_forward(bf16* out, const bf16* gu, int N, int I, cudaStream_t stream);
+void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int I,
+                     cudaStream_t stream);
+// out = a + b (out may alias a)
+void add(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
+// out[r] = in[rows[r]] / out[rows[r]] = in[r], rows of C elements
+void gather_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,
+                 cudaStream_t stream);
+void scatter_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,
+                  cudaStream_t stream);
+// dst = round-to-nearest-even bf16 of src
+void f32_to_bf16(bf16* dst, const float* src, size_t n, cudaStream_t stream);
+// Rotary embedding of the q and k heads of each fused qkv row at its position, in place;
+// sign -1 rotates back (the backward pass). Angles as Hugging Face computes them:
+// inv_freq = 1 / theta^(2j/hd) in fp32, angle = float(pos) * inv_freq, cos/sin of it.
+void rope(bf16* qkv, const int32_t* pos, const AttentionShape& s, float theta, float sign,
+          cudaStream_t stream);
+
+// ---- rmsnorm.cu ----
+void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C,
+                     float eps, cudaStream_t stream);
+// dinp += ..., dw += ... (fp32)
+void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
+                      const float* rstd, int N, int C, cudaStream_t stream);
+
+// ---- logprob.cu: the language-model head's softmax over the vocabulary ----
+void logprob_forward(float* logprob, float* entropy, const bf16* logits,
+                     const int32_t* targets, int n, int V, cudaStream_t stream);
+void logprob_backward(bf16* logits, const int32_t* targets, const float* coef, int n, int V,
+                      cudaStream_t stream);
+
+// ---- optimizer.cu ----
+// Sum of squares of x in fp64 (partials per block, then one block). `partials` must hold
+// sum_squares_partials() doubles. Synchronises the stream and returns the host value.
+size_t sum_squares_partials();
+double sum_squares(const float* x, size_t n, double* partials, cudaStream_t stream);
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& a,
+                  cudaStream_t stream);
+
+// ---- attention.cu: flash-style causal GQA attention (no T x T matrix in memory) ----
+// Head dims the kernels are built for; others are refused by the backend with a message.
+bool attention_supports(int head_dim);
+void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                       const AttentionShape& s, cudaStream_t stream);
+// Floats of scratch attention_backward needs for this shape.
+size_t attention_backward_scratch(const AttentionShape& s);
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                        const float* lse, const int32_t* key_mask, const AttentionShape& s,
+                        float* scratch, cudaStream_t stream);
+
+// Throws sr1::Error naming `what` when the last launch or call failed.
+void check(cudaError_t status, const char* what);
+void check_launch(const char* kernel);
+
+}  // namespace sr1::cuda

@@ -1,0 +1,233 @@
+// Row-major to column-major: a row-major R x K matrix is, to cuBLASLt, a column-major K x R
+// matrix with ld K, so each product below is computed as its transpose.
+//   forward   out^T[OC,N] = w^T . inp^T    A = w (C x OC, op T), B = inp (C x N), k = C;
+//             the BIAS epilogue adds bias[row] = bias[output feature] to every column.
+//   dinp      dinp^T[C,N] = w . dout^T      A = w (C x OC), B = dout (OC x N), k = OC
+//   dw        dw^T[C,OC] = inp^T . dout     A = inp (C x N), B = dout (OC x N, op T), k = N;
+//             fp32 C = D = dw with beta 1 accumulates.
+#include "backend/cuda/matmul.h"
+
+#include <utility>
+
+#include "util/error.h"
+
+namespace sr1::cuda {
+namespace {
+
+// dbias[col] += sum over rows of dout[row, col]. Each block owns kCols columns outright, so
+// no atomics: its kRows thread rows each sum a strided share of the rows, then one thread per
+// column adds the partials in a fixed order, which keeps the result deterministic.
+constexpr int kCols = 32, kRows = 32;
+
+__global__ void bias_backward_kernel(float* dbias, const bf16* dout, int N, int OC) {
+  __shared__ float partial[kRows][kCols];
+  const int col = blockIdx.x * kCols + threadIdx.x;
+  float sum = 0.0f;
+  if (col < OC) {
+    for (int row = threadIdx.y; row < N; row += kRows) {
+      sum += __bfloat162float(dout[size_t(row) * OC + col]);
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < OC) {
+    for (int r = 1; r < kRows; r++) sum += partial[r][threadIdx.x];
+    dbias[col] += sum;
+  }
+}
+
+// Largest power of two, up to cuBLASLt's default assumption of 256, that divides the address.
+uint32_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+// "status 15, CUBLAS_STATUS_NOT_SUPPORTED"
+std::string status_text(const CublasLt& api, cublasStatus_t status) {
+  const char* name = api.cublasLtGetStatusName(status);
+  return "status " + std::to_string(status) + (name ? std::string(", ") + name : "");
+}
+
+// A cuBLASLt object, destroyed with its owner.
+template <typename T>
+struct Owned {
+  T handle = nullptr;
+  cublasStatus_t (*destroy)(T) = nullptr;
+  explicit Owned(cublasStatus_t (*d)(T)) : destroy(d) {}
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (handle) destroy(handle);
+  }
+};
+
+}  // namespace
+
+struct Matmul::Plan {
+  explicit Plan(const CublasLt& api)
+      : desc(api.cublasLtMatmulDescDestroy),
+        a(api.cublasLtMatrixLayoutDestroy),
+        b(api.cublasLtMatrixLayoutDestroy),
+        d(api.cublasLtMatrixLayoutDestroy) {}
+  Owned<cublasLtMatmulDesc_t> desc;
+  Owned<cublasLtMatrixLayout_t> a, b, d;  // C shares D's layout (and memory)
+  cublasLtMatmulAlgo_t algo{};
+};
+
+Matmul::Matmul(const CublasLt& api, std::string library, cublasLtHandle_t handle)
+    : api_(api), library_(std::move(library)), handle_(handle) {}
+
+Matmul::~Matmul() { api_.cublasLtDestroy(handle_); }
+
+std::unique_ptr<Matmul> Matmul::open(std::string* why) {
+  const CublasLtLibrary& lib = load_cublaslt();
+  if (lib.api == nullptr) {
+    *why = lib.error;
+    return nullptr;
+  }
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t status = lib.api->cublasLtCreate(&handle);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    *why = "cublasLtCreate failed (" + status_text(*lib.api, status) + ") with " + lib.path;
+    return nullptr;
+  }
+  return std::unique_ptr<Matmul>(new Matmul(*lib.api, lib.path, handle));
+}
+
+std::string Matmul::describe(const Key& key) {
+  const char* kind = key.kind == Kind::kForward     ? "forward"
+                     : key.kind == Kind::kInputGrad ? "backward (input gradient)"
+                                                    : "backward (weight gradient)";
+  return std::string(kind) + " N=" + std::to_string(key.N) + " C=" + std::to_string(key.C) +
+         " OC=" + std::to_string(key.OC) + (key.bias ? " with bias" : "");
+}
+
+void Matmul::check_lt(cublasStatus_t status, const char* call, const Key& key) const {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(std::string("cuBLASLt ") + call + " failed (" + status_text(api_, status) +
+              ") for " + describe(key));
+}
+
+const Matmul::Plan& Matmul::plan(const Key& key, const bf16* bias) {
+  const auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+
+  // Stored (pre-op) shapes of A, B and D as column-major rows x cols, each packed (ld = rows).
+  struct Dims {
+    uint64_t rows, cols;
+  };
+  const uint64_t N = key.N, C = key.C, OC = key.OC;
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  Dims a{C, OC}, b{OC, N}, d{C, N};  // kInputGrad
+  cudaDataType_t d_type = CUDA_R_16BF;
+  if (key.kind == Kind::kForward) {
+    trans_a = CUBLAS_OP_T;
+    b = {C, N};
+    d = {OC, N};
+  } else if (key.kind == Kind::kWeightGrad) {
+    trans_b = CUBLAS_OP_T;
+    a = {C, N};
+    d = {C, OC};
+    d_type = CUDA_R_32F;
+  }
+
+  auto p = std::make_unique<Plan>(api_);
+  check_lt(api_.cublasLtMatmulDescCreate(&p->desc.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate", key);
+  const auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t size) {
+    check_lt(api_.cublasLtMatmulDescSetAttribute(p->desc.handle, attr, value, size),
+             "cublasLtMatmulDescSetAttribute", key);
+  };
+  const int32_t ta = trans_a, tb = trans_b;
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  if (key.bias) {
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    // The heuristic reads the pointer's alignment; gemm() sets it again on every call.
+    const void* bias_ptr = bias;
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr);
+  }
+  const auto layout = [&](Owned<cublasLtMatrixLayout_t>& l, cudaDataType_t type, Dims dims) {
+    check_lt(api_.cublasLtMatrixLayoutCreate(&l.handle, type, dims.rows, dims.cols,
+                                             int64_t(dims.rows)),
+             "cublasLtMatrixLayoutCreate", key);
+  };
+  layout(p->a, CUDA_R_16BF, a);
+  layout(p->b, CUDA_R_16BF, b);
+  layout(p->d, d_type, d);
+
+  Owned<cublasLtMatmulPreference_t> pref(api_.cublasLtMatmulPreferenceDestroy);
+  check_lt(api_.cublasLtMatmulPreferenceCreate(&pref.handle), "cublasLtMatmulPreferenceCreate",
+           key);
+  const auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* value,
+                          size_t size) {
+    check_lt(api_.cublasLtMatmulPreferenceSetAttribute(pref.handle, attr, value, size),
+             "cublasLtMatmulPreferenceSetAttribute", key);
+  };
+  const uint64_t workspace = kWorkspaceBytes;
+  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof key.align_a);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof key.align_b);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof key.align_d);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof key.align_d);
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  check_lt(api_.cublasLtMatmulAlgoGetHeuristic(handle_, p->desc.handle, p->a.handle,
+                                               p->b.handle, p->d.handle, p->d.handle,
+                                               pref.handle, 1, &result, &returned),
+           "cublasLtMatmulAlgoGetHeuristic", key);
+  if (returned == 0) {
+    throw Error("cuBLASLt has no algorithm for matmul " + describe(key) +
+                " (operand alignments in bytes: A " + std::to_string(key.align_a) + ", B " +
+                std::to_string(key.align_b) + ", D " + std::to_string(key.align_d) +
+                (key.bias ? ", bias " + std::to_string(key.align_bias) : std::string()) + ")");
+  }
+  p->algo = result.algo;
+  return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+void Matmul::gemm(Kind kind, int N, int C, int OC, const void* a, const void* b, void* d,
+                  const bf16* bias, float beta, void* workspace, cudaStream_t stream) {
+  const Key key{kind, N, C, OC, bias != nullptr, alignment(a), alignment(b), alignment(d),
+                bias ? alignment(bias) : 0u};
+  const Plan& p = plan(key, bias);
+  if (bias) {
+    const void* bias_ptr = bias;
+    check_lt(api_.cublasLtMatmulDescSetAttribute(p.desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                 &bias_ptr, sizeof bias_ptr),
+             "cublasLtMatmulDescSetAttribute", key);
+  }
+  const float alpha = 1.0f;
+  check_lt(api_.cublasLtMatmul(handle_, p.desc.handle, &alpha, a, p.a.handle, b, p.b.handle,
+                               &beta, d, p.d.handle, d, p.d.handle, &p.algo, workspace,
+                               kWorkspaceBytes, stream),
+           "cublasLtMatmul", key);
+}
+
+void Matmul::forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C,
+                     int OC, void* workspace, cudaStream_t stream) {
+  if (N == 0) return;  // an empty batch: nothing to compute, and no zero-sized matrix to describe
+  gemm(Kind::kForward, N, C, OC, w, inp, out, bias, 0.0f, workspace, stream);
+}
+
+void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp,
+                      const bf16* w, int N, int C, int OC, bool accumulate_dinp, void* workspace,
+                      cudaStream_t stream) {
+  if (N == 0) return;  // as in forward
+  if (dinp) {
+    gemm(Kind::kInputGrad, N, C, OC, w, dout, dinp, nullptr, accumulate_dinp ? 1.0f : 0.0f,
+         workspace, stream);
+  }
+  if (dw) gemm(Kind::kWeightGrad, N, C, OC, inp, dout, dw, nullptr, 1.0f, workspace, stream);
+  if (dbias) {
+    const int blocks = (OC + kCols - 1) / kCols;
+    bias_backward_kernel<<<blocks, dim3(kCols, kRows), 0, stream>>>(dbias, dout, N, OC);
+    check_launch("bias_backward_kernel");
+  }
+}
+
+}  // namespace sr1::cuda

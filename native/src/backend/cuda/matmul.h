@@ -1,0 +1,77 @@
+// The CUDA backend's matmuls, on cuBLASLt (opened at run time, see cublaslt_api.h): bf16
+// operands, fp32 accumulation and scaling. All matrices are row-major; cuBLASLt is column-major,
+// so each call hands it the transposed view (a row-major R x K matrix is a column-major K x R
+// one with ld K) as set out in matmul.cu.
+//
+// Not thread-safe: one Matmul serves one backend, whose calls come from one thread.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/cublaslt_api.h"
+#include "backend/cuda/kernels.h"
+
+namespace sr1::cuda {
+
+class Matmul {
+ public:
+  // Size of the `workspace` every call takes (device memory, 256-byte aligned as cudaMalloc
+  // returns it); Hopper's kernels want 32 MiB.
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+  // Loads cuBLASLt and creates a handle; nullptr and *why set when it cannot.
+  static std::unique_ptr<Matmul> open(std::string* why);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  const std::string& library() const { return library_; }  // the file that was loaded
+
+  // out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC] when bias != nullptr)
+  void forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
+               void* workspace, cudaStream_t stream);
+  // dinp[N,C] = (or += with accumulate_dinp) dout[N,OC] . w[OC,C]; dw[OC,C] += dout^T . inp;
+  // dbias[OC] += column sums of dout. dw and dbias are fp32. Any of dinp, dw, dbias may be null
+  // to skip it.
+  void backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp,
+                const bf16* w, int N, int C, int OC, bool accumulate_dinp, void* workspace,
+                cudaStream_t stream);
+
+ private:
+  enum class Kind { kForward, kInputGrad, kWeightGrad };
+
+  // What the descriptors and the heuristic's choice depend on. The operands' alignments are
+  // part of it because callers pass offsets into buffers, and an algorithm chosen for
+  // 256-byte-aligned pointers may not run on others.
+  struct Key {
+    Kind kind;
+    int N, C, OC;
+    bool bias;
+    uint32_t align_a, align_b, align_d, align_bias;
+    auto tie() const {
+      return std::tie(kind, N, C, OC, bias, align_a, align_b, align_d, align_bias);
+    }
+    bool operator<(const Key& o) const { return tie() < o.tie(); }
+  };
+  struct Plan;  // the descriptors and algorithm of one Key
+
+  Matmul(const CublasLt& api, std::string library, cublasLtHandle_t handle);
+  void gemm(Kind kind, int N, int C, int OC, const void* a, const void* b, void* d,
+            const bf16* bias, float beta, void* workspace, cudaStream_t stream);
+  const Plan& plan(const Key& key, const bf16* bias);
+  static std::string describe(const Key& key);  // "forward N=.. C=.. OC=..", for errors
+  // Throws sr1::Error naming `call`, the status and the shape unless `status` is success.
+  void check_lt(cublasStatus_t status, const char* call, const Key& key) const;
+
+  const CublasLt& api_;
+  std::string library_;
+  cublasLtHandle_t handle_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace sr1::cuda
