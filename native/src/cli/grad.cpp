@@ -18,7 +18,7 @@ int cmd_grad(const std::vector<std::string>& argv) {
   std::vector<float> logprobs(c.batch.ids.size());
   const float loss =
       static_cast<float>(c.model->backward(c.batch, weights.data(), c.run, logprobs.data()));
-  std::vector<float> grads(c.model->num_params());
+  std::vector<float> grads(c.model->param_buffer_size());
   c.backend->download(grads.data(), c.model->grads(), grads.size());
 
   std::vector<TensorOut> tensors = {

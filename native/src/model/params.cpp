@@ -2,7 +2,8 @@
 
 namespace sr1 {
 
-size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape) {
+size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, bool aligned) {
+  if (aligned) total_ = (total_ + kAlign - 1) / kAlign * kAlign;
   size_t numel = 1;
   for (int64_t d : shape) numel *= static_cast<size_t>(d);
   tensors_.push_back(ParamTensor{name, std::move(shape), total_, numel});
@@ -19,17 +20,17 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     LayerParams lp{};
     lp.ln1 = add(p + "input_layernorm.weight", {H});
     lp.qkv_w = add(p + "self_attn.q_proj.weight", {Q, H});
-    add(p + "self_attn.k_proj.weight", {KV, H});
-    add(p + "self_attn.v_proj.weight", {KV, H});
+    add(p + "self_attn.k_proj.weight", {KV, H}, false);
+    add(p + "self_attn.v_proj.weight", {KV, H}, false);
     if (c.attention_bias) {
       lp.qkv_b = add(p + "self_attn.q_proj.bias", {Q});
-      add(p + "self_attn.k_proj.bias", {KV});
-      add(p + "self_attn.v_proj.bias", {KV});
+      add(p + "self_attn.k_proj.bias", {KV}, false);
+      add(p + "self_attn.v_proj.bias", {KV}, false);
     }
     lp.o_w = add(p + "self_attn.o_proj.weight", {H, Q});
     lp.ln2 = add(p + "post_attention_layernorm.weight", {H});
     lp.gu_w = add(p + "mlp.gate_proj.weight", {I, H});
-    add(p + "mlp.up_proj.weight", {I, H});
+    add(p + "mlp.up_proj.weight", {I, H}, false);
     lp.down_w = add(p + "mlp.down_proj.weight", {H, I});
     layers_.push_back(lp);
   }

@@ -1,6 +1,8 @@
 // Where each parameter lives in the model's one flat float buffer, and its Hugging Face
 // name. q/k/v weights (and biases) are adjacent, as are gate/up, so each group is one
-// matrix and one matmul; the HF tensors are slices of it.
+// matrix and one matmul; the HF tensors are slices of it. Each group starts at a multiple
+// of kAlign elements (the gaps hold zeros), so matmul operands are 256-byte aligned in
+// bf16 as well as fp32, which cuBLASLt's fastest kernels require.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +28,8 @@ class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& c);
 
-  size_t total() const { return total_; }
+  static constexpr size_t kAlign = 128;
+  size_t total() const { return total_; }  // elements, gaps included
   size_t embed() const { return embed_; }
   size_t norm() const { return norm_; }
   size_t lm_head() const { return lm_head_; }  // == embed() when tied
@@ -35,7 +38,8 @@ class ParamLayout {
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
 
  private:
-  size_t add(const std::string& name, std::vector<int64_t> shape);
+  // Places a tensor at the end; `aligned` starts it at the next multiple of kAlign.
+  size_t add(const std::string& name, std::vector<int64_t> shape, bool aligned = true);
   size_t total_ = 0, embed_ = 0, norm_ = 0, lm_head_ = 0;
   std::vector<LayerParams> layers_;
   std::vector<ParamTensor> tensors_;

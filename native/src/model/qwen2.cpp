@@ -70,6 +70,7 @@ std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& ba
 
   // Converted one tensor at a time, so loading never holds a second full copy.
   model->params_ = backend.alloc(layout.total());
+  backend.zero(model->params_, layout.total());  // the alignment gaps
   std::set<std::string> expected;
   std::vector<float> staging;
   for (const ParamTensor& t : layout.tensors()) {

@@ -33,7 +33,8 @@ class Qwen2Model {
   const ModelConfig& config() const { return config_; }
   Backend& be() { return be_; }
   const ParamLayout& layout() const { return layout_; }
-  size_t num_params() const { return layout_.total(); }
+  // Floats in the parameter (and gradient) buffer: the parameters and alignment gaps.
+  size_t param_buffer_size() const { return layout_.total(); }
   float* params() { return params_; }  // fp32 master weights
   float* grads();  // fp32, allocated on first use
   // Call after changing params(): refreshes the compute-type copy the layers read.

@@ -44,7 +44,7 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
                      " must divide --batch-size " + std::to_string(batch_size));
   }
   opt.schedule.validate();
-  AdamW optimizer(model.be(), model.num_params(), opt.adamw);
+  AdamW optimizer(model.be(), model.param_buffer_size(), opt.adamw);
 
   for (int s = 0; s < opt.steps; s++) {
     const auto start = std::chrono::steady_clock::now();
