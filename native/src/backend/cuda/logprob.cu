@@ -4,6 +4,7 @@
 // online (max, sum of exp, sum of exp * z) triple in a single read of the row, then the block
 // combines the triples.
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
@@ -18,9 +19,12 @@ constexpr int kThreads = 1024;  // per row; __launch_bounds__ keeps registers wi
 template <int K>
 __device__ __forceinline__ void load(const bf16* p, float (&z)[K]) {
   if constexpr (K == 8) {
+    // memcpy, not a bf16* into the int4: that breaks strict aliasing, and a host compiler
+    // was seen to read the bf16s before the int4 was stored. Both compile to register moves.
     const int4 raw = *reinterpret_cast<const int4*>(p);
-    const bf16* h = reinterpret_cast<const bf16*>(&raw);
-    for (int k = 0; k < 8; k++) z[k] = __bfloat162float(h[k]);
+    unsigned short h[8];
+    memcpy(h, &raw, sizeof raw);
+    for (int k = 0; k < 8; k++) z[k] = __bfloat162float(__ushort_as_bfloat16(h[k]));
   } else {
     z[0] = __bfloat162float(*p);
   }
@@ -29,9 +33,10 @@ __device__ __forceinline__ void load(const bf16* p, float (&z)[K]) {
 template <int K>
 __device__ __forceinline__ void store(bf16* p, const float (&z)[K]) {
   if constexpr (K == 8) {
+    unsigned short h[8];
+    for (int k = 0; k < 8; k++) h[k] = __bfloat16_as_ushort(__float2bfloat16_rn(z[k]));
     int4 raw;
-    bf16* h = reinterpret_cast<bf16*>(&raw);
-    for (int k = 0; k < 8; k++) h[k] = __float2bfloat16_rn(z[k]);
+    memcpy(&raw, h, sizeof raw);  // as in load
     *reinterpret_cast<int4*>(p) = raw;
   } else {
     *p = __float2bfloat16_rn(z[0]);
