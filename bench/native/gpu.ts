@@ -39,6 +39,7 @@ import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { type Shape, STEP_FLAGS } from "./step.js";
 
 export interface GpuOptions {
   /** timed steps / passes after one warm-up */
@@ -47,17 +48,6 @@ export interface GpuOptions {
   recompute: boolean;
   peakTflops?: number;
   python: string;
-}
-
-interface Shape {
-  name: string;
-  vocab: number;
-  hidden: number;
-  intermediate: number;
-  layers: number;
-  heads: number;
-  kvHeads: number;
-  tied: boolean;
 }
 
 const SHAPES: Shape[] = [
@@ -84,9 +74,6 @@ const SHAPES: Shape[] = [
 ];
 const BATCH = 8;
 const SEQ = 2048;
-const LR = 1e-4;
-const WEIGHT_DECAY = 0.01;
-const MAX_GRAD_NORM = 1.0;
 /** Step-1 loss / grad norm differences above this (relative) mean not the same computation:
  * two bf16 computations of one step differ by about 1e-3 (test/native/bf16_tolerance.py). */
 const AGREEMENT = 1e-2;
@@ -254,8 +241,7 @@ export function gpuBench(o: GpuOptions): void {
       const nativeTrain = nativeRun(
         [
           ...["sft", ...common, "--data", data, "--out", join(work, "out"), "--overwrite"],
-          ...["--steps", String(steps), "--lr", String(LR)],
-          ...["--weight-decay", String(WEIGHT_DECAY), "--max-grad-norm", String(MAX_GRAD_NORM)],
+          ...["--steps", String(steps), ...STEP_FLAGS],
           ...["--metrics", metrics, ...trainFlags],
         ],
         "searchr1-trainer sft",
@@ -280,8 +266,8 @@ export function gpuBench(o: GpuOptions): void {
         result.train.torch = torchRun(
           [
             ...["train", "--model", model, "--data", data, "--steps", String(steps)],
-            ...["--lr", String(LR), "--weight-decay", String(WEIGHT_DECAY)],
-            ...["--max-grad-norm", String(MAX_GRAD_NORM), ...trainFlags],
+            ...STEP_FLAGS,
+            ...trainFlags,
           ],
           "torch_gpu.py train",
         );

@@ -35,18 +35,7 @@ import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
 import { gpuBench } from "./gpu.js";
-
-/** A Qwen2 shape; `name` is its rough parameter count. */
-interface Shape {
-  name: string;
-  vocab: number;
-  hidden: number;
-  intermediate: number;
-  layers: number;
-  heads: number;
-  kvHeads: number;
-  tied: boolean;
-}
+import { type Shape, STEP_FLAGS } from "./step.js";
 
 const SHAPES: Shape[] = [
   {
@@ -72,9 +61,6 @@ const SHAPES: Shape[] = [
 ];
 const BATCH = 4;
 const SEQ = 256;
-const LR = 1e-4;
-const WEIGHT_DECAY = 0.01;
-const MAX_GRAD_NORM = 1.0;
 /** Largest relative step-1 loss / grad-norm difference still taken as the same computation. */
 const AGREEMENT = 1e-3;
 
@@ -199,12 +185,7 @@ function runNative(trainer: string, work: string): Run {
       "--overwrite",
       "--steps",
       String(1 + timedSteps),
-      "--lr",
-      String(LR),
-      "--weight-decay",
-      String(WEIGHT_DECAY),
-      "--max-grad-norm",
-      String(MAX_GRAD_NORM),
+      ...STEP_FLAGS,
       "--threads",
       String(threads),
       "--metrics",
@@ -227,12 +208,7 @@ function runTorch(work: string): Run {
     String(1 + timedSteps),
     "--threads",
     String(threads),
-    "--lr",
-    String(LR),
-    "--weight-decay",
-    String(WEIGHT_DECAY),
-    "--max-grad-norm",
-    String(MAX_GRAD_NORM),
+    ...STEP_FLAGS,
   ]);
   return parseSteps(out, "torch_step.py");
 }

@@ -48,11 +48,12 @@ What `train` computes, exactly:
 torch.no_grad(), runs the same forward, then log_softmax of the fp32-upcast logits,
 gathers the next tokens' log-probs and sums -p·log p for the entropies.
 
-Parameter names, shapes and the safetensors writer/reader come from the native tests'
-reference script, test/native/make_fixtures.py.
+The model (Qwen2ForCausalLM with dtype=bf16, sdpa=True), `make` and the command line are
+bench/native/torch_qwen2.py's, shared with torch_step.py. Parameter names, shapes and the
+safetensors writer/reader come from the native tests' reference script,
+test/native/make_fixtures.py.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -61,152 +62,27 @@ import time
 try:
     import torch
     import torch.nn.functional as F
-    from torch import nn
-    from torch.utils.checkpoint import checkpoint
 except ImportError:
     print("torch_gpu.py: the Python module 'torch' is missing", file=sys.stderr)
     sys.exit(3)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "test", "native"))
-from make_fixtures import param_specs, read_safetensors, write_json, write_safetensors  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The model, `make` and the command line, shared with torch_step.py.
+import torch_qwen2  # noqa: E402
+from torch_qwen2 import read_safetensors  # noqa: E402
 
 # make_fixtures pins torch to one thread for reproducible fixtures; generating and reading
 # billions of weights wants every core (the values do not depend on the thread count).
 torch.set_num_threads(os.cpu_count() or 1)
 
 BF16 = torch.bfloat16
-INIT_STD = 0.02  # Hugging Face's default initializer_range
 OOM_EXIT = 4
 
 
-def bf(w):
-    return w.to(BF16)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, size, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x):
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return bf(self.weight) * xf.to(BF16)
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-class Linear(nn.Module):
-    """nn.Linear's parameters, computing with their bf16 cast."""
-
-    def __init__(self, inp, out, bias):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out, inp))
-        self.bias = nn.Parameter(torch.empty(out)) if bias else None
-
-    def forward(self, x):
-        return F.linear(x, bf(self.weight), None if self.bias is None else bf(self.bias))
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        H = cfg["hidden_size"]
-        self.nh, self.nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-        self.hd = H // self.nh
-        self.q_proj = Linear(H, self.nh * self.hd, True)
-        self.k_proj = Linear(H, self.nkv * self.hd, True)
-        self.v_proj = Linear(H, self.nkv * self.hd, True)
-        self.o_proj = Linear(self.nh * self.hd, H, False)
-
-    def forward(self, x, cos, sin):
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(self.nh // self.nkv, dim=1)
-        v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.nh * self.hd))
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        H, I = cfg["hidden_size"], cfg["intermediate_size"]
-        self.gate_proj = Linear(H, I, False)
-        self.up_proj = Linear(H, I, False)
-        self.down_proj = Linear(I, H, False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        H, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
-        self.input_layernorm = RMSNorm(H, eps)
-        self.self_attn = Attention(cfg)
-        self.post_attention_layernorm = RMSNorm(H, eps)
-        self.mlp = MLP(cfg)
-
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Qwen2Model(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
-        self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
-        hd = cfg["hidden_size"] // cfg["num_attention_heads"]
-        self.theta, self.hd = cfg["rope_theta"], hd
-
-
-class Qwen2ForCausalLM(nn.Module):
-    def __init__(self, cfg, recompute=False):
-        super().__init__()
-        self.model = Qwen2Model(cfg)
-        tied = cfg["tie_word_embeddings"]
-        self.lm_head = None if tied else Linear(cfg["hidden_size"], cfg["vocab_size"], False)
-        self.recompute = recompute
-
-    def forward(self, input_ids):
-        m = self.model
-        T, dev = input_ids.shape[1], input_ids.device
-        inv_freq = 1.0 / m.theta ** (torch.arange(0, m.hd, 2, device=dev).float() / m.hd)
-        freqs = torch.outer(torch.arange(T, device=dev).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = bf(emb.cos()), bf(emb.sin())
-        wte = bf(m.embed_tokens.weight)  # one cast serves the lookup and a tied head
-        x = F.embedding(input_ids, wte)
-        for layer in m.layers:
-            if self.recompute:
-                x = checkpoint(layer, x, cos, sin, use_reentrant=False)
-            else:
-                x = layer(x, cos, sin)
-        x = m.norm(x)
-        head = wte if self.lm_head is None else bf(self.lm_head.weight)
-        return F.linear(x, head)  # [B, T, V] bf16
-
-
 def load(model_dir, **kw):
-    with open(os.path.join(model_dir, "config.json")) as f:
-        cfg = json.load(f)
-    weights, _ = read_safetensors(os.path.join(model_dir, "model.safetensors"))
-    model = Qwen2ForCausalLM(cfg, **kw)
-    model.load_state_dict(weights, strict=True)
-    return model, cfg
+    """model_dir's Qwen2ForCausalLM, computing in bf16 with SDPA attention; its parameters are
+    float32, holding the file's bf16 values."""
+    return torch_qwen2.load(model_dir, dtype=BF16, sdpa=True, **kw)
 
 
 def sync_seconds(start):
@@ -236,35 +112,7 @@ def check(_args):
 
 
 def make(args):
-    cfg = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "vocab_size": args.vocab,
-        "hidden_size": args.hidden,
-        "intermediate_size": args.intermediate,
-        "num_hidden_layers": args.layers,
-        "num_attention_heads": args.heads,
-        "num_key_value_heads": args.kv_heads,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "tie_word_embeddings": args.tied,
-        "max_position_embeddings": 32768,
-        "torch_dtype": "bfloat16",
-        "hidden_act": "silu",
-    }
-    gen = torch.Generator().manual_seed(args.seed)
-    tensors, total = [], 0
-    for name, shape, kind in param_specs(cfg):
-        t = torch.ones(shape) if kind == "norm" else INIT_STD * torch.randn(shape, generator=gen)
-        tensors.append((name, "BF16", t))
-        total += t.numel()
-    model_dir = os.path.join(args.out, "model")
-    os.makedirs(model_dir, exist_ok=True)
-    write_json(os.path.join(model_dir, "config.json"), cfg)
-    write_safetensors(os.path.join(model_dir, "model.safetensors"), tensors, {"format": "pt"})
-    ids = torch.randint(0, args.vocab, (args.batch, args.seq), dtype=torch.int64, generator=gen)
-    write_safetensors(os.path.join(args.out, "data.safetensors"), [("input_ids", "I64", ids)])
-    print(json.dumps({"params": total}))
+    torch_qwen2.make(args, rope_theta=1000000.0, max_positions=32768, torch_dtype="bfloat16")
 
 
 def train(args):
@@ -325,30 +173,11 @@ def score(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="mode", required=True)
-    sub.add_parser("check").set_defaults(fn=check)
+    def train_options(t):
+        t.add_argument("--micro-batch-size", type=int, default=0)
+        t.add_argument("--recompute", action="store_true")
 
-    m = sub.add_parser("make")
-    m.set_defaults(fn=make)
-    m.add_argument("--out", required=True)
-    for name in ("vocab", "hidden", "intermediate", "layers", "heads", "kv-heads", "batch",
-                 "seq"):
-        m.add_argument(f"--{name}", type=int, required=True)
-    m.add_argument("--tied", action="store_true")
-    m.add_argument("--seed", type=int, default=0)
-
-    t = sub.add_parser("train")
-    t.set_defaults(fn=train)
-    t.add_argument("--model", required=True)
-    t.add_argument("--data", required=True)
-    t.add_argument("--steps", type=int, required=True)
-    t.add_argument("--micro-batch-size", type=int, default=0)
-    t.add_argument("--recompute", action="store_true")
-    t.add_argument("--lr", type=float, default=1e-4)
-    t.add_argument("--weight-decay", type=float, default=0.01)
-    t.add_argument("--max-grad-norm", type=float, default=1.0)
-
+    ap, sub = torch_qwen2.parser(__doc__, check, make, train, train_options)
     s = sub.add_parser("score")
     s.set_defaults(fn=score)
     s.add_argument("--model", required=True)
