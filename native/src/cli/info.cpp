@@ -18,10 +18,10 @@ int cmd_info(const std::vector<std::string>& argv) {
   if (print_help(args)) return 0;
   const CudaStatus s = cuda_status();
   const json::Value cuda = json::Value::object({{"built", s.built},
-                                          {"available", s.available},
-                                          {"reason", s.reason},
-                                          {"gpu", s.gpu},
-                                          {"cublaslt", s.cublaslt}});
+                                                {"available", s.available},
+                                                {"reason", s.reason},
+                                                {"gpu", s.gpu},
+                                                {"cublaslt", s.cublaslt}});
   std::printf("%s\n", json::Value::object({{"cuda", cuda}}).dump().c_str());
   return 0;
 }
