@@ -1,5 +1,6 @@
 import { join } from "node:path";
 import type { Command } from "commander";
+import { outputDType } from "../src/ckpt/cast.js";
 import { expectedTensors, verifyTensors } from "../src/ckpt/expected-tensors.js";
 import { fsdpToHf, locateFsdp } from "../src/ckpt/fsdp.js";
 import { parseShardSize, writeHfFolder } from "../src/ckpt/hf-folder.js";
@@ -28,6 +29,7 @@ export function register(program: Command): Command {
       { flags: "--hf-base <dir>", key: "hf_base" },
       { flags: "--dtype <dtype>", key: "dtype" },
       { flags: "--max-shard-size <size>", key: "max_shard_size" },
+      { flags: "--keep-config", key: "keep_config" },
       { flags: "--verify", key: "verify" },
       { flags: "--overwrite", key: "overwrite" },
       { flags: "--quiet", key: "quiet" },
@@ -72,7 +74,12 @@ export function register(program: Command): Command {
       const conversion = await open(dims);
       try {
         const expected = expectedTensors(hfConfig, configPath);
-        const check = verifyTensors(expected, conversion.tensors);
+        // The table shows each tensor as it will be written (after --dtype).
+        const written = conversion.tensors.map((t) => ({
+          ...t,
+          dtype: outputDType(t.dtype, config.dtype),
+        }));
+        const check = verifyTensors(expected, written);
         if (config.verify) {
           process.stdout.write(`${table(check.rows, new Set()).join("\n")}\n`);
         }
@@ -96,6 +103,7 @@ export function register(program: Command): Command {
               dtype: config.dtype,
               maxShardBytes,
               overwrite: config.overwrite,
+              keepConfig: config.keep_config,
               progress,
               signal,
               warn,
@@ -107,6 +115,11 @@ export function register(program: Command): Command {
           `${config.out}: ${summary.tensors} tensors, ${formatBytes(summary.bytes)} ` +
             `(${summary.dtypes.join(", ")}) in ${summary.files.length} file(s) from ${from} in ${seconds} s\n`,
         );
+        for (const c of summary.configDtype) {
+          process.stdout.write(
+            `${join(config.out, "config.json")}: ${c.field} set to ${c.to} (was ${c.from}) to match the tensors; --keep-config keeps the base model's\n`,
+          );
+        }
       } finally {
         await conversion.close();
       }

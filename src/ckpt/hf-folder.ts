@@ -3,7 +3,7 @@
  * model's config, tokenizer and other non-weight files, and the converted tensors as
  * safetensors shards, with `model.safetensors.index.json` when there is more than one.
  */
-import { copyFile, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { InputError, UsageError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
@@ -115,6 +115,11 @@ export interface HfFolderOptions {
   dtype: OutputDType;
   maxShardBytes: number;
   overwrite: boolean;
+  /**
+   * Copy config.json unchanged even when its (torch_)dtype names another dtype than the
+   * tensors are written in (a warning says so); by default that field is set to match.
+   */
+  keepConfig?: boolean;
   progress: Progress;
   signal?: AbortSignal;
   warn: (msg: string) => void;
@@ -128,6 +133,15 @@ export interface HfFolderSummary {
   bytes: number;
   /** The dtypes written, sorted. */
   dtypes: DType[];
+  /** config.json's dtype fields that were set to match the tensors (none when unchanged). */
+  configDtype: ConfigDtypeChange[];
+}
+
+export interface ConfigDtypeChange {
+  /** `torch_dtype` (transformers 4) or `dtype` (transformers 5). */
+  field: string;
+  from: unknown;
+  to: string;
 }
 
 interface OutputTensor extends TensorEntry {
@@ -148,6 +162,9 @@ export async function writeHfFolder(opts: HfFolderOptions): Promise<HfFolderSumm
   const shards = planShards(entries, opts.maxShardBytes);
   const bytes = entries.reduce((sum, t) => sum + tensorBytes(t), 0);
 
+  const dtypes = [...new Set(entries.map((t) => t.dtype))].sort();
+  const changes = opts.keepConfig ? [] : configDtypeChanges(config, dtypes);
+
   const tmp = `${out}.partial-${process.pid}`;
   await rm(tmp, { recursive: true, force: true });
   try {
@@ -156,6 +173,7 @@ export async function writeHfFolder(opts: HfFolderOptions): Promise<HfFolderSumm
       const from = join(baseDir, name);
       await fsOp(`${from}: cannot copy to ${tmp}`, copyFile(from, join(tmp, name)));
     }
+    if (changes.length > 0) await setConfigDtype(join(tmp, "config.json"), changes);
     await writeShards(tmp, shards, bytes, opts);
     if (shards.length > 1) {
       const index = join(tmp, INDEX_FILE);
@@ -168,10 +186,17 @@ export async function writeHfFolder(opts: HfFolderOptions): Promise<HfFolderSumm
     throw e;
   }
 
-  const dtypes = [...new Set(entries.map((t) => t.dtype))].sort();
-  const mismatch = dtypeMismatch(config, join(out, "config.json"), dtypes);
-  if (mismatch) opts.warn(mismatch);
-  return { files: shards.map((s) => s.file), tensors: entries.length, bytes, dtypes };
+  if (changes.length === 0) {
+    const mismatch = dtypeMismatch(config, join(out, "config.json"), dtypes);
+    if (mismatch) opts.warn(mismatch);
+  }
+  return {
+    files: shards.map((s) => s.file),
+    tensors: entries.length,
+    bytes,
+    dtypes,
+    configDtype: changes,
+  };
 }
 
 async function checkOut(out: string, overwrite: boolean): Promise<void> {
@@ -277,6 +302,55 @@ function pyJson(s: string): string {
   );
 }
 
+/** config.json's fields naming the dtype: transformers 5 writes `dtype`, 4 `torch_dtype`. */
+const DTYPE_FIELDS = ["torch_dtype", "dtype"] as const;
+
+/** The config.json name of a dtype (bfloat16, float16, float32). */
+function configName(dtype: DType): string | undefined {
+  for (const [name, d] of CONFIG_DTYPES) if (d.dtype === dtype) return name as string;
+  return undefined;
+}
+
+/**
+ * The dtype fields of config.json to set so that transformers loads the weights in the
+ * dtype they are written in: each field the base config has that names another dtype, when
+ * every floating-point tensor is written in one dtype (a mix has no single right value).
+ */
+function configDtypeChanges(
+  config: Record<string, unknown>,
+  dtypes: readonly DType[],
+): ConfigDtypeChange[] {
+  const floats = dtypes.filter(isFloat);
+  const to = floats.length === 1 ? configName(floats[0] as DType) : undefined;
+  if (!to) return [];
+  return DTYPE_FIELDS.filter(
+    (field) => typeof config[field] === "string" && config[field] !== to,
+  ).map((field) => ({ field, from: config[field], to }));
+}
+
+/**
+ * Sets the fields in config.json's text, so that every other byte stays as the base model
+ * wrote it; falls back to re-serialising when a field's value is not found exactly once.
+ */
+async function setConfigDtype(path: string, changes: readonly ConfigDtypeChange[]): Promise<void> {
+  const text = await fsOp(`${path}: cannot read`, readFile(path, "utf8"));
+  let edited = text;
+  for (const { field, from, to } of changes) {
+    const value = JSON.stringify(from).replace(/[.*+?^$()|[\]{}\\]/g, "\\$&");
+    const pattern = new RegExp(`("${field}"\\s*:\\s*)${value}`, "g");
+    const hits = edited.match(pattern)?.length ?? 0;
+    edited = hits === 1 ? edited.replace(pattern, `$1${JSON.stringify(to)}`) : "";
+    if (!edited) break;
+  }
+  const parsed = edited ? (JSON.parse(edited) as Record<string, unknown>) : undefined;
+  if (!parsed || changes.some((c) => parsed[c.field] !== c.to)) {
+    const config = JSON.parse(text) as Record<string, unknown>;
+    for (const c of changes) config[c.field] = c.to;
+    edited = `${JSON.stringify(config, null, 2)}\n`;
+  }
+  await fsOp(`${path}: cannot write`, writeFile(path, edited));
+}
+
 /** The warning when config.json's (torch_)dtype is not the dtype the float tensors were written in. */
 function dtypeMismatch(
   config: Record<string, unknown>,
@@ -287,7 +361,11 @@ function dtypeMismatch(
   const said = CONFIG_DTYPES.get(config[field]);
   const floats = dtypes.filter(isFloat);
   if (!said || floats.every((d) => d === said.dtype)) return undefined;
-  return `${configPath}: tensors are ${floats.join(", ")} but config.json says ${field} ${config[field]}; pass --dtype ${said.option} to match`;
+  const fix =
+    floats.length === 1
+      ? `transformers will load them as ${config[field]} (--keep-config); without --keep-config it is set to match`
+      : `pass --dtype ${said.option} to write them all as ${config[field]}`;
+  return `${configPath}: tensors are ${floats.join(", ")} but config.json says ${field} ${config[field]}; ${fix}`;
 }
 
 /** Awaits a file operation, reporting its failure as an InputError: `what (ERRNO)`. */

@@ -6,6 +6,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -260,7 +261,82 @@ describe("searchr1 convert native-to-hf", () => {
     ]);
     expect(r.code).toBe(0);
     await expectSameTensors(out, await readSafetensors(join(F, "cast", `${cast}.safetensors`)));
-    // config.json is copied unchanged, so its torch_dtype now disagrees: a warning says so.
-    expect(r.stderr).toMatch(/warning: .*config\.json says/);
+    // config.json's torch_dtype is set to the written dtype (so transformers loads it so),
+    // every other byte as the base model wrote it; stdout says so.
+    const name = { bf16: "bfloat16", fp16: "float16", fp32: "float32" }[dtype] as string;
+    const baseText = readFileSync(join(F, "hf", base, "config.json"), "utf8");
+    const was = JSON.parse(baseText).torch_dtype as string;
+    expect(readFileSync(join(out, "config.json"), "utf8")).toBe(
+      baseText.replace(`"torch_dtype": "${was}"`, `"torch_dtype": "${name}"`),
+    );
+    expect(r.stdout).toContain(
+      `${join(out, "config.json")}: torch_dtype set to ${name} (was ${was}) to match the tensors; --keep-config keeps the base model's`,
+    );
+    expect(r.stderr).not.toContain("warning");
+  });
+
+  it("--keep-config copies config.json unchanged and warns that it disagrees", () => {
+    const out = join(dir, "n-keep-config");
+    const input = join(F, "hf", "untied");
+    const r = runCli(
+      ["convert", "native-to-hf", "--input", input, "--out", out].concat([
+        "--dtype",
+        "bf16",
+        "--keep-config",
+      ]),
+    );
+    expect(r.code).toBe(0);
+    expect(readFileSync(join(out, "config.json"))).toEqual(
+      readFileSync(join(input, "config.json")),
+    );
+    expect(r.stderr).toMatch(
+      /warning: .*config\.json: tensors are BF16 but config\.json says torch_dtype float32; transformers will load them as float32 \(--keep-config\)/,
+    );
+    expect(r.stdout).not.toContain("set to");
+  });
+
+  it("sets transformers 5's `dtype` field (and both, where a config has both)", () => {
+    for (const fields of [["dtype"], ["dtype", "torch_dtype"]]) {
+      const base = join(dir, `base-${fields.join("-")}`);
+      cpSync(join(F, "hf", "untied"), base, { recursive: true });
+      const config = JSON.parse(readFileSync(join(base, "config.json"), "utf8"));
+      delete config.torch_dtype;
+      for (const f of fields) config[f] = "float32";
+      writeFileSync(join(base, "config.json"), JSON.stringify(config, null, 2));
+      const out = join(dir, `n-${fields.join("-")}`);
+      const r = runCli([
+        "convert",
+        "native-to-hf",
+        "--input",
+        base,
+        "--out",
+        out,
+        "--dtype",
+        "bf16",
+      ]);
+      expect(r.code).toBe(0);
+      const written = JSON.parse(readFileSync(join(out, "config.json"), "utf8"));
+      for (const f of fields) expect(written[f]).toBe("bfloat16");
+      expect("torch_dtype" in written).toBe(fields.includes("torch_dtype"));
+      for (const f of fields) expect(r.stdout).toContain(`${f} set to bfloat16 (was float32)`);
+    }
+  });
+
+  it("--verify lists the dtype each tensor is written in, not the checkpoint's", () => {
+    const r = runCli([
+      "convert",
+      "native-to-hf",
+      "--input",
+      join(F, "hf", "untied"),
+      "--out",
+      join(dir, "n-verify-bf16"),
+      "--dtype",
+      "bf16",
+      "--verify",
+      "--quiet",
+    ]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/model\.embed_tokens\.weight\s+\[32, 16\]\s+BF16\s+ok/);
+    expect(r.stdout).not.toMatch(/\bF32\b/);
   });
 });

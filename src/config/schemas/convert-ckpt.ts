@@ -30,10 +30,16 @@ export const convertCkptSchema = z.strictObject({
     .describe(
       "largest safetensors shard, as transformers reads it (5GB = 5·10⁹ bytes, 5GiB = 5·2³⁰)",
     ),
+  keep_config: z
+    .boolean()
+    .default(false)
+    .describe(
+      "copy config.json unchanged; by default its torch_dtype/dtype is set to the dtype the tensors are written in",
+    ),
   verify: z
     .boolean()
     .default(false)
-    .describe("print every tensor against what config.json implies (name, shape)"),
+    .describe("print every tensor against what config.json implies (name, shape, dtype written)"),
   overwrite: z.boolean().default(false).describe("replace an existing --out folder"),
   quiet: z.boolean().default(false).describe("no progress output"),
 });
