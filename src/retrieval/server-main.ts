@@ -1,9 +1,7 @@
 import type { ServeRetrieverConfig } from "../config/schemas/serve-retriever.js";
-import { UsageError } from "../runtime/errors.js";
+import { listenError, WILDCARD_HOSTS } from "../runtime/http-server.js";
 import { openRetriever } from "./open-retriever.js";
 import { RetrievalServer } from "./server.js";
-
-const WILDCARD_HOSTS = new Set(["0.0.0.0", "::", "[::]", "::0"]);
 
 /**
  * `searchr1 serve-retriever`: opens the index and corpus, serves until SIGINT/SIGTERM,
@@ -38,7 +36,7 @@ export async function serveRetriever(
     });
   } catch (e) {
     await opened.close();
-    throw listenError(e as NodeJS.ErrnoException, config.host, config.port);
+    throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
   }
 
   const seconds = (performance.now() - started) / 1000;
@@ -79,17 +77,4 @@ export async function serveRetriever(
   });
   await opened.close();
   err("retriever stopped");
-}
-
-function listenError(e: NodeJS.ErrnoException, host: string, port: number): Error {
-  const where = `${host.includes(":") ? `[${host}]` : host}:${port}`;
-  const why: Record<string, string> = {
-    EADDRINUSE: "the address is in use (another retriever running? pick another --port)",
-    EACCES: "permission denied (ports below 1024 need privileges; pick another --port)",
-    EADDRNOTAVAIL: "this machine has no such address (--host)",
-    ENOTFOUND: "unknown host name (--host)",
-  };
-  return new UsageError(
-    `cannot listen on ${where}: ${why[e.code ?? ""] ?? e.message ?? String(e)}`,
-  );
 }

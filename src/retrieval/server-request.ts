@@ -3,18 +3,7 @@
  * reads it (`queries: List[str]`, `topk: Optional[int]`, `return_scores: bool = False`),
  * plus SkyRL's single-string `query`. Unknown fields are ignored, as pydantic does.
  */
-
-/** An error answered to the client: status, a message naming the field, extra headers. */
-export class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message);
-    this.name = "HttpError";
-  }
-}
+import { HttpError, typeOf } from "../runtime/http-server.js";
 
 export interface RequestLimits {
   /** Most queries in one request (more: 413). */
@@ -27,12 +16,6 @@ export interface RetrieveRequest {
   queries: string[];
   topk: number;
   returnScores: boolean;
-}
-
-function typeOf(value: unknown): string {
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "a list";
-  return typeof value === "object" ? "an object" : `${typeof value} ${JSON.stringify(value)}`;
 }
 
 /** Reads the parsed JSON body; throws HttpError 400/413 naming the field at fault. */

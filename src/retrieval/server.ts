@@ -18,13 +18,21 @@ import {
   type OutgoingHttpHeaders,
   type Server,
   type ServerResponse,
-  STATUS_CODES,
 } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import {
+  ClientGone,
+  drained,
+  HttpError,
+  onClientError,
+  pathOf,
+  readJsonBody,
+  settleBody,
+} from "../runtime/http-server.js";
 import type { CorpusStore } from "./corpus-store.js";
 import type { CorpusInfo } from "./open-retriever.js";
 import type { Hit, Retriever } from "./retriever.js";
-import { HttpError, parseRetrieveRequest, type RequestLimits } from "./server-request.js";
+import { parseRetrieveRequest, type RequestLimits } from "./server-request.js";
 
 export interface ServerLimits extends RequestLimits {
   /** Largest request body in bytes (more: 413). */
@@ -47,14 +55,8 @@ export interface RetrievalServerOptions {
 
 /** Idle keep-alive connections are kept this long: longer than clients' pools keep them. */
 const KEEP_ALIVE_MS = 65_000;
-/** After a refused body, this much more is read and dropped so the client sees the answer. */
-const DISCARD_BYTES = 64 << 20;
-const DISCARD_MS = 10_000;
 /** Documents read and written at a time: bounds the memory a big response takes. */
 const WRITE_DOCS = 4096;
-
-/** The client went away before its request was read: nothing to answer. */
-class ClientGone extends Error {}
 
 export class RetrievalServer {
   private readonly server: Server;
@@ -186,13 +188,7 @@ export class RetrievalServer {
 
   private async retrieve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { limits, defaultTopk, retriever } = this.options;
-    const raw = await readBody(req, limits.maxBodyBytes);
-    let body: unknown;
-    try {
-      body = JSON.parse(raw.toString("utf8"));
-    } catch (err) {
-      throw new HttpError(400, `request body is not valid JSON (${(err as Error).message})`);
-    }
+    const body = await readJsonBody(req, limits.maxBodyBytes, "send fewer queries per request");
     const request = parseRetrieveRequest(body, defaultTopk, limits);
     const hits = request.queries.length
       ? await retriever.search(request.queries, request.topk)
@@ -273,28 +269,11 @@ export class RetrievalServer {
       message = `internal error: ${(err as Error)?.message ?? String(err)}`;
       this.log(`searchr1 serve-retriever: ${(err as Error)?.stack ?? String(err)}`);
     }
-    // A body this server will not read is dropped (up to a limit) so that the client,
-    // which may still be sending it, gets to read the answer. A keep-alive client is
-    // answered at once (the connection lives on once the rest is dropped); one that asked
-    // for `Connection: close` is answered after, as Node closes the socket on answering,
-    // and a client that sends its whole body before reading would see a broken pipe.
-    if (!req.complete) {
-      const declared = Number(req.headers["content-length"] ?? 0);
-      if (declared > DISCARD_BYTES) headers.Connection = "close";
-      else {
-        const dropped = discardBody(req);
-        if (!res.shouldKeepAlive && !(await dropped)) return;
-      }
-    }
-    if (res.destroyed) return;
+    // A body this server will not read is dropped first (up to a limit), so that a client
+    // still sending it gets to read the answer.
+    if (!(await settleBody(req, res, headers))) return;
     this.sendJson(res, status, JSON.stringify({ error: message }), headers);
   }
-}
-
-function pathOf(url: string | undefined): string {
-  const raw = url ?? "/";
-  const q = raw.search(/[?#]/);
-  return q < 0 ? raw : raw.slice(0, q);
 }
 
 /** [from, to) ranges of queries with about WRITE_DOCS documents each (at least one range). */
@@ -316,102 +295,4 @@ function groupQueries(hits: readonly Hit[][]): [number, number][] {
 
 function jsonNumber(x: number): string {
   return Number.isFinite(x) ? String(x) : "null";
-}
-
-function drained(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.off("close", done);
-      resolve();
-    };
-    res.on("drain", done);
-    res.on("close", done);
-  });
-}
-
-/** The whole body, or HttpError 413 as soon as it is known to pass `max` bytes. */
-function readBody(req: IncomingMessage, max: number): Promise<Buffer> {
-  const limitMb = Math.round((max / 2 ** 20) * 100) / 100;
-  const tooLarge = (size: string) =>
-    new HttpError(
-      413,
-      `request body ${size} is larger than this server's limit of ${limitMb} MiB ` +
-        "(send fewer queries per request, or restart the server with a larger --max-body-mb)",
-    );
-  const declared = req.headers["content-length"];
-  if (declared !== undefined && Number(declared) > max) {
-    return Promise.reject(tooLarge(`(${declared} bytes)`));
-  }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const cleanup = () => {
-      req.off("data", onData);
-      req.off("end", onEnd);
-      req.off("close", onClose);
-    };
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > max) {
-        cleanup();
-        reject(tooLarge(`(more than ${max} bytes)`));
-        return;
-      }
-      chunks.push(chunk);
-    };
-    const onEnd = () => {
-      cleanup();
-      resolve(Buffer.concat(chunks, size));
-    };
-    const onClose = () => {
-      cleanup();
-      reject(new ClientGone());
-    };
-    req.on("data", onData);
-    req.on("end", onEnd);
-    req.on("close", onClose);
-  });
-}
-
-/**
- * Reads and drops the rest of a refused body, up to a limit (past it, or after a while,
- * the connection is cut). Resolves true when the whole body was read.
- */
-function discardBody(req: IncomingMessage): Promise<boolean> {
-  return new Promise((resolve) => {
-    let seen = 0;
-    const timer = setTimeout(() => cut(), DISCARD_MS);
-    timer.unref();
-    const done = (complete: boolean) => {
-      clearTimeout(timer);
-      resolve(complete);
-    };
-    const cut = () => {
-      done(false);
-      req.socket.destroy();
-    };
-    req.on("data", (chunk: Buffer) => {
-      seen += chunk.length;
-      if (seen > DISCARD_BYTES) cut();
-    });
-    req.once("end", () => done(true));
-    req.once("close", () => done(req.complete));
-    req.resume();
-  });
-}
-
-/** Malformed HTTP (not JSON problems): a JSON answer, then the connection is closed. */
-function onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
-  if (err.code === "ECONNRESET" || !socket.writable) {
-    socket.destroy();
-    return;
-  }
-  const status =
-    err.code === "HPE_HEADER_OVERFLOW" ? 431 : err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
-  const body = JSON.stringify({ error: `malformed HTTP request (${err.code ?? err.message})` });
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-  );
 }
