@@ -105,6 +105,39 @@ describe("searchr1 preprocess (built CLI)", () => {
     expect(existsSync(join(dir, "unused"))).toBe(false);
   });
 
+  it("writes test.parquet for test-only datasets and says train.parquet was skipped and why", async () => {
+    const only = join(dir, "test-only");
+    put(
+      join(only, "bamboogle", "test.jsonl"),
+      jsonl([{ id: "b0", question: "who was the first", golden_answers: ["x"] }]),
+    );
+    const out = join(dir, "bamboogle-out");
+    const r = runCli(["preprocess", "bamboogle", "--input", only, "--out", out, "--quiet"]);
+    expect(r.code).toBe(0);
+    expect(parquetFiles(out)).toEqual(["test.parquet"]);
+    expect((await readParquet(join(out, "test.parquet"))).length).toBe(1);
+    expect(r.stdout).toContain(
+      `not written:\n  ${join(out, "train.parquet")}: no dataset has a train split; looked for train.jsonl, train.jsonl.gz, train.parquet in ${join(only, "bamboogle")}`,
+    );
+    // Asked for explicitly, a train split that no dataset has is an error, and nothing is written.
+    for (const splits of ["train", "train,test"]) {
+      const out2 = join(dir, `bamboogle-${splits}`);
+      const e = runCli([
+        "preprocess",
+        "bamboogle",
+        "--input",
+        only,
+        "--out",
+        out2,
+        "--splits",
+        splits,
+      ]);
+      expect(e.code).toBe(1);
+      expect(e.stderr).toContain("searchr1: error: no dataset has a train split");
+      expect(parquetFiles(out2)).toEqual([]);
+    }
+  });
+
   it("--strict stops at the bad row with file:line, exit 1, and writes nothing", () => {
     const out = join(dir, "strict");
     const r = runCli(["preprocess", "nq", "--input", input, "--out", out, "--strict", "--quiet"]);

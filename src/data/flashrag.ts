@@ -41,6 +41,8 @@ export interface SplitPlan {
   /** In the order the datasets were given. */
   sources: SourceFile[];
   missing: MissingSource[];
+  /** Set when the split is left out altogether (an optional split no dataset has): why. */
+  skipped?: string;
 }
 
 function isFile(p: string): boolean {
@@ -73,12 +75,14 @@ function findSplitFile(
 /**
  * Finds every input file before anything is read, so a missing dataset or test split fails
  * the run up front. A dataset without a train split is only left out of train.parquet
- * (bamboogle ships test only), unless no dataset has one.
+ * (bamboogle ships test only). When no dataset has the split, a split in `optional` gets a
+ * plan with no sources and the reason in `skipped`; any other is an error.
  */
 export function locateSources(
   input: string,
   datasets: string[],
   splits: OutputSplit[],
+  optional: readonly OutputSplit[] = [],
 ): SplitPlan[] {
   if (!isDirectory(input)) {
     throw new InputError(
@@ -115,10 +119,11 @@ export function locateSources(
       }
     }
     if (plan.sources.length === 0) {
-      throw new InputError(
+      const why =
         `no dataset has a ${split} split; looked for ${candidateNames(wanted).join(", ")} in ` +
-          datasets.map((d) => path.join(input, d)).join(", "),
-      );
+        datasets.map((d) => path.join(input, d)).join(", ");
+      if (!optional.includes(split)) throw new InputError(why);
+      plan.skipped = why;
     }
     return plan;
   });

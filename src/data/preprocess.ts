@@ -46,16 +46,29 @@ export interface OutputSummary {
   rows: number;
 }
 
+/** An output file not written because no dataset has its split (asked for by default only). */
+export interface SkippedOutput {
+  split: OutputSplit;
+  path: string;
+  reason: string;
+}
+
 export interface PreprocessSummary {
   sources: SourceSummary[];
   leftOut: LeftOutSource[];
   outputs: OutputSummary[];
+  skipped: SkippedOutput[];
 }
+
+/** The output files written when `splits` is not given; train.parquet only where there is data. */
+const DEFAULT_SPLITS: OutputSplit[] = ["train", "test"];
 
 /**
  * Converts FlashRAG datasets into `<out>/train.parquet` and `<out>/test.parquet` as
  * Search-R1's merge scripts do. Every output goes to a temporary file and is renamed only
  * once all of them are complete; on any error or abort the temporary files are removed.
+ * Without `splits`, train.parquet is skipped (and the summary says why) when no dataset has
+ * a train split; a split asked for explicitly must exist.
  */
 export async function runPreprocess(
   config: PreprocessConfig,
@@ -64,17 +77,24 @@ export async function runPreprocess(
 ): Promise<PreprocessSummary> {
   signal?.throwIfAborted();
   const template = loadTemplate(config.template, builtinTemplatesDir());
-  const plans = locateSources(config.input, config.datasets, [...new Set(config.splits)]);
+  const splits = [...new Set(config.splits ?? DEFAULT_SPLITS)];
+  const optional: OutputSplit[] = config.splits === null ? ["train"] : [];
+  const plans = locateSources(config.input, config.datasets, splits, optional);
   try {
     await mkdir(config.out, { recursive: true });
   } catch (e) {
     throw new InputError(`output folder ${config.out} cannot be created (${(e as Error).message})`);
   }
 
-  const summary: PreprocessSummary = { sources: [], leftOut: [], outputs: [] };
+  const summary: PreprocessSummary = { sources: [], leftOut: [], outputs: [], skipped: [] };
   const writers: VerlParquetWriter[] = [];
   try {
     for (const plan of plans) {
+      if (plan.skipped !== undefined) {
+        const file = path.join(config.out, `${plan.split}.parquet`);
+        summary.skipped.push({ split: plan.split, path: file, reason: plan.skipped });
+        continue;
+      }
       const writer = new VerlParquetWriter(path.join(config.out, `${plan.split}.parquet`));
       writers.push(writer);
       for (const { dataset, lookedFor } of plan.missing) {
@@ -192,6 +212,10 @@ export function formatSummary(summary: PreprocessSummary): string {
         (l) => `  ${l.split} ${l.dataSource}: looked for ${l.lookedFor.join(", ")}`,
       ),
     );
+  }
+
+  if (summary.skipped.length > 0) {
+    lines.push("", "not written:", ...summary.skipped.map((s) => `  ${s.path}: ${s.reason}`));
   }
 
   lines.push(

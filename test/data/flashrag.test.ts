@@ -71,6 +71,17 @@ describe("locating FlashRAG splits", () => {
     );
   });
 
+  it("gives an optional split no dataset has an empty plan saying why, instead of failing", () => {
+    put(path.join(tmp.dir, "bamboogle", "test.jsonl"), "");
+    const [train, test] = locateSources(tmp.dir, ["bamboogle"], ["train", "test"], ["train"]);
+    expect(train?.sources).toEqual([]);
+    expect(train?.skipped).toBe(
+      `no dataset has a train split; looked for train.jsonl, train.jsonl.gz, train.parquet in ${path.join(tmp.dir, "bamboogle")}`,
+    );
+    expect(test?.skipped).toBeUndefined();
+    expect(test?.sources.map((s) => s.dataset)).toEqual(["bamboogle"]);
+  });
+
   it("fails on a test split that does not exist, naming the folder and the files", () => {
     const dir = path.join(tmp.dir, "empty");
     mkdirSync(dir);

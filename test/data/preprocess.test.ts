@@ -321,6 +321,7 @@ describe("runPreprocess", () => {
         { split: "train", path: trainFile, rows: 5 },
         { split: "test", path: testFile, rows: 5 },
       ],
+      skipped: [],
     } satisfies PreprocessSummary);
 
     expect(progress.logs).toEqual([
@@ -509,6 +510,7 @@ describe("formatSummary", () => {
         { split: "train", path: "out/train.parquet", rows: 79168 },
         { split: "test", path: "out/test.parquet", rows: 7405 },
       ],
+      skipped: [],
     });
     expect(text).toBe(
       [
@@ -526,6 +528,29 @@ describe("formatSummary", () => {
         "  out/train.parquet  79168 rows",
         "  out/test.parquet    7405 rows",
       ].join("\n"),
+    );
+  });
+
+  it("names an output file that was not written and why", () => {
+    const text = formatSummary({
+      sources: [
+        {
+          split: "test",
+          dataSource: "bamboogle",
+          file: "in/bamboogle/test.jsonl",
+          rows: 125,
+          skipped: 0,
+          skipReasons: {},
+        },
+      ],
+      leftOut: [],
+      outputs: [{ split: "test", path: "out/test.parquet", rows: 125 }],
+      skipped: [
+        { split: "train", path: "out/train.parquet", reason: "no dataset has a train split" },
+      ],
+    });
+    expect(text).toContain(
+      "\nnot written:\n  out/train.parquet: no dataset has a train split\n\nwritten:\n  out/test.parquet  125 rows",
     );
   });
 });

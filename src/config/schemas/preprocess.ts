@@ -11,8 +11,11 @@ export const preprocessSchema = z.strictObject({
   splits: z
     .array(z.enum(["train", "test"]))
     .min(1)
-    .default(["train", "test"])
-    .describe("which output files to write"),
+    .nullable()
+    .default(null)
+    .describe(
+      "which output files to write (null: train and test, train skipped when no dataset has a train split)",
+    ),
   template: z
     .string()
     .min(1)
