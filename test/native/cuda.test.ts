@@ -58,7 +58,7 @@ if (!GPU) {
 }
 const NVCC = spawnSync("nvcc", ["--version"]).error === undefined;
 const DEVICES: ("cpu" | "cuda")[] = GPU ? ["cpu", "cuda"] : ["cpu"];
-const CPU_NOTE = "searchr1-trainer: note: running on the CPU";
+const CPU_NOTE = "searchr1: note: running on the CPU";
 
 // bf16 tolerances. bf16 keeps 8 significant bits (relative rounding error up to 2^-9), so
 // the CUDA results cannot match fp32 closely; test/native/bf16_tolerance.py emulates the

@@ -43,7 +43,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (cuda.available) return make_cuda_backend();
 #endif
   if (device == "cuda") throw UsageError("--device cuda: " + cuda.reason);
-  std::fprintf(stderr, "searchr1-trainer: note: running on the CPU (%s)\n", cuda.reason.c_str());
+  std::fprintf(stderr, "searchr1: note: running on the CPU (%s)\n", cuda.reason.c_str());
   return make_cpu_backend();
 }
 

@@ -36,6 +36,18 @@ struct XPtr {
   bool null() const { return p == nullptr; }
 };
 
+// Shape of one paged-attention call of the inference engine. The cache of one layer holds
+// the keys and values of `num_blocks` blocks of `block_size` positions each, laid out
+// k[num_blocks, num_kv_heads, block_size, head_dim] (v the same): a block's positions of one
+// head are contiguous. A position's slot is block * block_size + offset in block.
+struct PagedShape {
+  int rows = 0;  // new tokens (queries) in this step, over all sequences
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int block_size = 0;
+  int max_blocks = 0;  // columns of the block table
+  int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+};
+
 struct AdamWParams {
   float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
   int step = 1;             // 1-based, for bias correction
@@ -64,6 +76,8 @@ class Backend {
   virtual void zero_x(XPtr p, size_t n) = 0;
   // dst = src rounded to the compute type (device to device)
   virtual void to_x(XPtr dst, const float* src, size_t n) = 0;
+  // dst (host, fp32) = src (device, compute type)
+  virtual void download_x(float* dst, XPtr src, size_t n) = 0;
   // Largest number of bytes the backend's buffers held at once since the last reset.
   size_t peak_bytes() const { return peak_; }
   size_t live_bytes() const { return live_; }
@@ -107,6 +121,17 @@ class Backend {
   virtual void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) = 0;
   // out = a + b (out may alias a)
   virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;
+
+  // ---- paged KV cache (the inference engine) ----
+  // Copies the k and v heads of each fused qkv row (after rotary) to the cache at slots[r].
+  virtual void kv_store(XPtr k_cache, XPtr v_cache, XPtr qkv, const int32_t* slots,
+                        const PagedShape& s) = 0;
+  // out[r, NH*hd] = causal GQA attention of row r's q heads over the cached keys and values
+  // of positions 0..pos[r] of sequence seq[r], whose blocks are
+  // block_tables[seq[r] * max_blocks + position / block_size].
+  virtual void paged_attention(XPtr out, XPtr qkv, XPtr k_cache, XPtr v_cache,
+                               const int32_t* block_tables, const int32_t* seq,
+                               const int32_t* pos, const PagedShape& s) = 0;
 
   // ---- language-model head, on the rows that predict a token ----
   // out[r] = in[rows[r]] for r < n

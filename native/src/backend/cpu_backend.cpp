@@ -72,6 +72,9 @@ class CpuBackend final : public Backend {
   void to_x(XPtr dst, const float* src, size_t n) override {
     if (F(dst) != src) copy(F(dst), src, n);
   }
+  void download_x(float* dst, XPtr src, size_t n) override {
+    if (F(src) != dst) copy(dst, F(src), n);
+  }
 
   void embedding_forward(XPtr xout, const int32_t* ids, XPtr xwte, int N, int C) override {
     float* out = F(xout);
@@ -268,6 +271,62 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void kv_store(XPtr xk, XPtr xv, XPtr xqkv, const int32_t* slots,
+                const PagedShape& s) override {
+    float *k = F(xk), *v = F(xv);
+    const float* qkv = F(xqkv);
+    const int NKV = s.num_kv_heads, hd = s.head_dim, BS = s.block_size, QKV = s.qkv_dim();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < s.rows; r++) {
+      for (int g = 0; g < NKV; g++) {
+        const float* row = qkv + static_cast<size_t>(r) * QKV;
+        const size_t at = cache_offset(slots[r] / BS, g, slots[r] % BS, s);
+        std::memcpy(k + at, row + (s.num_heads + g) * hd, hd * sizeof(float));
+        std::memcpy(v + at, row + (s.num_heads + NKV + g) * hd, hd * sizeof(float));
+      }
+    }
+  }
+
+  // One task per (row, query head): scores against every cached position of its sequence
+  // block by block, then the softmax-weighted sum of the values (as attention_forward).
+  void paged_attention(XPtr xout, XPtr xqkv, XPtr xk, XPtr xv, const int32_t* block_tables,
+                       const int32_t* seq, const int32_t* pos, const PagedShape& s) override {
+    float* out = F(xout);
+    const float *qkv = F(xqkv), *kc = F(xk), *vc = F(xv);
+    const int NH = s.num_heads, hd = s.head_dim, BS = s.block_size;
+    const int group = NH / s.num_kv_heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel
+    {
+      std::vector<float> p;
+#pragma omp for collapse(2) schedule(dynamic, 4)
+      for (int r = 0; r < s.rows; r++) {
+        for (int h = 0; h < NH; h++) {
+          const float* q = qkv + static_cast<size_t>(r) * s.qkv_dim() + h * hd;
+          const int32_t* table = block_tables + static_cast<size_t>(seq[r]) * s.max_blocks;
+          const int keys = pos[r] + 1, g = h / group;
+          p.resize(keys);
+          float mx = kNoKeys;
+          for (int j = 0; j < keys; j++) {
+            p[j] = dot(q, kc + cache_offset(table[j / BS], g, j % BS, s), hd) * scale;
+            mx = std::max(mx, p[j]);
+          }
+          float sum = 0;
+          for (int j = 0; j < keys; j++) {
+            p[j] = std::exp(p[j] - mx);
+            sum += p[j];
+          }
+          float* o = out + (static_cast<size_t>(r) * NH + h) * hd;
+          std::memset(o, 0, hd * sizeof(float));
+          const float inv = 1.0f / sum;
+          for (int j = 0; j < keys; j++) {
+            axpy(o, p[j] * inv, vc + cache_offset(table[j / BS], g, j % BS, s), hd);
+          }
+        }
+      }
+    }
+  }
+
   void swiglu_forward(XPtr xout, XPtr xgu, int N, int I) override {
     float* out = F(xout);
     const float* gu = F(xgu);
@@ -386,6 +445,12 @@ class CpuBackend final : public Backend {
   // XPtrs of this backend hold floats.
   static float* F(XPtr x) { return static_cast<float*>(x.p); }
 
+  // Element offset of (block, kv head, position in block) in a layer's paged cache.
+  static size_t cache_offset(int block, int g, int off, const PagedShape& s) {
+    return ((static_cast<size_t>(block) * s.num_kv_heads + g) * s.block_size + off) *
+           s.head_dim;
+  }
+
   // Pointers into the fused qkv rows of sequence b for kv head g.
   struct Heads {
     const float* base;  // row 0 of the sequence
@@ -409,11 +474,12 @@ class CpuBackend final : public Backend {
   }
 
   // Rotates the q and k heads of every row by +angle (sign 1) or -angle (sign -1).
-  static void rotate(float* qkv, const int32_t* pos, const AttentionShape& s, float theta,
+  void rotate(float* qkv, const int32_t* pos, const AttentionShape& s, float theta,
                      float sign) {
     const int N = s.B * s.T, hd = s.head_dim, half = hd / 2, QKV = s.qkv_dim();
     const int rotated_heads = s.num_heads + s.num_kv_heads;
-    const RopeTable table(pos, N, hd, theta);
+    rope_.ensure(pos, N, hd, theta);
+    const RopeTable& table = rope_;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
       const float* cs = table.cos(pos[n]);
@@ -428,6 +494,8 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+  RopeTable rope_;
 
   static void copy(float* dst, const float* src, size_t n) {
     std::memcpy(dst, src, n * sizeof(float));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "util/error.h"
@@ -14,6 +15,12 @@
 namespace fs = std::filesystem;
 
 namespace sr1 {
+
+void ensure_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+}
 
 std::vector<OptionSpec> device_options() {
   return {{"device", "auto|cpu|cuda", "where to run (default auto: cuda when usable, else cpu)"},

@@ -13,6 +13,12 @@
 
 namespace sr1 {
 
+// OpenMP threads that spin after each parallel region steal the cores OpenBLAS's own
+// threads need for the next matmul (measured: a training step 2-4x slower on 2 cores).
+// libgomp reads OMP_WAIT_POLICY when it loads, before main, so this sets it and re-executes
+// the program; call it first thing in main.
+void ensure_passive_openmp(char** argv);
+
 // --device, --threads
 std::vector<OptionSpec> device_options();
 // Sets the thread count (OpenMP and OpenBLAS) and creates the backend.

@@ -1,8 +1,6 @@
 // searchr1-trainer: the native trainer executable. Subcommands are in cli/<name>.cpp.
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,19 +22,10 @@ const char* kUsage =
     "\n"
     "Run 'searchr1-trainer <command> --help' for a command's options.\n";
 
-// OpenMP threads that spin after each parallel region steal the cores OpenBLAS's own
-// threads need for the next matmul (measured: a training step 2-4x slower on 2 cores).
-// libgomp reads OMP_WAIT_POLICY when it loads, before main, so set it and start again.
-void ensure_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ensure_passive_openmp(argv);
+  sr1::ensure_passive_openmp(argv);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <set>
 
+#include "model/device_buffers.h"
 #include "util/error.h"
 
 namespace sr1 {
 
 // Device buffers for one batch shape. `layers` holds one set per layer when the backward
 // pass needs them all, or a single reused set (scoring, or recomputation).
-struct Qwen2Model::Activations {
+struct Qwen2Model::Activations : DeviceBuffers {
   struct Layer {
     XPtr ln1;
     float* rstd1;
@@ -19,8 +20,6 @@ struct Qwen2Model::Activations {
     float* rstd2;
     XPtr gu, act;
   };
-  Backend& be;
-  std::vector<void*> owned;
   size_t rows = 0;  // B*T capacity
   int sets = 0, chunk = 0;
   bool backward = false;
@@ -35,22 +34,7 @@ struct Qwen2Model::Activations {
   XPtr dres, dln, dqkv, datt, dgu, dact, dlnf, dhead_in;
   float* coef;
 
-  explicit Activations(Backend& backend) : be(backend) {}
-  ~Activations() {
-    for (void* p : owned) be.release(p);
-  }
-  float* f(size_t n) { return keep(be.alloc(n)); }
-  int32_t* i(size_t n) { return keep(be.alloc_i32(n)); }
-  XPtr x(size_t n) {
-    const XPtr p = be.alloc_x(n);
-    keep(p.p);
-    return p;
-  }
-  template <typename T>
-  T* keep(T* p) {
-    owned.push_back(p);
-    return p;
-  }
+  explicit Activations(Backend& backend) : DeviceBuffers(backend) {}
 };
 
 Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend)
@@ -65,36 +49,64 @@ Qwen2Model::~Qwen2Model() {
 
 std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend) {
   std::unique_ptr<Qwen2Model> model(new Qwen2Model(load_model_config(dir), backend));
-  const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
-  const ParamLayout& layout = model->layout_;
+  model->params_ = backend.alloc(model->layout_.total());
+  backend.zero(model->params_, model->layout_.total());  // the alignment gaps
+  model->load_weights(dir);
+  return model;
+}
 
-  // Converted one tensor at a time, so loading never holds a second full copy.
-  model->params_ = backend.alloc(layout.total());
-  backend.zero(model->params_, layout.total());  // the alignment gaps
+void Qwen2Model::reload_weights(const std::string& dir) {
+  const ModelConfig c = load_model_config(dir);
+  const ModelConfig& o = config_;
+  const bool same = c.model_type == o.model_type && c.vocab_size == o.vocab_size &&
+                    c.hidden_size == o.hidden_size &&
+                    c.intermediate_size == o.intermediate_size &&
+                    c.num_layers == o.num_layers && c.num_heads == o.num_heads &&
+                    c.num_kv_heads == o.num_kv_heads && c.head_dim == o.head_dim &&
+                    c.tie_word_embeddings == o.tie_word_embeddings &&
+                    c.attention_bias == o.attention_bias;
+  if (!same) {
+    throw Error(dir + "/config.json: the model's architecture differs from the loaded one (" +
+                "same model_type, sizes, heads, layers and tying are required)");
+  }
+  if (c.rope_theta != o.rope_theta || c.rms_norm_eps != o.rms_norm_eps) {
+    throw Error(dir + "/config.json: rope_theta or rms_norm_eps differs from the loaded model");
+  }
+  load_weights(dir);
+}
+
+void Qwen2Model::load_weights(const std::string& dir) {
+  const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
+  // Every check comes before the first write, so a bad folder leaves the weights intact.
   std::set<std::string> expected;
-  std::vector<float> staging;
-  for (const ParamTensor& t : layout.tensors()) {
+  for (const ParamTensor& t : layout_.tensors()) {
     const TensorView* view = weights.find(t.name);
     if (view == nullptr) {
       throw Error(weights.source() + ": tensor '" + t.name +
                   "' is missing (the model in config.json has it)");
     }
-    staging.resize(t.numel);
-    read_f32(*view, t.shape, staging.data());
-    backend.upload(model->params_ + t.offset, staging.data(), t.numel);
+    if (view->shape != t.shape) {
+      throw Error(view->file + ": tensor '" + t.name + "' has the wrong shape for config.json");
+    }
     expected.insert(t.name);
   }
-  model->params_changed();
   for (const std::string& name : weights.names()) {
     // Tied checkpoints sometimes carry a redundant lm_head copy; the embedding is used.
-    const bool redundant_head = name == "lm_head.weight" && model->config_.tie_word_embeddings;
+    const bool redundant_head = name == "lm_head.weight" && config_.tie_word_embeddings;
     const bool rotary_buffer = name.find("rotary_emb.inv_freq") != std::string::npos;
     if (!expected.count(name) && !redundant_head && !rotary_buffer) {
       throw Error(weights.source() + ": tensor '" + name +
                   "' is not part of the model config.json describes");
     }
   }
-  return model;
+  // Converted one tensor at a time, so loading never holds a second full copy.
+  std::vector<float> staging;
+  for (const ParamTensor& t : layout_.tensors()) {
+    staging.resize(t.numel);
+    read_f32(*weights.find(t.name), t.shape, staging.data());
+    be_.upload(params_ + t.offset, staging.data(), t.numel);
+  }
+  params_changed();
 }
 
 float* Qwen2Model::grads() {

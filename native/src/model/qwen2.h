@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/paged.h"
 #include "model/params.h"
 
 namespace sr1 {
@@ -26,6 +27,9 @@ class Qwen2Model {
  public:
   // Reads config.json and the safetensors weights of a Hugging Face folder.
   static std::unique_ptr<Qwen2Model> load(const std::string& dir, Backend& backend);
+  // Replaces the weights with those of another folder of the same architecture. Throws
+  // (with the current weights intact) when its config or tensors do not match.
+  void reload_weights(const std::string& dir);
   ~Qwen2Model();
   Qwen2Model(const Qwen2Model&) = delete;
   Qwen2Model& operator=(const Qwen2Model&) = delete;
@@ -54,8 +58,16 @@ class Qwen2Model {
 
   void zero_grad();
 
+  // One step of the inference engine: runs the step's new tokens through the model,
+  // storing their keys and values in `cache` and attending over each sequence's cached
+  // positions, then hands the next-token logits of step.sample_rows to `sink` in chunks of
+  // at most `logits_chunk` rows (host fp32, [n, vocab]).
+  void forward_paged(const PagedStep& step, PagedKvCache& cache, int logits_chunk,
+                     const LogitsSink& sink);
+
  private:
   struct Activations;
+  void load_weights(const std::string& dir);
   Qwen2Model(ModelConfig config, Backend& backend);
   void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
@@ -73,6 +85,7 @@ class Qwen2Model {
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;
   std::unique_ptr<Activations> acts_;
+  std::unique_ptr<PagedBuffers> paged_;
 };
 
 }  // namespace sr1

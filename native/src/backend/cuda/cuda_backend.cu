@@ -5,7 +5,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels.h"
@@ -81,6 +83,15 @@ class CudaBackend final : public Backend {
     cuda::f32_to_bf16(X(dst), src, n, stream_);
   }
 
+  void download_x(float* dst, XPtr src, size_t n) override {
+    std::vector<uint16_t> raw_bits(n);
+    copy(raw_bits.data(), src.p, n * sizeof(bf16), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++) {
+      const uint32_t bits = static_cast<uint32_t>(raw_bits[i]) << 16;
+      std::memcpy(dst + i, &bits, sizeof(float));
+    }
+  }
+
   void embedding_forward(XPtr out, const int32_t* ids, XPtr wte, int N, int C) override {
     cuda::embedding_forward(X(out), ids, X(wte), N, C, stream_);
   }
@@ -122,6 +133,17 @@ class CudaBackend final : public Backend {
     float* scratch = scratch_floats(cuda::attention_backward_scratch(s));
     cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s, scratch,
                              stream_);
+  }
+  void kv_store(XPtr k, XPtr v, XPtr qkv, const int32_t* slots, const PagedShape& s) override {
+    cuda::kv_store(X(k), X(v), X(qkv), slots, s, stream_);
+  }
+  void paged_attention(XPtr out, XPtr qkv, XPtr k, XPtr v, const int32_t* block_tables,
+                       const int32_t* seq, const int32_t* pos, const PagedShape& s) override {
+    if (!cuda::paged_attention_supports(s.head_dim)) {
+      throw Error("CUDA paged attention supports head_dim up to 256, not " +
+                  std::to_string(s.head_dim));
+    }
+    cuda::paged_attention(X(out), X(qkv), X(k), X(v), block_tables, seq, pos, s, stream_);
   }
   void swiglu_forward(XPtr out, XPtr gu, int N, int I) override {
     cuda::swiglu_forward(X(out), X(gu), N, I, stream_);

@@ -73,6 +73,14 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
                         float* scratch, cudaStream_t stream);
 
+// ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape) ----
+bool paged_attention_supports(int head_dim);
+void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
+              cudaStream_t stream);
+void paged_attention(bf16* out, const bf16* qkv, const bf16* k, const bf16* v,
+                     const int32_t* block_tables, const int32_t* seq, const int32_t* pos,
+                     const PagedShape& s, cudaStream_t stream);
+
 // Throws sr1::Error naming `what` when the last launch or call failed.
 void check(cudaError_t status, const char* what);
 void check_launch(const char* kernel);

@@ -1,0 +1,313 @@
+// searchr1-engine: the native inference engine behind `searchr1 serve-engine`. It reads
+// commands from stdin and writes events to stdout, one JSON object per line; the protocol
+// is in engine/PROTOCOL.md.
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "engine/protocol.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace sr1 {
+namespace {
+
+std::vector<OptionSpec> engine_options() {
+  return concat(
+      {{"model", "DIR", "Hugging Face model folder (required)"},
+       {"context-length", "N", "longest prompt + output (default: max_position_embeddings)"},
+       {"kv-cache-mb", "MB", "KV cache memory (default: a quarter of RAM, at most what "
+                             "--max-running full contexts need)"},
+       {"max-running", "N", "most sequences in one step (default 256)"},
+       {"chunk-tokens", "N", "most prompt tokens prefilled per step (default 512)"}},
+      device_options());
+}
+
+// The EOS ids generation stops at: generation_config.json's eos_token_id (a number or a
+// list) when the folder has one, else config.json's.
+std::vector<int32_t> read_eos_ids(const std::string& dir) {
+  for (const char* name : {"/generation_config.json", "/config.json"}) {
+    const std::string path = dir + name;
+    if (access(path.c_str(), R_OK) != 0) continue;
+    const json::Value root = json::parse_file(path);
+    const json::Value* eos = root.find("eos_token_id");
+    if (eos == nullptr || eos->is_null()) continue;
+    std::vector<int32_t> ids;
+    if (eos->is_integer()) ids.push_back(static_cast<int32_t>(eos->as_int()));
+    if (eos->is_array()) {
+      for (const json::Value& v : eos->as_array()) {
+        if (!v.is_integer()) throw Error(path + ": field 'eos_token_id' must hold integers");
+        ids.push_back(static_cast<int32_t>(v.as_int()));
+      }
+    }
+    if (ids.empty()) throw Error(path + ": field 'eos_token_id' must be an integer or a list");
+    return ids;
+  }
+  return {};
+}
+
+int read_max_positions(const std::string& dir) {
+  const json::Value root = json::parse_file(dir + "/config.json");
+  const json::Value* v = root.find("max_position_embeddings");
+  if (v == nullptr || !v->is_integer() || v->as_int() < 2) {
+    throw UsageError(dir + "/config.json has no max_position_embeddings: pass --context-length");
+  }
+  return static_cast<int>(v->as_int());
+}
+
+int kv_blocks_for(const Args& args, const ModelConfig& config, size_t x_elem, int context,
+                  int max_running, int block_size) {
+  const size_t per_block = PagedKvCache::bytes_per_block(config, block_size, x_elem);
+  size_t bytes;
+  if (args.has("kv-cache-mb")) {
+    bytes = static_cast<size_t>(args.number("kv-cache-mb", 0) * 1024 * 1024);
+  } else {
+    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    const size_t full = static_cast<size_t>(max_running) *
+                        ((context + block_size - 1) / block_size + 1) * per_block;
+    bytes = std::min(ram / 4, full);
+  }
+  const size_t blocks = bytes / per_block;
+  if (blocks < 1) {
+    throw UsageError("--kv-cache-mb: too small for one block of " + std::to_string(block_size) +
+                     " tokens (" + std::to_string(per_block) + " bytes)");
+  }
+  return static_cast<int>(std::min<size_t>(blocks, 1 << 30));
+}
+
+void emit(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
+// Lines from stdin; waits for one only when `block` is set. Returns false at end of input.
+class LineReader {
+ public:
+  bool read(std::vector<std::string>& lines, bool block) {
+    pollfd pfd{STDIN_FILENO, POLLIN, 0};
+    int ready = poll(&pfd, 1, block ? -1 : 0);
+    if (ready < 0) {
+      if (errno == EINTR) return true;
+      throw Error(std::string("reading stdin: ") + std::strerror(errno));
+    }
+    if (ready == 0) return true;
+    char buf[1 << 16];
+    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) return true;
+    if (n <= 0) return false;
+    partial_.append(buf, static_cast<size_t>(n));
+    size_t start = 0, nl;
+    while ((nl = partial_.find('\n', start)) != std::string::npos) {
+      if (nl > start) lines.push_back(partial_.substr(start, nl - start));
+      start = nl + 1;
+    }
+    partial_.erase(0, start);
+    return true;
+  }
+
+ private:
+  std::string partial_;
+};
+
+struct PendingUpdate {
+  bool active = false;
+  json::Value id;
+  std::string path;
+};
+
+class EngineServer {
+ public:
+  EngineServer(Qwen2Model& model, Engine& engine) : model_(model), engine_(engine) {}
+
+  // Returns false on shutdown.
+  bool handle(const std::string& line) {
+    json::Value cmd;
+    std::string op;
+    try {
+      cmd = json::parse(line);
+      const json::Value* o = cmd.find("op");
+      if (o == nullptr || !o->is_string()) throw Error("'op' is missing");
+      op = o->as_string();
+    } catch (const Error& e) {
+      emit(error_event("", std::string("bad command line: ") + e.what()));
+      return true;
+    }
+    if (op == "generate") {
+      const json::Value* rid = cmd.find("rid");
+      try {
+        engine_.submit(parse_generate(cmd));
+      } catch (const Error& e) {
+        emit(error_event(rid != nullptr && rid->is_string() ? rid->as_string() : "", e.what()));
+      }
+    } else if (op == "abort") {
+      const json::Value* rid = cmd.find("rid");
+      Finished f;
+      if (rid != nullptr && rid->is_string() && engine_.abort(rid->as_string(), &f)) {
+        emit(done_event(f, version()));
+      }
+    } else if (op == "update_weights") {
+      start_update(cmd);
+    } else if (op == "flush_cache") {
+      const bool ok = engine_.live() == 0 && engine_.flush_cache();
+      reply(cmd, ok, ok ? "prefix cache flushed" : "requests are running or queued; not flushed");
+    } else if (op == "stats") {
+      json::Value r = stats_object(engine_.stats());
+      r.set("ev", "reply");
+      r.set("id", id_of(cmd));
+      r.set("ok", true);
+      r.set("weight_version", version());
+      emit(r.dump());
+    } else if (op == "shutdown") {
+      for (const Finished& f : engine_.abort_all()) emit(done_event(f, version()));
+      return false;
+    } else {
+      emit(error_event("", "unknown op '" + op + "'"));
+    }
+    return true;
+  }
+
+  // Loads the pending weights once no started sequence is left.
+  void maybe_finish_update() {
+    if (!update_.active || engine_.has_started_work()) return;
+    bool ok = true;
+    std::string message;
+    try {
+      model_.reload_weights(update_.path);
+      engine_.reset_prefix_cache();
+      weight_version_++;
+      message = "loaded " + update_.path;
+    } catch (const Error& e) {
+      ok = false;
+      message = e.what();
+    }
+    engine_.set_paused(false);
+    update_.active = false;
+    json::Value r = json::Value::object({{"ev", "reply"},
+                                         {"id", update_.id},
+                                         {"ok", ok},
+                                         {"weight_version", version()},
+                                         {"message", message}});
+    emit(r.dump());
+  }
+
+  bool updating() const { return update_.active; }
+  std::string version() const { return std::to_string(weight_version_); }
+
+ private:
+  static json::Value id_of(const json::Value& cmd) {
+    const json::Value* id = cmd.find("id");
+    return id == nullptr ? json::Value() : *id;
+  }
+  void reply(const json::Value& cmd, bool ok, const std::string& message) {
+    emit(json::Value::object(
+             {{"ev", "reply"}, {"id", id_of(cmd)}, {"ok", ok}, {"message", message}})
+             .dump());
+  }
+  void start_update(const json::Value& cmd) {
+    const json::Value* path = cmd.find("model_path");
+    if (update_.active) return reply(cmd, false, "a weight update is already in progress");
+    if (path == nullptr || !path->is_string() || path->as_string().empty()) {
+      return reply(cmd, false, "'model_path' must be a non-empty string");
+    }
+    const json::Value* abort_all = cmd.find("abort_all");
+    if (abort_all != nullptr && abort_all->is_bool() && abort_all->as_bool()) {
+      for (const Finished& f : engine_.abort_all()) emit(done_event(f, version()));
+    }
+    update_ = PendingUpdate{true, id_of(cmd), path->as_string()};
+    engine_.set_paused(true);
+  }
+
+  Qwen2Model& model_;
+  Engine& engine_;
+  PendingUpdate update_;
+  int weight_version_ = 0;
+};
+
+int run(const std::vector<std::string>& argv) {
+  const Args args("searchr1-engine",
+                  "serves generation over stdin/stdout (JSON lines; see engine/PROTOCOL.md)",
+                  engine_options(), argv);
+  if (print_help(args)) return 0;
+  const std::string dir = args.required("model");
+  install_interrupt_handler();
+  std::unique_ptr<Backend> backend = open_backend(args);
+  std::unique_ptr<Qwen2Model> model = Qwen2Model::load(dir, *backend);
+
+  EngineOptions opt;
+  opt.context_length = args.has("context-length")
+                           ? static_cast<int>(args.integer("context-length", 0, 2))
+                           : read_max_positions(dir);
+  opt.max_running = static_cast<int>(args.integer("max-running", opt.max_running, 1));
+  opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", opt.chunk_tokens, 1));
+  constexpr int kBlockSize = 16;
+  const int blocks = kv_blocks_for(args, model->config(), backend->x_elem(),
+                                   opt.context_length, opt.max_running, kBlockSize);
+  const std::vector<int32_t> eos = read_eos_ids(dir);
+  Engine engine(*model, blocks, kBlockSize, eos, opt);
+  EngineServer server(*model, engine);
+
+  json::Value eos_json = json::Value::array();
+  for (int32_t id : eos) eos_json.push(json::Value(static_cast<int64_t>(id)));
+  emit(json::Value::object({{"ev", "ready"},
+                            {"model_path", dir},
+                            {"vocab_size", model->config().vocab_size},
+                            {"context_length", opt.context_length},
+                            {"block_size", kBlockSize},
+                            {"kv_blocks", blocks},
+                            {"eos_token_ids", eos_json},
+                            {"device", backend->name()},
+                            {"weight_version", server.version()}})
+           .dump());
+  std::fflush(stdout);
+  std::fprintf(stderr, "searchr1-engine: %s on %s, %d KV blocks of %d tokens, context %d\n",
+               dir.c_str(), backend->name().c_str(), blocks, kBlockSize, opt.context_length);
+
+  LineReader reader;
+  std::vector<std::string> lines;
+  bool idle = true;
+  for (;;) {
+    lines.clear();
+    if (!reader.read(lines, idle) || interrupted()) {
+      for (const Finished& f : engine.abort_all()) emit(done_event(f, server.version()));
+      std::fflush(stdout);
+      return interrupted() ? 130 : 0;
+    }
+    for (const std::string& line : lines) {
+      if (!server.handle(line)) {
+        std::fflush(stdout);
+        return 0;
+      }
+    }
+    server.maybe_finish_update();
+    const StepResult res = engine.step();
+    if (!res.tokens.empty()) emit(tokens_event(res.tokens));
+    for (const Finished& f : res.finished) emit(done_event(f, server.version()));
+    std::fflush(stdout);
+    // Wait for input only when a step cannot make progress (nothing runnable).
+    idle = !res.ran && res.finished.empty();
+  }
+}
+
+}  // namespace
+}  // namespace sr1
+
+int main(int argc, char** argv) {
+  sr1::ensure_passive_openmp(argv);
+  try {
+    return sr1::run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const sr1::UsageError& e) {
+    std::fprintf(stderr, "searchr1-engine: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "searchr1-engine: error: %s\n", e.what());
+    return 1;
+  }
+}

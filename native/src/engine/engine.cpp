@@ -1,0 +1,371 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace sr1 {
+
+struct Engine::Sequence {
+  GenerateRequest req;
+  std::vector<int32_t> tokens;  // prompt, then the generated tokens
+  int prompt_len = 0;
+  TokenRng rng;
+  uint64_t arrival = 0;
+  std::vector<int> blocks;       // cache blocks of positions 0, BS, 2*BS, ...
+  std::vector<uint64_t> hashes;  // prefix hashes of the leading blocks that are published
+  int computed = 0;              // positions whose keys and values are in the cache
+  int cached_tokens = 0;         // prompt positions the prefix cache supplied
+  bool admitted_once = false;
+
+  Sequence(GenerateRequest r, uint64_t order)
+      : req(std::move(r)), rng(req.seed), arrival(order) {
+    tokens = req.input_ids;
+    prompt_len = static_cast<int>(tokens.size());
+  }
+  int length() const { return static_cast<int>(tokens.size()); }
+  int generated() const { return length() - prompt_len; }
+  bool decoding() const { return computed == length() - 1; }
+};
+
+Engine::Engine(Qwen2Model& model, int kv_blocks, int block_size, std::vector<int32_t> eos_ids,
+               EngineOptions options)
+    : model_(model),
+      cache_(model.be(), model.config(), kv_blocks, block_size),
+      blocks_(kv_blocks, block_size),
+      eos_(std::move(eos_ids)),
+      opt_(options) {}
+
+Engine::~Engine() = default;
+
+void Engine::submit(GenerateRequest r) {
+  const int V = model_.config().vocab_size, ctx = opt_.context_length;
+  if (r.rid.empty()) throw Error("rid must be a non-empty string");
+  if (live_rids_.count(r.rid) != 0) throw Error("rid '" + r.rid + "' is already live");
+  if (r.input_ids.empty()) throw Error("input_ids must not be empty");
+  for (int32_t id : r.input_ids) {
+    if (id < 0 || id >= V) {
+      throw Error("input_ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(V) + ")");
+    }
+  }
+  const int prompt = static_cast<int>(r.input_ids.size());
+  if (prompt >= ctx) {
+    throw Error("input_ids: a prompt of " + std::to_string(prompt) +
+                " tokens does not fit the context length " + std::to_string(ctx));
+  }
+  if (r.max_new_tokens < 0) throw Error("max_new_tokens must be >= 0");
+  const SamplingParams& p = r.sampling;
+  if (!(p.temperature >= 0)) throw Error("temperature must be >= 0");
+  if (!(p.top_p > 0 && p.top_p <= 1)) throw Error("top_p must be in (0, 1]");
+  if (p.top_k == 0 || p.top_k < -1) throw Error("top_k must be -1 (off) or at least 1");
+  if (!(p.min_p >= 0 && p.min_p <= 1)) throw Error("min_p must be in [0, 1]");
+  const int total = prompt + std::min(r.max_new_tokens, ctx - prompt);
+  const int need = (total + blocks_.block_size() - 1) / blocks_.block_size();
+  if (need > blocks_.num_blocks()) {
+    throw Error("a prompt of " + std::to_string(prompt) + " tokens with max_new_tokens " +
+                std::to_string(r.max_new_tokens) + " needs " + std::to_string(need) +
+                " KV blocks but the cache holds " + std::to_string(blocks_.num_blocks()) +
+                " (raise --kv-cache-mb)");
+  }
+  live_rids_.insert(r.rid);
+  auto seq = std::make_unique<Sequence>(std::move(r), arrivals_++);
+  if (seq->req.max_new_tokens == 0) {
+    instant_.push_back(std::move(seq));
+  } else {
+    waiting_.push_back(std::move(seq));
+  }
+}
+
+bool Engine::has_started_work() const {
+  if (!running_.empty()) return true;
+  return std::any_of(waiting_.begin(), waiting_.end(),
+                     [](const SeqPtr& s) { return s->generated() > 0; });
+}
+
+Finished Engine::finish(Sequence& s, const std::string& reason, int32_t matched) const {
+  return Finished{s.req.rid, reason, matched, s.prompt_len, s.cached_tokens, s.generated()};
+}
+
+bool Engine::abort(const std::string& rid, Finished* out) {
+  const auto match = [&](const SeqPtr& s) { return s->req.rid == rid; };
+  for (auto* list : {&running_, &instant_}) {
+    const auto it = std::find_if(list->begin(), list->end(), match);
+    if (it == list->end()) continue;
+    release(**it);
+    *out = finish(**it, "abort", -1);
+    list->erase(it);
+    live_rids_.erase(rid);
+    return true;
+  }
+  const auto it = std::find_if(waiting_.begin(), waiting_.end(), match);
+  if (it == waiting_.end()) return false;
+  release(**it);
+  *out = finish(**it, "abort", -1);
+  waiting_.erase(it);
+  live_rids_.erase(rid);
+  return true;
+}
+
+std::vector<Finished> Engine::abort_all() {
+  std::vector<std::string> rids(live_rids_.begin(), live_rids_.end());
+  std::vector<Finished> out;
+  for (const std::string& rid : rids) {
+    Finished f;
+    if (abort(rid, &f)) out.push_back(f);
+  }
+  return out;
+}
+
+bool Engine::flush_cache() {
+  if (live() > 0) return false;
+  blocks_.flush();
+  return true;
+}
+
+void Engine::reset_prefix_cache() {
+  if (!running_.empty()) throw Error("engine: prefix cache reset while sequences run");
+  blocks_.flush();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = totals_;
+  s.running = static_cast<int>(running_.size());
+  s.queued = static_cast<int>(waiting_.size() + instant_.size());
+  s.kv_blocks_total = blocks_.num_blocks();
+  s.kv_blocks_used = blocks_.used();
+  s.kv_blocks_cached = blocks_.cached();
+  return s;
+}
+
+// ---- cache bookkeeping ----
+
+bool Engine::grow(Sequence& s, int positions) {
+  const int need = (positions + blocks_.block_size() - 1) / blocks_.block_size();
+  while (static_cast<int>(s.blocks.size()) < need) {
+    const int b = blocks_.allocate();
+    if (b < 0) return false;
+    s.blocks.push_back(b);
+  }
+  return true;
+}
+
+void Engine::release(Sequence& s) {
+  for (int b : s.blocks) blocks_.release(b);
+  s.blocks.clear();
+  s.hashes.clear();
+  s.computed = 0;
+}
+
+void Engine::publish_full_blocks(Sequence& s) {
+  const int BS = blocks_.block_size();
+  while (static_cast<int>(s.hashes.size()) < s.computed / BS) {
+    const size_t i = s.hashes.size();
+    const uint64_t parent = i == 0 ? BlockManager::kRootHash : s.hashes.back();
+    const int32_t* tokens = s.tokens.data() + i * BS;
+    const uint64_t h = blocks_.hash(parent, tokens);
+    blocks_.publish(s.blocks[i], parent, h, tokens);
+    s.hashes.push_back(h);
+  }
+}
+
+// Hashes of the full blocks a prefilling sequence has yet to publish.
+void Engine::pending_hashes(const Sequence& s, std::unordered_set<uint64_t>& out) const {
+  const int BS = blocks_.block_size();
+  uint64_t parent = s.hashes.empty() ? BlockManager::kRootHash : s.hashes.back();
+  for (int i = static_cast<int>(s.hashes.size()); i < s.length() / BS; i++) {
+    parent = blocks_.hash(parent, s.tokens.data() + static_cast<size_t>(i) * BS);
+    out.insert(parent);
+  }
+}
+
+void Engine::preempt(Sequence& s) {
+  release(s);
+  const auto it = std::find_if(running_.begin(), running_.end(),
+                               [&](const SeqPtr& p) { return p.get() == &s; });
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+void Engine::erase_running(Sequence* s) {
+  running_.erase(std::find_if(running_.begin(), running_.end(),
+                              [&](const SeqPtr& p) { return p.get() == s; }));
+}
+
+// Takes the cached prefix of a waiting sequence. Returns false (holding nothing) when the
+// next block it needs is being computed by a running sequence: it waits a step and reuses
+// that block instead of computing it a second time (GRPO's n copies of one prompt).
+bool Engine::admit(Sequence& s, std::unordered_set<uint64_t>& pending) {
+  const int BS = blocks_.block_size();
+  const int reusable = (s.length() - 1) / BS;  // the last token is always computed
+  uint64_t parent = BlockManager::kRootHash;
+  for (int i = 0; i < reusable; i++) {
+    const int32_t* tokens = s.tokens.data() + static_cast<size_t>(i) * BS;
+    const uint64_t h = blocks_.hash(parent, tokens);
+    const int b = blocks_.acquire_cached(parent, h, tokens);
+    if (b < 0) break;
+    s.blocks.push_back(b);
+    s.hashes.push_back(h);
+    parent = h;
+  }
+  s.computed = static_cast<int>(s.blocks.size()) * BS;
+  const size_t next = s.blocks.size();
+  if (static_cast<int>(next) < s.length() / BS &&
+      pending.count(blocks_.hash(parent, s.tokens.data() + next * BS)) != 0) {
+    release(s);
+    return false;
+  }
+  return true;
+}
+
+std::vector<Engine::Planned> Engine::plan() {
+  std::vector<Planned> out;
+  // Decoding sequences first, one token each; preempt the newest when blocks run out.
+  for (size_t i = 0; i < running_.size(); i++) {
+    Sequence& s = *running_[i];
+    if (!s.decoding()) continue;
+    bool preempted_self = false;
+    while (!grow(s, s.computed + 1)) {
+      Sequence* victim = running_.back().get();
+      preempt(*victim);
+      if (victim == &s) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;  // s was the last running sequence
+    out.push_back(Planned{&s, 1});
+  }
+
+  // Then prompt tokens, up to chunk_tokens: sequences mid-prefill, then new ones in order.
+  int budget = opt_.chunk_tokens;
+  std::unordered_set<uint64_t> pending;
+  for (const SeqPtr& s : running_) {
+    if (!s->decoding()) pending_hashes(*s, pending);
+  }
+  for (const SeqPtr& p : running_) {
+    Sequence& s = *p;
+    if (s.decoding() || budget == 0) continue;
+    int n = std::min(budget, s.length() - s.computed);
+    if (!grow(s, s.computed + n)) {
+      n = static_cast<int>(s.blocks.size()) * blocks_.block_size() - s.computed;
+    }
+    if (n <= 0) continue;
+    out.push_back(Planned{&s, n});
+    budget -= n;
+  }
+  for (size_t j = 0; j < waiting_.size() && budget > 0 &&
+                     static_cast<int>(running_.size()) < opt_.max_running;) {
+    Sequence& s = *waiting_[j];
+    if ((paused_ && s.generated() == 0) || !admit(s, pending)) {
+      j++;
+      continue;
+    }
+    const int n = std::min(budget, s.length() - s.computed);
+    if (!grow(s, s.computed + n)) {
+      release(s);
+      break;  // no room: later arrivals wait too, so the queue keeps its order
+    }
+    if (!s.admitted_once) {
+      s.admitted_once = true;
+      s.cached_tokens = s.computed;
+      totals_.prompt_tokens += s.prompt_len;
+      totals_.prefix_hit_tokens += s.computed;
+    }
+    pending_hashes(s, pending);
+    SeqPtr moved = std::move(waiting_[j]);
+    waiting_.erase(waiting_.begin() + static_cast<long>(j));
+    const auto at = std::find_if(running_.begin(), running_.end(), [&](const SeqPtr& r) {
+      return r->arrival > moved->arrival;
+    });
+    running_.insert(at, std::move(moved));
+    out.push_back(Planned{&s, n});
+    budget -= n;
+  }
+  return out;
+}
+
+bool Engine::finished(Sequence& s, int32_t token, Finished* out) const {
+  const auto has = [&](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if ((!s.req.ignore_eos && has(eos_)) || has(s.req.stop_token_ids)) {
+    *out = finish(s, "stop", token);
+  } else if (s.generated() >= s.req.max_new_tokens || s.length() >= opt_.context_length) {
+    *out = finish(s, "length", -1);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+StepResult Engine::step() {
+  StepResult res;
+  for (SeqPtr& s : instant_) {
+    res.finished.push_back(finish(*s, "length", -1));
+    live_rids_.erase(s->req.rid);
+  }
+  instant_.clear();
+  const std::vector<Planned> planned = plan();
+  if (planned.empty()) return res;
+  res.ran = true;
+
+  // The step's rows: each planned sequence's next n positions.
+  PagedStep step;
+  step.num_seqs = static_cast<int>(planned.size());
+  for (const Planned& p : planned) {
+    step.max_blocks = std::max(step.max_blocks, static_cast<int>(p.seq->blocks.size()));
+  }
+  step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
+  std::vector<Sequence*> samplers;  // the sequence of each sample row
+  const int BS = blocks_.block_size();
+  for (int i = 0; i < step.num_seqs; i++) {
+    Sequence& s = *planned[i].seq;
+    std::copy(s.blocks.begin(), s.blocks.end(),
+              step.block_tables.begin() + static_cast<long>(i) * step.max_blocks);
+    for (int p = s.computed; p < s.computed + planned[i].n; p++) {
+      step.ids.push_back(s.tokens[p]);
+      step.pos.push_back(p);
+      step.slots.push_back(s.blocks[p / BS] * BS + p % BS);
+      step.seq.push_back(i);
+    }
+    if (s.computed + planned[i].n == s.length()) {
+      step.sample_rows.push_back(step.rows() - 1);
+      samplers.push_back(&s);
+    }
+  }
+
+  const int V = model_.config().vocab_size;
+  std::vector<Sampled> sampled(samplers.size());
+  model_.forward_paged(step, cache_, opt_.logits_chunk,
+                       [&](int first, int n, const float* logits) {
+#pragma omp parallel for schedule(dynamic, 1)
+                         for (int r = 0; r < n; r++) {
+                           Sequence& s = *samplers[first + r];
+                           sampled[first + r] = sample_token(
+                               logits + static_cast<size_t>(r) * V, V, s.req.sampling, s.rng);
+                         }
+                       });
+  totals_.decode_steps++;
+
+  for (const Planned& p : planned) {
+    p.seq->computed += p.n;
+    publish_full_blocks(*p.seq);
+  }
+  for (size_t r = 0; r < samplers.size(); r++) {
+    Sequence& s = *samplers[r];
+    s.tokens.push_back(sampled[r].token);
+    totals_.generated_tokens++;
+    res.tokens.push_back(TokenOut{s.req.rid, sampled[r].token, sampled[r].logprob});
+    Finished f;
+    if (finished(s, sampled[r].token, &f)) {
+      res.finished.push_back(f);
+      live_rids_.erase(s.req.rid);
+      release(s);
+      erase_running(&s);
+    }
+  }
+  return res;
+}
+
+}  // namespace sr1

@@ -1,0 +1,130 @@
+// The inference engine: continuous batching over a paged KV cache with prefix reuse.
+//
+// Sequences wait in arrival order and run in steps. Each step decodes one token for every
+// running sequence that has its whole context cached, and prefills up to `chunk_tokens`
+// prompt tokens of the others (so a long prompt never stalls decoding for long). Sequences
+// join and leave between steps. When the cache has no block for a decoding sequence, the
+// newest running sequence is preempted: its blocks are released (the full ones stay in the
+// prefix cache) and it waits at the front of the queue to be recomputed, keeping the
+// tokens it already generated.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/sampler.h"
+#include "model/qwen2.h"
+
+namespace sr1 {
+
+struct EngineOptions {
+  int context_length = 0;  // longest prompt + output
+  int max_running = 256;   // sequences in one step
+  int chunk_tokens = 512;  // prompt tokens prefilled per step
+  int logits_chunk = 64;   // rows per language-model-head chunk
+};
+
+struct GenerateRequest {
+  std::string rid;
+  std::vector<int32_t> input_ids;
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+struct TokenOut {
+  std::string rid;
+  int32_t token;
+  float logprob;
+};
+
+struct Finished {
+  std::string rid;
+  std::string reason;   // stop, length, abort
+  int32_t matched = -1;  // the stop token (reason stop), else -1
+  int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+};
+
+struct StepResult {
+  bool ran = false;  // the model ran (a prefill chunk may produce no token)
+  std::vector<TokenOut> tokens;
+  std::vector<Finished> finished;
+};
+
+struct EngineStats {
+  int running = 0, queued = 0;
+  int kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  uint64_t prompt_tokens = 0, prefix_hit_tokens = 0, generated_tokens = 0, decode_steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(Qwen2Model& model, int kv_blocks, int block_size, std::vector<int32_t> eos_ids,
+         EngineOptions options);
+  ~Engine();
+
+  // Queues a request; throws sr1::Error with a message for the client when it is invalid
+  // or can never fit the cache. max_new_tokens 0 finishes at once (see step()).
+  void submit(GenerateRequest request);
+  // Ends a live request with reason "abort"; nullopt-like empty rid when unknown.
+  bool abort(const std::string& rid, Finished* out);
+  std::vector<Finished> abort_all();
+
+  // Runs one step when there is work; returns what it produced.
+  StepResult step();
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !instant_.empty(); }
+  // Sequences that have started (running, or preempted after generating).
+  bool has_started_work() const;
+  // While paused, sequences that have not started stay queued (weight updates).
+  void set_paused(bool paused) { paused_ = paused; }
+  int live() const { return static_cast<int>(running_.size() + waiting_.size()); }
+  // Drops the prefix cache; only when nothing is live.
+  bool flush_cache();
+  // Drops the prefix cache while queued sequences (which hold no blocks) wait: after a
+  // weight update, when nothing is running.
+  void reset_prefix_cache();
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return opt_; }
+
+ private:
+  struct Sequence;
+  using SeqPtr = std::unique_ptr<Sequence>;
+  // Plans one step: which sequences run and how many of their tokens.
+  struct Planned {
+    Sequence* seq;
+    int n;
+  };
+  std::vector<Planned> plan();
+  bool admit(Sequence& s, std::unordered_set<uint64_t>& pending);
+  bool grow(Sequence& s, int positions);  // blocks to cover `positions` tokens
+  void preempt(Sequence& s);
+  void release(Sequence& s);
+  void publish_full_blocks(Sequence& s);
+  void pending_hashes(const Sequence& s, std::unordered_set<uint64_t>& out) const;
+  bool finished(Sequence& s, int32_t token, Finished* out) const;
+  Finished finish(Sequence& s, const std::string& reason, int32_t matched) const;
+  void erase_running(Sequence* s);
+
+  Qwen2Model& model_;
+  PagedKvCache cache_;
+  BlockManager blocks_;
+  std::vector<int32_t> eos_;
+  EngineOptions opt_;
+  bool paused_ = false;
+  uint64_t arrivals_ = 0;
+  std::deque<SeqPtr> waiting_;      // arrival order; preempted sequences return to the front
+  std::vector<SeqPtr> running_;     // arrival order
+  std::vector<SeqPtr> instant_;     // max_new_tokens 0: finished by the next step()
+  std::unordered_set<std::string> live_rids_;
+  EngineStats totals_;
+};
+
+}  // namespace sr1

@@ -1,0 +1,61 @@
+// What the inference engine hands the model for one step: a ragged batch of new tokens
+// from several sequences whose earlier keys and values live in a paged cache (see
+// PagedShape in backend/backend.h for the cache layout), and the device memory both need.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/device_buffers.h"
+
+namespace sr1 {
+
+struct PagedStep {
+  int num_seqs = 0;
+  int max_blocks = 0;                 // columns of block_tables
+  std::vector<int32_t> ids;           // [rows] token ids
+  std::vector<int32_t> pos;           // [rows] position of the token in its sequence
+  std::vector<int32_t> slots;         // [rows] cache slot its key and value go to
+  std::vector<int32_t> seq;           // [rows] index of its sequence in this step
+  std::vector<int32_t> block_tables;  // [num_seqs, max_blocks]
+  std::vector<int32_t> sample_rows;   // rows whose next-token logits are wanted
+  int rows() const { return static_cast<int>(ids.size()); }
+};
+
+// Receives next-token logits: rows sample_rows[first .. first+n) as [n, vocab] host floats.
+using LogitsSink = std::function<void(int first, int n, const float* logits)>;
+
+// Keys and values of every layer for `num_blocks` blocks of `block_size` positions, in the
+// backend's compute type.
+class PagedKvCache {
+ public:
+  PagedKvCache(Backend& backend, const ModelConfig& c, int num_blocks, int block_size);
+  int num_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  XPtr k(int layer) const { return base_ + static_cast<size_t>(2 * layer) * layer_elems_; }
+  XPtr v(int layer) const { return base_ + static_cast<size_t>(2 * layer + 1) * layer_elems_; }
+  // Bytes one block takes over all layers (keys and values).
+  static size_t bytes_per_block(const ModelConfig& c, int block_size, size_t x_elem);
+
+ private:
+  DeviceBuffers mem_;
+  int num_blocks_, block_size_;
+  size_t layer_elems_;
+  XPtr base_;
+};
+
+// Activations of one engine step, sized for the largest step seen so far.
+struct PagedBuffers {
+  explicit PagedBuffers(Backend& backend) : mem(backend) {}
+  DeviceBuffers mem;
+  int rows = 0, seqs_blocks = 0, chunk = 0;
+  int32_t *ids, *pos, *slots, *seq, *tables, *sample_rows;
+  XPtr x, ln, qkv, att, h, gu, act, head_in, logits;
+  float* rstd;
+};
+
+}  // namespace sr1
