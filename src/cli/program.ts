@@ -5,6 +5,7 @@ import { register as convertCkpt } from "../../commands/convert-ckpt.js";
 import { register as download } from "../../commands/download.js";
 import { register as evaluate } from "../../commands/eval.js";
 import { register as preprocess } from "../../commands/preprocess.js";
+import { register as serveEngine } from "../../commands/serve-engine.js";
 import { register as serveRetriever } from "../../commands/serve-retriever.js";
 import { register as train } from "../../commands/train.js";
 import { packageVersion } from "../runtime/package-root.js";
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
     preprocess,
     buildIndex,
     serveRetriever,
+    serveEngine,
     train,
     evaluate,
     convertCkpt,

@@ -4,6 +4,7 @@ import { convertCkptSpec } from "./schemas/convert-ckpt.js";
 import { downloadSpec } from "./schemas/download.js";
 import { evalSpec } from "./schemas/eval.js";
 import { preprocessSpec } from "./schemas/preprocess.js";
+import { serveEngineSpec } from "./schemas/serve-engine.js";
 import { serveRetrieverSpec } from "./schemas/serve-retriever.js";
 import { trainSpec } from "./schemas/train.js";
 
@@ -14,6 +15,7 @@ export const CONFIG_SPECS: Record<string, CommandConfigSpec> = Object.fromEntrie
     preprocessSpec,
     buildIndexSpec,
     serveRetrieverSpec,
+    serveEngineSpec,
     trainSpec,
     evalSpec,
     convertCkptSpec,

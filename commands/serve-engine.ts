@@ -1,0 +1,31 @@
+import type { Command } from "commander";
+import { defineCommand } from "../src/cli/define.js";
+import { serveEngineSpec } from "../src/config/schemas/serve-engine.js";
+import { serveEngine } from "../src/engine/serve.js";
+
+export function register(program: Command): Command {
+  return defineCommand(program, {
+    spec: serveEngineSpec,
+    description:
+      "serve SGLang's POST /generate (token ids in, tokens, log-probs and text out) with the native engine",
+    flags: [
+      { flags: "--model <dir>", key: "model" },
+      { flags: "--host <host>", key: "host" },
+      { flags: "--port <port>", key: "port" },
+      { flags: "--device <device>", key: "device" },
+      { flags: "--threads <n>", key: "threads" },
+      { flags: "--context-length <n>", key: "context_length" },
+      { flags: "--kv-cache-mb <n>", key: "kv_cache_mb" },
+      { flags: "--max-running <n>", key: "max_running" },
+      { flags: "--chunk-tokens <n>", key: "chunk_tokens" },
+      { flags: "--skip-tokenizer-init", key: "skip_tokenizer_init" },
+      { flags: "--max-body-mb <n>", key: "max_body_mb" },
+    ],
+    examples: [
+      "searchr1 serve-engine --model /models/Qwen2.5-3B-Instruct --port 30000",
+      "searchr1 serve-engine --model ./qwen --device cpu --threads 8 --kv-cache-mb 4096 --context-length 8192",
+      "searchr1 serve-engine --model ./qwen --skip-tokenizer-init --host 0.0.0.0 max_running=64",
+    ],
+    run: (config) => serveEngine(config),
+  });
+}

@@ -1,0 +1,64 @@
+import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
+
+export const serveEngineSchema = z.strictObject({
+  model: z
+    .string()
+    .min(1)
+    .describe("Hugging Face model folder: config.json, safetensors, tokenizer.json"),
+  host: z.string().min(1).default("127.0.0.1").describe("address to bind"),
+  port: z.number().int().min(0).max(65535).default(30000).describe("TCP port (0 = any free port)"),
+  device: z
+    .enum(["auto", "cpu", "cuda"])
+    .default("auto")
+    .describe("where the model runs; auto = a GPU when there is one"),
+  threads: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("CPU threads of the engine; null = all cores"),
+  context_length: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("longest prompt + output in tokens; null = the model's max_position_embeddings"),
+  kv_cache_mb: z
+    .number()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("KV cache memory in MiB; null = a quarter of RAM (CPU), 80% of free GPU memory"),
+  max_running: z
+    .number()
+    .int()
+    .positive()
+    .default(256)
+    .describe("most sequences decoded in one step"),
+  chunk_tokens: z
+    .number()
+    .int()
+    .positive()
+    .default(512)
+    .describe("most prompt tokens prefilled in one step"),
+  skip_tokenizer_init: z
+    .boolean()
+    .default(false)
+    .describe("serve token ids only, without tokenizer.json: text is empty, stop strings refused"),
+  max_body_mb: z
+    .number()
+    .positive()
+    .default(64)
+    .describe("largest request body in MiB (more: 413)"),
+});
+
+export type ServeEngineConfig = z.infer<typeof serveEngineSchema>;
+
+export const serveEngineSpec: CommandConfigSpec<typeof serveEngineSchema> = {
+  command: "serve-engine",
+  schema: serveEngineSchema,
+  env: { SEARCHR1_ENGINE_PORT: "port" },
+};

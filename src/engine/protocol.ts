@@ -1,0 +1,113 @@
+/**
+ * The stdio protocol of the native `searchr1-engine` (native/src/engine/PROTOCOL.md): one
+ * JSON object per line, commands on its stdin, events on its stdout. These types are that
+ * document's, field for field; the engine knows nothing of HTTP, text or stop strings.
+ */
+
+/** First line on stdout, once the model is loaded. */
+export interface ReadyEvent {
+  ev: "ready";
+  model_path: string;
+  vocab_size: number;
+  context_length: number;
+  block_size: number;
+  kv_blocks: number;
+  eos_token_ids: number[];
+  device: string;
+  weight_version: string;
+}
+
+/** One `[rid, token_id, logprob]` per sequence that sampled a token in a step. */
+export interface TokensEvent {
+  ev: "tokens";
+  out: [string, number, number][];
+}
+
+export type FinishReason = "stop" | "length" | "abort";
+
+/** A sequence ended (after its last `tokens` event). */
+export interface DoneEvent {
+  ev: "done";
+  rid: string;
+  reason: FinishReason;
+  /** The EOS / stop_token_ids token that ended it (reason `stop`), else null. */
+  matched: number | null;
+  prompt_tokens: number;
+  cached_tokens: number;
+  completion_tokens: number;
+  weight_version: string;
+}
+
+/** A command that could not be carried out for one request (`rid` null: a bad line). */
+export interface ErrorEvent {
+  ev: "error";
+  rid: string | null;
+  message: string;
+}
+
+/** The answer to a control command, carrying its `id`. */
+export interface ReplyEvent {
+  ev: "reply";
+  id: number;
+  ok: boolean;
+  message?: string;
+  [key: string]: unknown;
+}
+
+export type EngineEvent = ReadyEvent | TokensEvent | DoneEvent | ErrorEvent | ReplyEvent;
+
+/** `generate`: every sampling key is required (the TypeScript side fills the defaults). */
+export interface GenerateCommand {
+  op: "generate";
+  rid: string;
+  input_ids: number[];
+  max_new_tokens: number;
+  /** 0 = greedy. */
+  temperature: number;
+  top_p: number;
+  /** -1 = off. */
+  top_k: number;
+  min_p: number;
+  /** null: the engine draws one. */
+  seed: number | null;
+  stop_token_ids: number[];
+  ignore_eos: boolean;
+}
+
+/** The `stats` reply's figures. */
+export interface EngineStats {
+  running: number;
+  queued: number;
+  kv_blocks_total: number;
+  kv_blocks_used: number;
+  kv_blocks_cached: number;
+  prefix_hit_tokens: number;
+  prompt_tokens: number;
+  generated_tokens: number;
+  decode_steps: number;
+  weight_version: string;
+}
+
+/** Control commands: answered by a `reply` with the same id (shutdown: by exiting). */
+export type ControlCommand =
+  | { op: "update_weights"; model_path: string; abort_all: boolean }
+  | { op: "flush_cache" }
+  | { op: "stats" };
+
+/** Parses one stdout line into an event; throws with the reason when it is not one. */
+export function parseEvent(line: string): EngineEvent {
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch (err) {
+    throw new Error(`not JSON (${(err as Error).message})`);
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new Error("not a JSON object");
+  }
+  const ev = (value as { ev?: unknown }).ev;
+  if (ev !== "ready" && ev !== "tokens" && ev !== "done" && ev !== "error" && ev !== "reply") {
+    throw new Error(`unknown event ${JSON.stringify(ev)}`);
+  }
+  return value as EngineEvent;
+}

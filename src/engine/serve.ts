@@ -1,0 +1,133 @@
+import { existsSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { ServeEngineConfig } from "../config/schemas/serve-engine.js";
+import { CliError, InputError } from "../runtime/errors.js";
+import { listenError, WILDCARD_HOSTS } from "../runtime/http-server.js";
+import { Detokenizer } from "./detokenizer.js";
+import { type EngineDied, NativeEngine } from "./native-engine.js";
+import { EngineServer } from "./server.js";
+
+/**
+ * `searchr1 serve-engine`: listens at once (`/health` 503 while loading), starts the native
+ * engine, serves until SIGINT/SIGTERM, then drains (requests in flight finish) and shuts the
+ * engine down. Resolves on a clean stop; rejects with EngineDied (exit 1) when the engine
+ * fails to load or dies while serving, after answering the requests in flight.
+ */
+export async function serveEngine(
+  config: ServeEngineConfig,
+  err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+): Promise<void> {
+  const started = performance.now();
+  const model = resolve(config.model);
+  if (!existsSync(model) || !statSync(model).isDirectory()) {
+    throw new InputError(`${model}: no such model folder (--model)`);
+  }
+  if (!existsSync(join(model, "config.json"))) {
+    throw new InputError(`${model}: no config.json; --model must be a Hugging Face model folder`);
+  }
+  const detokenizer = config.skip_tokenizer_init ? null : Detokenizer.load(model);
+
+  let server: EngineServer;
+  try {
+    server = await EngineServer.listen({
+      host: config.host,
+      port: config.port,
+      maxBodyBytes: Math.floor(config.max_body_mb * 2 ** 20),
+      modelPath: model,
+      settings: {
+        max_running: config.max_running,
+        chunk_tokens: config.chunk_tokens,
+        kv_cache_mb: config.kv_cache_mb,
+        threads: config.threads,
+        max_body_mb: config.max_body_mb,
+      },
+      log: err,
+    });
+  } catch (e) {
+    throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another engine");
+  }
+  if (WILDCARD_HOSTS.has(config.host)) {
+    err(
+      `warning: listening on ${config.host}: the engine is reachable from other machines ` +
+        "and has no authentication; use --host 127.0.0.1 unless that is what you want",
+    );
+  }
+  err(`loading ${model} on ${config.device}; ${server.url}/health answers 503 until it is ready`);
+
+  // Signals during loading stop the start-up; after it, they drain the server.
+  let signalled: NodeJS.Signals | null = null;
+  let onSignal: (signal: NodeJS.Signals) => void = (signal) => {
+    signalled = signal;
+    err(`${signal}: stopping while the model loads`);
+    void engineStart.then((e) => e.shutdown()).catch(() => {});
+  };
+  const signalHandler = (signal: NodeJS.Signals) => onSignal(signal);
+  process.on("SIGINT", signalHandler);
+  process.on("SIGTERM", signalHandler);
+  const removeSignals = () => {
+    process.off("SIGINT", signalHandler);
+    process.off("SIGTERM", signalHandler);
+  };
+
+  const engineStart = NativeEngine.start({
+    model,
+    device: config.device,
+    threads: config.threads,
+    contextLength: config.context_length,
+    kvCacheMb: config.kv_cache_mb,
+    maxRunning: config.max_running,
+    chunkTokens: config.chunk_tokens,
+    onLog: (line) => err(`engine: ${line}`),
+  });
+  let engine: NativeEngine;
+  try {
+    engine = await engineStart;
+  } catch (e) {
+    removeSignals();
+    await server.closeNow();
+    if (signalled) throw new CliError(`${signalled} while the model was loading; stopped`, 130);
+    throw e;
+  }
+  if (signalled) {
+    removeSignals();
+    await server.closeNow();
+    await engine.shutdown();
+    err("engine stopped");
+    return;
+  }
+  server.attach(engine, detokenizer);
+  const info = engine.info;
+  const seconds = (performance.now() - started) / 1000;
+  err(
+    `serving ${info.model_path} on ${info.device} at ${server.url} (context ${info.context_length} ` +
+      `tokens, KV cache ${info.kv_blocks} blocks of ${info.block_size} tokens, ` +
+      `${detokenizer ? "tokenizer.json loaded" : "no tokenizer"}, loaded in ${seconds.toFixed(1)} s)`,
+  );
+
+  const died = await new Promise<EngineDied | null>((resolveStop) => {
+    let signals = 0;
+    onSignal = (signal) => {
+      signals++;
+      if (signals === 1) {
+        const n = server.inFlight;
+        err(
+          `${signal}: stopping; ${n === 0 ? "no requests" : `${n} request${n === 1 ? "" : "s"}`} ` +
+            "in flight to finish (again to stop at once)",
+        );
+        void server.close().then(() => resolveStop(null));
+      } else {
+        err(`${signal}: closing all connections now`);
+        void server.closeNow();
+      }
+    };
+    engine.onDeath((death) => {
+      err("the native engine is gone: answering what is in flight, then stopping");
+      // Requests in flight have their 500; the others are cut.
+      void server.close(2_000).then(() => resolveStop(death));
+    });
+  });
+  removeSignals();
+  if (died) throw died;
+  await engine.shutdown();
+  err("engine stopped");
+}

@@ -1,0 +1,495 @@
+/**
+ * The HTTP side of `searchr1 serve-engine`: SGLang's `/generate` protocol (the subset RL
+ * code uses) and its control routes, in front of the native engine process.
+ *
+ * Built on `node:http` as the retrieval server is (src/retrieval/server.ts), for the same
+ * reasons: body limits (413, and the connection lives on), keep-alive longer than clients'
+ * pools, and draining on SIGTERM (stop accepting, let requests in flight finish, close idle
+ * connections). The server listens before the model is loaded: `/health` answers 503 until
+ * the engine is ready, and every other route answers 503 too.
+ *
+ * A client that disconnects before its answer aborts its sequences in the engine. When the
+ * engine dies, the requests in flight get 500 and later ones 503, naming the engine and the
+ * last lines of its stderr.
+ */
+import { existsSync, statSync } from "node:fs";
+import {
+  createServer,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type Server,
+  type ServerResponse,
+} from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { join, resolve } from "node:path";
+import {
+  ClientGone,
+  HttpError,
+  onClientError,
+  pathOf,
+  readJsonBody,
+  settleBody,
+  typeOf,
+} from "../runtime/http-server.js";
+import { packageVersion } from "../runtime/package-root.js";
+import type { Detokenizer } from "./detokenizer.js";
+import { parseGenerateRequest } from "./generate-request.js";
+import { EngineDied, EngineRefused, type NativeEngine } from "./native-engine.js";
+import type { EngineStats } from "./protocol.js";
+import { type GenerateOutput, Sequence } from "./sequence.js";
+import { prometheusText, stateFields } from "./stats.js";
+
+export interface EngineServerOptions {
+  host: string;
+  /** 0 = any free port (read it back from `port`). */
+  port: number;
+  /** Largest request body in bytes (more: 413). */
+  maxBodyBytes: number;
+  /** The model folder being loaded (as given). */
+  modelPath: string;
+  /** Launch settings shown by /get_server_info. */
+  settings: Record<string, unknown>;
+  /** Where unexpected failures are reported; default stderr. */
+  log?: (line: string) => void;
+}
+
+/** Idle keep-alive connections are kept this long: longer than clients' pools keep them. */
+const KEEP_ALIVE_MS = 65_000;
+
+type Route = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+export class EngineServer {
+  private readonly server: Server;
+  private readonly log: (line: string) => void;
+  private active = 0;
+  private closing: Promise<void> | null = null;
+  private engine: NativeEngine | null = null;
+  private detokenizer: Detokenizer | null = null;
+  private nextRid = 1;
+  /** Weight updates run one at a time. */
+  private updating: Promise<unknown> = Promise.resolve();
+  private readonly answered: Record<string, number> = {};
+  private readonly routes: Record<string, { methods: string[]; run: Route }>;
+
+  private constructor(private readonly options: EngineServerOptions) {
+    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.server = createServer({ noDelay: true, keepAlive: true }, (req, res) =>
+      this.onRequest(req, res),
+    );
+    this.server.keepAliveTimeout = KEEP_ALIVE_MS;
+    this.server.headersTimeout = 60_000;
+    // Generation can take long: no limit on how long an answer takes.
+    this.server.requestTimeout = 0;
+    this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
+      onClientError(err, socket),
+    );
+    const get = ["GET", "HEAD"];
+    this.routes = {
+      "/generate": { methods: ["POST", "PUT"], run: (q, s) => this.generate(q, s) },
+      "/health": { methods: get, run: async (_, s) => this.health(s) },
+      "/get_model_info": { methods: get, run: async (_, s) => this.modelInfo(s) },
+      "/get_server_info": { methods: get, run: (_, s) => this.serverInfo(s) },
+      "/get_weight_version": { methods: get, run: async (_, s) => this.weightVersion(s) },
+      "/metrics": { methods: get, run: (_, s) => this.metrics(s) },
+      "/flush_cache": { methods: ["GET", "POST"], run: (_, s) => this.flushCache(s) },
+      "/update_weights_from_disk": { methods: ["POST"], run: (q, s) => this.updateWeights(q, s) },
+    };
+  }
+
+  /** Starts listening; rejects with the listen error (EADDRINUSE, EACCES, ...). */
+  static async listen(options: EngineServerOptions): Promise<EngineServer> {
+    const s = new EngineServer(options);
+    await new Promise<void>((resolve, reject) => {
+      s.server.once("error", reject);
+      s.server.listen(options.port, options.host, () => {
+        s.server.off("error", reject);
+        resolve();
+      });
+    });
+    return s;
+  }
+
+  /** The engine is ready: serve generation with it (and decode text with the tokenizer). */
+  attach(engine: NativeEngine, detokenizer: Detokenizer | null): void {
+    this.engine = engine;
+    this.detokenizer = detokenizer;
+  }
+
+  get port(): number {
+    return (this.server.address() as AddressInfo).port;
+  }
+
+  /** `http://host:port` (the bound host; IPv6 in brackets). */
+  get url(): string {
+    const host = this.options.host.includes(":") ? `[${this.options.host}]` : this.options.host;
+    return `http://${host}:${this.port}`;
+  }
+
+  /** Requests being answered now. */
+  get inFlight(): number {
+    return this.active;
+  }
+
+  /**
+   * Stops accepting connections, lets requests in flight finish (their responses say
+   * `Connection: close`), closes idle keep-alive connections, and resolves when every
+   * connection is gone. After `graceMs` the remaining connections are cut (which aborts
+   * their sequences).
+   */
+  close(graceMs = 300_000): Promise<void> {
+    if (this.closing) return this.closing;
+    this.closing = new Promise<void>((resolve) => {
+      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
+    return this.closing;
+  }
+
+  /** Cuts every connection now (a second Ctrl-C); their sequences are aborted. */
+  closeNow(): Promise<void> {
+    const closing = this.close();
+    this.server.closeAllConnections();
+    return closing;
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    this.active++;
+    const path = pathOf(req.url);
+    res.once("close", () => {
+      this.active--;
+      if (path === "/generate") {
+        const code = res.headersSent ? `${Math.floor(res.statusCode / 100)}xx` : "none";
+        this.answered[code] = (this.answered[code] ?? 0) + 1;
+      }
+      // A connection that turned idle after its last response: close it while draining.
+      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
+    });
+    this.route(req, res, path)
+      .catch((err: unknown) => this.fail(req, res, err))
+      .catch((err: unknown) => {
+        this.log(`searchr1 serve-engine: ${(err as Error)?.stack ?? String(err)}`);
+        res.destroy();
+      });
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const route = this.routes[path];
+    if (!route) {
+      throw new HttpError(
+        404,
+        `no route ${req.method} ${path}; this server answers ${Object.keys(this.routes).join(", ")}`,
+      );
+    }
+    if (!route.methods.includes(req.method ?? "")) {
+      const allow = route.methods.join(", ");
+      throw new HttpError(405, `${req.method} ${path}: use ${allow}`, { Allow: allow });
+    }
+    return route.run(req, res);
+  }
+
+  /** The engine, or 503 while loading and after it died. */
+  private ready(): NativeEngine {
+    const engine = this.engine;
+    if (!engine) {
+      throw new HttpError(
+        503,
+        `the engine is still loading ${this.options.modelPath}; /health answers 200 when it is ready`,
+        { "Retry-After": "5" },
+      );
+    }
+    if (engine.dead) throw new HttpError(503, engine.dead.message);
+    return engine;
+  }
+
+  private health(res: ServerResponse): void {
+    const engine = this.engine;
+    const notReady = (status: string, message: string) =>
+      this.sendError(res, 503, message, { status, ready: false });
+    if (this.closing) notReady("closing", "the server is shutting down");
+    else if (!engine) notReady("loading", `loading ${this.options.modelPath}`);
+    else if (engine.dead) notReady("dead", engine.dead.message);
+    else {
+      this.sendJson(res, 200, {
+        status: "ok",
+        ready: true,
+        model_path: engine.info.model_path,
+        weight_version: engine.weightVersion,
+      });
+    }
+  }
+
+  private modelInfo(res: ServerResponse): void {
+    const engine = this.ready();
+    const info = engine.info;
+    this.sendJson(res, 200, {
+      model_path: info.model_path,
+      tokenizer_path: this.detokenizer?.path ?? null,
+      is_generation: true,
+      vocab_size: info.vocab_size,
+      context_length: info.context_length,
+      eos_token_ids: info.eos_token_ids,
+      weight_version: engine.weightVersion,
+    });
+  }
+
+  private weightVersion(res: ServerResponse): void {
+    this.sendJson(res, 200, { weight_version: this.ready().weightVersion });
+  }
+
+  private async stats(engine: NativeEngine): Promise<EngineStats> {
+    const reply = await engine.control({ op: "stats" });
+    if (!reply.ok) throw new Error(`the engine refused stats: ${reply.message ?? "no message"}`);
+    return reply as unknown as EngineStats;
+  }
+
+  private async serverInfo(res: ServerResponse): Promise<void> {
+    const engine = this.ready();
+    const info = engine.info;
+    const state = stateFields({
+      engine: await this.stats(engine),
+      tokensPerSecond: engine.throughput(),
+      httpInFlight: this.active,
+      generateRequests: this.answered,
+    });
+    this.sendJson(res, 200, {
+      version: packageVersion(),
+      engine: "searchr1-engine",
+      engine_pid: engine.pid ?? null,
+      model_path: info.model_path,
+      tokenizer_path: this.detokenizer?.path ?? null,
+      skip_tokenizer_init: this.detokenizer === null,
+      device: info.device,
+      vocab_size: info.vocab_size,
+      context_length: info.context_length,
+      block_size: info.block_size,
+      kv_blocks: info.kv_blocks,
+      eos_token_ids: info.eos_token_ids,
+      ...this.options.settings,
+      http_requests_in_flight: this.active,
+      ...state,
+      // SGLang's field for the same figures.
+      internal_states: [state],
+    });
+  }
+
+  private async metrics(res: ServerResponse): Promise<void> {
+    const engine = this.ready();
+    const text = prometheusText({
+      engine: await this.stats(engine),
+      tokensPerSecond: engine.throughput(),
+      httpInFlight: this.active,
+      generateRequests: this.answered,
+    });
+    this.writeHead(res, 200, {
+      "Content-Type": "text/plain; version=0.0.4; charset=utf-8",
+      "Content-Length": Buffer.byteLength(text),
+    });
+    res.end(text);
+  }
+
+  private async flushCache(res: ServerResponse): Promise<void> {
+    const reply = await this.ready().control({ op: "flush_cache" });
+    if (!reply.ok) {
+      const message = `cache not flushed: ${reply.message ?? "refused by the engine"}`;
+      return this.sendError(res, 400, message, { success: false, message });
+    }
+    this.sendJson(res, 200, { success: true, message: "cache flushed" });
+  }
+
+  private async updateWeights(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonBody(req, this.options.maxBodyBytes, "send a smaller body");
+    const engine = this.ready();
+    const { modelPath, abortAll } = parseUpdateRequest(body);
+    const run = this.updating.then(async () => {
+      const paused = (await this.stats(engine)).queued;
+      const reply = await engine.control({
+        op: "update_weights",
+        model_path: modelPath,
+        abort_all: abortAll,
+      });
+      return { reply, paused };
+    });
+    this.updating = run.catch(() => {});
+    const { reply, paused } = await run;
+    const message = reply.message ?? (reply.ok ? "weights updated" : "the engine refused");
+    if (!reply.ok) {
+      return this.sendError(res, 400, `weights not updated: ${message}`, {
+        success: false,
+        message,
+        num_paused_requests: 0,
+      });
+    }
+    this.sendJson(res, 200, {
+      success: true,
+      message,
+      num_paused_requests: paused,
+      weight_version: engine.weightVersion,
+    });
+  }
+
+  private async generate(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonBody(
+      req,
+      this.options.maxBodyBytes,
+      "send fewer prompts per request",
+    );
+    const engine = this.ready();
+    const info = engine.info;
+    const request = parseGenerateRequest(body, {
+      vocabSize: info.vocab_size,
+      contextLength: info.context_length,
+      tokenizer: this.detokenizer !== null,
+    });
+    const sequences = request.sequences.map(
+      (spec) => new Sequence(String(this.nextRid++), spec, engine, this.detokenizer),
+    );
+    // The client went away before its answer: the engine stops working for it.
+    const onClose = () => {
+      if (!res.writableFinished) for (const s of sequences) s.cancel();
+    };
+    res.once("close", onClose);
+    let outputs: GenerateOutput[];
+    try {
+      for (const s of sequences) s.start();
+      outputs = await Promise.all(sequences.map((s) => s.result));
+    } catch (err) {
+      for (const s of sequences) s.cancel();
+      throw generateError(err, sequences, request.batch);
+    }
+    if (res.destroyed) return;
+    this.sendJson(res, 200, request.single ? outputs[0] : outputs);
+  }
+
+  private writeHead(res: ServerResponse, status: number, headers: OutgoingHttpHeaders): void {
+    if (this.closing) headers.Connection = "close";
+    res.writeHead(status, headers);
+  }
+
+  private sendJson(
+    res: ServerResponse,
+    status: number,
+    value: unknown,
+    extra: Record<string, string> = {},
+  ): void {
+    const text = JSON.stringify(value);
+    this.writeHead(res, status, {
+      ...extra,
+      "Content-Type": "application/json",
+      "Content-Length": Buffer.byteLength(text),
+    });
+    res.end(text);
+  }
+
+  /** The error shape of every route: `{"error": message}` (plus route-specific fields). */
+  private sendError(
+    res: ServerResponse,
+    status: number,
+    message: string,
+    fields: Record<string, unknown> = {},
+    headers: Record<string, string> = {},
+  ): void {
+    this.sendJson(res, status, { error: message, ...fields }, headers);
+  }
+
+  private async fail(req: IncomingMessage, res: ServerResponse, err: unknown): Promise<void> {
+    if (err instanceof ClientGone || res.destroyed) return;
+    if (res.headersSent) {
+      this.log(`searchr1 serve-engine: error while answering: ${(err as Error)?.message}`);
+      res.destroy();
+      return;
+    }
+    let status = 500;
+    let message: string;
+    let headers: Record<string, string> = {};
+    if (err instanceof HttpError) {
+      status = err.status;
+      message = err.message;
+      headers = { ...err.headers };
+    } else if (err instanceof EngineDied) {
+      message = err.message;
+    } else {
+      message = `internal error: ${(err as Error)?.message ?? String(err)}`;
+      this.log(`searchr1 serve-engine: ${(err as Error)?.stack ?? String(err)}`);
+    }
+    // A body this server will not read is dropped first (up to a limit), so that a client
+    // still sending it gets to read the answer.
+    if (!(await settleBody(req, res, headers))) return;
+    this.sendError(res, status, message, {}, headers);
+  }
+}
+
+/** What a failed sequence means for its request: 400 for a refusal, 500 for a dead engine. */
+function generateError(err: unknown, sequences: Sequence[], batch: boolean): unknown {
+  if (!(err instanceof EngineRefused)) return err;
+  const failed = sequences.find((s) => s.refusal === err);
+  const input = failed && batch ? `"input_ids[${failed.spec.input}]"` : '"input_ids"';
+  const which = failed ? `${input} (sample ${failed.spec.sample})` : input;
+  return new HttpError(400, `the engine refused ${which}: ${err.message}`);
+}
+
+/** `POST /update_weights_from_disk`, SGLang's UpdateWeightFromDiskReqInput. */
+function parseUpdateRequest(body: unknown): { modelPath: string; abortAll: boolean } {
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    throw new HttpError(
+      400,
+      `request body must be a JSON object like {"model_path": "/path/to/hf-folder"}, got ${typeOf(body)}`,
+    );
+  }
+  const b = body as Record<string, unknown>;
+  // Accepted only at these values (null always): this engine always flushes the prefix
+  // cache, numbers weight versions itself, and loads synchronously.
+  const neutral: Record<string, unknown> = {
+    load_format: "auto",
+    flush_cache: true,
+    weight_version: null,
+    is_async: false,
+    keep_pause: false,
+    torch_empty_cache: undefined,
+    recapture_cuda_graph: undefined,
+  };
+  for (const [key, value] of Object.entries(b)) {
+    if (key === "model_path" || key === "abort_all_requests") continue;
+    if (!(key in neutral)) {
+      throw new HttpError(
+        400,
+        `"${key}" is not a known key; known keys: model_path, abort_all_requests, ${Object.keys(neutral).join(", ")}`,
+      );
+    }
+    const want = neutral[key];
+    if (value !== null && want !== undefined && value !== want) {
+      throw new HttpError(
+        400,
+        `"${key}" = ${JSON.stringify(value)} is not supported by this engine (only ${JSON.stringify(want)} or null)`,
+      );
+    }
+    if (want === undefined && value !== null && typeof value !== "boolean") {
+      throw new HttpError(400, `"${key}" must be true or false, got ${typeOf(value)}`);
+    }
+  }
+  if (typeof b.model_path !== "string" || b.model_path === "") {
+    throw new HttpError(
+      400,
+      `"model_path" is required: the Hugging Face model folder to load, got ${typeOf(b.model_path)}`,
+    );
+  }
+  const modelPath = resolve(b.model_path);
+  if (!existsSync(modelPath) || !statSync(modelPath).isDirectory()) {
+    throw new HttpError(400, `"model_path": ${modelPath} is not a folder on the server`);
+  }
+  if (!existsSync(join(modelPath, "config.json"))) {
+    throw new HttpError(
+      400,
+      `"model_path": ${modelPath} has no config.json (not a Hugging Face model folder)`,
+    );
+  }
+  const abort = b.abort_all_requests;
+  if (abort !== undefined && abort !== null && typeof abort !== "boolean") {
+    throw new HttpError(400, `"abort_all_requests" must be true or false, got ${typeOf(abort)}`);
+  }
+  return { modelPath, abortAll: abort === true };
+}
