@@ -16,6 +16,7 @@ export function register(program: Command): Command {
       { flags: "--splits <list>", key: "splits" },
       { flags: "--template <name|file>", key: "template" },
       { flags: "--strict", key: "strict" },
+      { flags: "--overwrite", key: "overwrite" },
       { flags: "--quiet", key: "quiet" },
     ],
     examples: [

@@ -7,7 +7,7 @@ import { copyFile, mkdir, readdir, readFile, rm, stat, writeFile } from "node:fs
 import { join } from "node:path";
 import { InputError, UsageError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
-import { replaceDir } from "../runtime/replace-dir.js";
+import { refuseExisting, replaceDir } from "../runtime/replace-dir.js";
 import {
   type DType,
   shapeStr,
@@ -155,7 +155,7 @@ interface OutputTensor extends TensorEntry {
  */
 export async function writeHfFolder(opts: HfFolderOptions): Promise<HfFolderSummary> {
   const { out, baseDir } = opts;
-  await checkOut(out, opts.overwrite);
+  await refuseExisting(out, opts.overwrite);
   const extras = await nonWeightFiles(baseDir);
   const config = readConfig(join(baseDir, "config.json"));
   const entries = outputEntries(opts.tensors, opts.dtype);
@@ -197,23 +197,6 @@ export async function writeHfFolder(opts: HfFolderOptions): Promise<HfFolderSumm
     dtypes,
     configDtype: changes,
   };
-}
-
-async function checkOut(out: string, overwrite: boolean): Promise<void> {
-  let names: string[];
-  try {
-    names = await readdir(out);
-  } catch (e) {
-    const code = errnoCode(e);
-    if (code === "ENOENT") return;
-    if (code === "ENOTDIR") throw new UsageError(`--out ${out}: exists and is not a folder`);
-    throw new InputError(`${out}: cannot read (${code})`);
-  }
-  if (names.length > 0 && !overwrite) {
-    throw new UsageError(
-      `--out ${out}: folder exists and is not empty; pass --overwrite to replace it`,
-    );
-  }
 }
 
 /** The regular files of `baseDir` (links followed) that are not weights; config.json is required. */

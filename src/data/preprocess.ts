@@ -3,6 +3,7 @@ import path from "node:path";
 import type { PreprocessConfig } from "../config/schemas/preprocess.js";
 import { InputError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
+import { refuseExisting } from "../runtime/replace-dir.js";
 import { table } from "../runtime/table.js";
 import {
   locateSources,
@@ -65,8 +66,9 @@ const DEFAULT_SPLITS: OutputSplit[] = ["train", "test"];
 
 /**
  * Converts FlashRAG datasets into `<out>/train.parquet` and `<out>/test.parquet` as
- * Search-R1's merge scripts do. Every output goes to a temporary file and is renamed only
- * once all of them are complete; on any error or abort the temporary files are removed.
+ * Search-R1's merge scripts do. An existing output file is refused unless `overwrite`.
+ * Every output goes to a temporary file and is renamed only once all of them are
+ * complete; on any error or abort the temporary files are removed.
  * Without `splits`, train.parquet is skipped (and the summary says why) when no dataset has
  * a train split; a split asked for explicitly must exist.
  */
@@ -80,6 +82,11 @@ export async function runPreprocess(
   const splits = [...new Set(config.splits ?? DEFAULT_SPLITS)];
   const optional: OutputSplit[] = config.splits === null ? ["train"] : [];
   const plans = locateSources(config.input, config.datasets, splits, optional);
+  for (const plan of plans) {
+    if (plan.skipped === undefined) {
+      await refuseExisting(path.join(config.out, `${plan.split}.parquet`), config.overwrite);
+    }
+  }
   try {
     await mkdir(config.out, { recursive: true });
   } catch (e) {

@@ -211,7 +211,7 @@ describe("searchr1 convert megatron-to-hf", () => {
     expect(run().code).toBe(0);
     const again = run();
     expect(again.code).toBe(2);
-    expect(again.stderr).toContain("--out");
+    expect(again.stderr).toContain(`${out}: already exists; pass --overwrite to replace it`);
     expect(run("--overwrite").code).toBe(0);
   });
 });

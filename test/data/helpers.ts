@@ -102,6 +102,7 @@ export function config(overrides: Partial<PreprocessConfig> & { input: string; o
     splits: ["train", "test"],
     template: "search-r1",
     strict: false,
+    overwrite: false,
     quiet: true,
     ...overrides,
   } satisfies PreprocessConfig;

@@ -352,7 +352,7 @@ describe("runPreprocess", () => {
 
     const mine = put(path.join(tmp.dir, "mine.txt"), "<q>{question}</q> again {question}");
     await runPreprocess(
-      config({ input, out, splits: ["test"], template: mine }),
+      config({ input, out, splits: ["test"], template: mine, overwrite: true }),
       recordingProgress(),
     );
     const rows = await readParquet(path.join(out, "test.parquet"));

@@ -141,8 +141,8 @@ describe("searchr1-trainer input errors", () => {
     writeFileSync(join(out, "keep.txt"), "mine");
     const args = ["sft", "--model", model, "--data", caseFile("untied"), "--out", out, "--lr", "0"];
     const r = trainer(args);
-    expect(r.code).toBe(1);
-    expect(r.stderr).toContain(`${out}: already exists (pass --overwrite to replace it)`);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`${out}: already exists; pass --overwrite to replace it`);
     expect(readdirSync(out)).toEqual(["keep.txt"]);
     expect(trainer([...args, "--overwrite"]).code).toBe(0);
     expect(readdirSync(out).sort()).toEqual(["config.json", "model.safetensors"]);

@@ -142,9 +142,12 @@ describe("searchr1 build-index --retriever bm25", () => {
 
     writeFileSync(join(dir, "c.jsonl"), `${lines[0]}\n`);
     mkdirSync(join(dir, "taken"));
+    writeFileSync(join(dir, "taken", "meta.json"), "{}");
     const taken = build(join(dir, "c.jsonl"), join(dir, "taken"));
-    expect(taken.code).toBe(1);
-    expect(taken.stderr).toContain("taken already exists; remove it or pass --overwrite");
+    expect(taken.code).toBe(2);
+    expect(taken.stderr).toContain(
+      `${join(dir, "taken")}: already exists; pass --overwrite to replace it`,
+    );
 
     const e5 = build(join(dir, "c.jsonl"), join(dir, "e5"), "--retriever", "e5");
     expect(e5.code).toBe(2);

@@ -97,8 +97,12 @@ void install_interrupt_handler() {
 OutputFolder::OutputFolder(std::string path, bool overwrite)
     : path_(std::move(path)), overwrite_(overwrite) {
   while (!path_.empty() && path_.size() > 1 && path_.back() == '/') path_.pop_back();
-  if (fs::exists(path_) && !overwrite_) {
-    throw Error(path_ + ": already exists (pass --overwrite to replace it)");
+  // The rule every searchr1 command follows: an existing output (anything but an empty
+  // folder) is a usage error naming it and --overwrite.
+  std::error_code probe;
+  const bool empty_dir = fs::is_directory(path_, probe) && fs::is_empty(path_, probe) && !probe;
+  if (fs::exists(path_) && !empty_dir && !overwrite_) {
+    throw UsageError(path_ + ": already exists; pass --overwrite to replace it");
   }
   partial_ = path_ + ".partial-" + std::to_string(::getpid());
   std::error_code ec;

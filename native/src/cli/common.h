@@ -53,7 +53,8 @@ void install_interrupt_handler();
 struct Interrupted {};
 
 // A Hugging Face output folder built at `<path>.partial-<pid>` and renamed to `path` by
-// commit(); removed if destroyed before. `path` must not exist unless overwrite is set.
+// commit(); removed if destroyed before. An existing `path` (other than an empty folder) is
+// a UsageError unless overwrite is set; it is then replaced only by commit().
 class OutputFolder {
  public:
   OutputFolder(std::string path, bool overwrite);

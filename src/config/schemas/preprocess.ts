@@ -25,6 +25,10 @@ export const preprocessSchema = z.strictObject({
     .boolean()
     .default(false)
     .describe("treat an invalid row as an error instead of skipping it"),
+  overwrite: z
+    .boolean()
+    .default(false)
+    .describe("replace existing output files (only once all new ones are complete)"),
   quiet: z.boolean().default(false).describe("no progress output"),
 });
 

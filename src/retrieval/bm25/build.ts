@@ -5,7 +5,7 @@ import { Worker } from "node:worker_threads";
 import { InputError } from "../../runtime/errors.js";
 import { packageVersion } from "../../runtime/package-root.js";
 import type { Progress } from "../../runtime/progress.js";
-import { replaceDir } from "../../runtime/replace-dir.js";
+import { refuseExisting, replaceDir } from "../../runtime/replace-dir.js";
 import { type AnalyzerOptions, DEFAULT_ANALYZER } from "../analyzer.js";
 import { corpusBatches, type LineBatch } from "../corpus-batches.js";
 import { CorpusStoreWriter, corpusKind, identifyCorpus } from "../corpus-store.js";
@@ -141,10 +141,7 @@ async function checkPaths(corpus: string, out: string, overwrite: boolean): Prom
   if (!info) throw new InputError(`${corpus}: no such corpus file`);
   if (!info.isFile())
     throw new InputError(`${corpus}: not a file (expected a jsonl or jsonl.gz corpus)`);
-  const existing = await stat(out).catch(() => null);
-  if (existing && !overwrite) {
-    throw new InputError(`${out} already exists; remove it or pass --overwrite to replace it`);
-  }
+  await refuseExisting(out, overwrite);
   await mkdir(dirname(out), { recursive: true });
 }
 
