@@ -81,6 +81,8 @@ class Backend {
   // Largest number of bytes the backend's buffers held at once since the last reset.
   size_t peak_bytes() const { return peak_; }
   size_t live_bytes() const { return live_; }
+  // Bytes the device could still allocate (host RAM not in use, or free GPU memory).
+  virtual size_t free_bytes() const = 0;
   void reset_peak_bytes() { peak_ = live_; }
 
   // ---- layers ----

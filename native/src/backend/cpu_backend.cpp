@@ -2,6 +2,7 @@
 // readable reference the CUDA backend is tested against, so it favours plain loops.
 #include <cblas.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -50,6 +51,9 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
 
   size_t x_elem() const override { return sizeof(float); }
+  size_t free_bytes() const override {
+    return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  }
   float* alloc(size_t n) override { return static_cast<float*>(aligned(n * sizeof(float))); }
   int32_t* alloc_i32(size_t n) override {
     return static_cast<int32_t*>(aligned(n * sizeof(int32_t)));

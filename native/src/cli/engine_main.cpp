@@ -24,8 +24,8 @@ std::vector<OptionSpec> engine_options() {
   return concat(
       {{"model", "DIR", "Hugging Face model folder (required)"},
        {"context-length", "N", "longest prompt + output (default: max_position_embeddings)"},
-       {"kv-cache-mb", "MB", "KV cache memory (default: a quarter of RAM, at most what "
-                             "--max-running full contexts need)"},
+       {"kv-cache-mb", "MB", "KV cache memory (default: a quarter of free RAM, or 80% of "
+                             "free GPU memory, at most what --max-running full contexts need)"},
        {"max-running", "N", "most sequences in one step (default 256)"},
        {"chunk-tokens", "N", "most prompt tokens prefilled per step (default 512)"}},
       device_options());
@@ -63,17 +63,20 @@ int read_max_positions(const std::string& dir) {
   return static_cast<int>(v->as_int());
 }
 
-int kv_blocks_for(const Args& args, const ModelConfig& config, size_t x_elem, int context,
-                  int max_running, int block_size) {
-  const size_t per_block = PagedKvCache::bytes_per_block(config, block_size, x_elem);
+// The cache gets --kv-cache-mb, or by default a share of the memory left after the
+// weights (a quarter on the CPU, which the rest of the machine shares; 80 % of a GPU's),
+// but no more than --max-running sequences of full context could use.
+int kv_blocks_for(const Args& args, const Backend& backend, const ModelConfig& config,
+                  int context, int max_running, int block_size) {
+  const size_t per_block = PagedKvCache::bytes_per_block(config, block_size, backend.x_elem());
   size_t bytes;
   if (args.has("kv-cache-mb")) {
     bytes = static_cast<size_t>(args.number("kv-cache-mb", 0) * 1024 * 1024);
   } else {
-    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    const double share = backend.name() == "cpu" ? 0.25 : 0.8;
     const size_t full = static_cast<size_t>(max_running) *
                         ((context + block_size - 1) / block_size + 1) * per_block;
-    bytes = std::min(ram / 4, full);
+    bytes = std::min(static_cast<size_t>(share * backend.free_bytes()), full);
   }
   const size_t blocks = bytes / per_block;
   if (blocks < 1) {
@@ -248,8 +251,8 @@ int run(const std::vector<std::string>& argv) {
   opt.max_running = static_cast<int>(args.integer("max-running", opt.max_running, 1));
   opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", opt.chunk_tokens, 1));
   constexpr int kBlockSize = 16;
-  const int blocks = kv_blocks_for(args, model->config(), backend->x_elem(),
-                                   opt.context_length, opt.max_running, kBlockSize);
+  const int blocks = kv_blocks_for(args, *backend, model->config(), opt.context_length,
+                                   opt.max_running, kBlockSize);
   const std::vector<int32_t> eos = read_eos_ids(dir);
   Engine engine(*model, blocks, kBlockSize, eos, opt);
   EngineServer server(*model, engine);

@@ -56,6 +56,11 @@ class CudaBackend final : public Backend {
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   size_t x_elem() const override { return sizeof(bf16); }
+  size_t free_bytes() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return free;
+  }
   float* alloc(size_t n) override { return static_cast<float*>(raw(n * sizeof(float))); }
   int32_t* alloc_i32(size_t n) override { return static_cast<int32_t*>(raw(n * sizeof(int32_t))); }
   XPtr alloc_x(size_t n) override { return XPtr{raw(n * sizeof(bf16)), sizeof(bf16)}; }
