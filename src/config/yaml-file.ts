@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, relative, resolve } from "node:path";
 import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from "yaml";
 import { UsageError } from "../runtime/errors.js";
@@ -30,6 +30,7 @@ function loadChain(abs: string, stack: string[]): Layer[] {
     throw new UsageError(`config: file not found: ${displayPath(abs)}${from}`);
   }
   const name = displayPath(abs);
+  if (!statSync(abs).isFile()) throw new UsageError(`config: not a file: ${name}`);
   const lineCounter = new LineCounter();
   const doc = parseDocument(readFileSync(abs, "utf8"), { lineCounter, prettyErrors: false });
   const err = doc.errors[0];

@@ -1,7 +1,8 @@
 import type { Readable } from "node:stream";
 import got, { type Got, type Response } from "got";
+import { CliError } from "../runtime/errors.js";
 import { packageVersion } from "../runtime/package-root.js";
-import { HubStatusError } from "./http-errors.js";
+import { HubStatusError, retryNotice } from "./http-errors.js";
 import { type RepoRef, resolveUrl, treeUrl } from "./repo.js";
 import { type RetryPolicy, withRetries } from "./retry.js";
 
@@ -28,6 +29,8 @@ export interface HubClientOptions extends RetryPolicy {
   token: string | null;
   /** Seconds to wait to connect, for headers, and between body bytes. */
   timeoutS: number;
+  /** Told of each retry of a listing or metadata call as it is scheduled, in one line. */
+  onRetry?: (message: string) => void;
 }
 
 interface TreeEntry {
@@ -78,6 +81,18 @@ export class HubClient {
     });
   }
 
+  /** The retry callback for calls about `label`, announcing each retry through onRetry. */
+  private announce(label: string) {
+    return (err: unknown, waitMs: number, n: number) =>
+      this.options.onRetry?.(
+        retryNotice(err, n, waitMs, {
+          label,
+          endpoint: this.options.endpoint,
+          retries: this.options.retries,
+        }),
+      );
+  }
+
   get hasToken(): boolean {
     return this.options.token !== null;
   }
@@ -109,12 +124,22 @@ export class HubClient {
         },
         this.options,
         signal,
+        this.announce(`file list of ${repo.id}`),
       );
       let entries: TreeEntry[];
       try {
         entries = JSON.parse(res.body);
       } catch {
-        throw new Error(`${pageUrl}: the tree API answered something that is not JSON`);
+        throw new CliError(
+          `${pageUrl}: the tree API answered something that is not JSON; is HF_ENDPOINT a Hugging Face-compatible hub?`,
+          1,
+        );
+      }
+      if (!Array.isArray(entries)) {
+        throw new CliError(
+          `${pageUrl}: the tree API answered JSON that is not a list of files; is HF_ENDPOINT a Hugging Face-compatible hub?`,
+          1,
+        );
       }
       for (const e of entries) {
         if (e.type !== "file") continue;
@@ -155,10 +180,11 @@ export class HubClient {
           if (res.statusCode !== 200) throw statusError(res);
           return { location: url, ...meta() };
         }
-        throw new Error(`${filePath}: too many redirects from ${this.options.endpoint}`);
+        throw new CliError(`${filePath}: too many redirects from ${this.options.endpoint}`, 1);
       },
       this.options,
       signal,
+      this.announce(filePath),
     );
   }
 
@@ -192,16 +218,18 @@ export class HubClient {
     const range = /bytes (\d+)-(\d+)\//.exec(header(res, "content-range") ?? "");
     if (!range || Number(range[1]) !== start || Number(range[2]) !== end - 1) {
       stream.destroy();
-      throw new Error(
+      throw new CliError(
         `${url}: asked for bytes ${start}-${end - 1}, got "${header(res, "content-range")}"`,
+        1,
       );
     }
     return stream;
   }
 
   private unsupported(url: string): never {
-    throw new Error(
+    throw new CliError(
       `${new URL(url).host} ignores Range requests; searchr1 needs them to resume and split downloads`,
+      1,
     );
   }
 }

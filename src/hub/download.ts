@@ -148,7 +148,11 @@ async function plan(
     try {
       listing = await (listings.get(key) as Promise<RemoteFile[]>);
     } catch (err) {
-      throw explainHubError(err, { repo, hasToken: client.hasToken });
+      throw explainHubError(err, {
+        repo,
+        hasToken: client.hasToken,
+        endpoint: client.options.endpoint,
+      });
     }
     const files = await Promise.all(
       selectFiles(artifact, listing).map((f) => planFile(saveDir, artifact, repo, f, manifest)),
@@ -384,12 +388,18 @@ export async function runDownload(
   // Each file in flight listens for Ctrl-C.
   setMaxListeners(4 * config.parallel_files + 16, signal);
   const saveDir = path.resolve(config.save_path);
+  // Retries are announced as they happen: on stderr while planning, then above the bars.
+  const out = stream ?? process.stderr;
+  let notice = (message: string) => {
+    if (!config.quiet) out.write(`${message}\n`);
+  };
   const client = new HubClient({
     endpoint: config.endpoint,
     token: config.token,
     timeoutS: config.timeout_s,
     retries: config.retries,
     backoffS: config.backoff_s,
+    onRetry: (message) => notice(message),
   });
   const manifest = await Manifest.load(saveDir);
   const planned = await plan(config, saveDir, client, manifest, signal);
@@ -404,6 +414,7 @@ export async function runDownload(
     stream,
     intervalS: config.progress_s,
   });
+  notice = (message) => progress.log(message);
   const rows: DownloadRow[] = files
     .filter((f) => f.state === "verified")
     .map((f) => ({ item: f.rel, size: f.remote.size, status: "present" }));
@@ -418,6 +429,7 @@ export async function runDownload(
           repo: f.repo,
           path: f.remote.path,
           hasToken: client.hasToken,
+          endpoint: client.options.endpoint,
         });
         failures.push(e.message);
         progress.log(`error: ${e.message}`);
@@ -431,10 +443,14 @@ export async function runDownload(
     const kept = pending.some((f) => f.state !== "found")
       ? "; partial downloads are kept, run the same command to resume"
       : "";
+    // An unreachable host fails every file the same way: say it once.
+    const distinct = [...new Set(failures)];
     throw new CliError(
       failures.length === 1
         ? `${failures[0]}${kept}`
-        : `${failures.length} files failed:\n  ${failures.join("\n  ")}${kept}`,
+        : distinct.length === 1
+          ? `${failures.length} files failed: ${distinct[0]}${kept}`
+          : `${failures.length} files failed:\n  ${failures.join("\n  ")}${kept}`,
       1,
     );
   }

@@ -3,7 +3,7 @@ import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import type { HubClient, RemoteFile } from "./client.js";
 import { contentHash, expectedDigest, hashPrefix } from "./digest.js";
-import { HubStatusError, IntegrityError } from "./http-errors.js";
+import { HubStatusError, IntegrityError, retryNotice } from "./http-errors.js";
 import { type Piece, PieceWriter, splitPieces } from "./piece-writer.js";
 import type { RepoRef } from "./repo.js";
 import { withRetries } from "./retry.js";
@@ -204,7 +204,11 @@ async function fetchPieces(
         signal,
         (err, waitMs, n) =>
           events.onRetry?.(
-            `${label}: ${(err as Error).message}; retry ${n}/${client.options.retries} in ${(waitMs / 1000).toFixed(1)} s`,
+            retryNotice(err, n, waitMs, {
+              label,
+              endpoint: client.options.endpoint,
+              retries: client.options.retries,
+            }),
           ),
       );
       await writer.complete(i);

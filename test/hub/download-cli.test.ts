@@ -1,4 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { afterEach, describe, expect, it } from "vitest";
@@ -224,6 +226,76 @@ describe("options", () => {
     const bad = runCli(["download", "--save-path", "x", "--connections", "0"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/connections/);
+  });
+});
+
+/** A port nothing listens on: bound once by the OS, then released. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Nothing of a stack trace, and no "internal error": one clean line per problem. */
+function expectNoStack(stderr: string) {
+  expect(stderr).not.toMatch(/internal error/);
+  expect(stderr).not.toMatch(/^\s+at /m);
+}
+
+describe("unreachable hub", () => {
+  it("announces each retry of a refused connection, then fails in one line naming the endpoint", async () => {
+    const port = await closedPort();
+    const endpoint = `http://127.0.0.1:${port}`;
+    const started = Date.now();
+    const r = await startCli(
+      ["download", "--save-path", tmp(), "--dry-run", "retries=2", "backoff_s=0.01"],
+      { env: { HF_ENDPOINT: endpoint, HF_TOKEN: "" } },
+    ).result;
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect(r.code).toBe(1);
+    expectNoStack(r.stderr);
+    const lines = r.stderr.trim().split("\n");
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(
+      new RegExp(
+        `^hub unreachable \\(connection refused, 127\\.0\\.0\\.1:${port}\\), retry 1/2 in [\\d.]+ s$`,
+      ),
+    );
+    expect(lines[1]).toMatch(/^hub unreachable .*retry 2\/2 in/);
+    expect(lines[2]).toBe(
+      `searchr1: error: cannot reach the hub at ${endpoint}: connection refused (ECONNREFUSED); check HF_ENDPOINT (the hub URL), the network connection, and any proxy or firewall in between`,
+    );
+  });
+
+  it("names a host that does not resolve", async () => {
+    // .invalid never resolves (RFC 2606); without any DNS server the lookup fails as EAI_AGAIN.
+    const r = await startCli(
+      ["download", "--save-path", tmp(), "--dry-run", "retries=1", "backoff_s=0.01"],
+      { env: { HF_ENDPOINT: "http://hub.invalid", HF_TOKEN: "" } },
+    ).result;
+    expect(r.code).toBe(1);
+    expectNoStack(r.stderr);
+    expect(r.stderr).toMatch(
+      /searchr1: error: cannot reach the hub at http:\/\/hub\.invalid: (host name not found \(DNS\) \(ENOTFOUND\)|DNS lookup failed.*); check HF_ENDPOINT/,
+    );
+  });
+
+  it("reports a TLS failure in one line, without retrying it", async () => {
+    const server = await serve([DEMO]);
+    // The fake hub speaks plain HTTP: a TLS handshake with it fails.
+    const r = await startCli(
+      ["download", "--save-path", tmp(), "--repo", "org/demo", "--dry-run", "backoff_s=0.01"],
+      { env: { HF_ENDPOINT: server.url.replace("http:", "https:"), HF_TOKEN: "" } },
+    ).result;
+    expect(r.code).toBe(1);
+    expectNoStack(r.stderr);
+    expect(r.stderr).not.toMatch(/retry/);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(
+      /^searchr1: error: cannot talk to the hub at https:\/\/[^:]+:\d+: TLS error: .*; check HF_ENDPOINT \(https:\/\/ for a TLS server/,
+    );
   });
 });
 

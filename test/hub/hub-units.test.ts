@@ -8,7 +8,13 @@ import { HubClient, nextLink } from "../../src/hub/client.js";
 import { ensureSpace } from "../../src/hub/disk.js";
 import { fetchFile, pieceSize } from "../../src/hub/fetch-file.js";
 import { globToRegExp } from "../../src/hub/glob.js";
-import { explainHubError, HubStatusError } from "../../src/hub/http-errors.js";
+import {
+  explainHubError,
+  HubStatusError,
+  isRetryable,
+  retryNotice,
+  transportFailure,
+} from "../../src/hub/http-errors.js";
 import { PieceWriter, splitPieces } from "../../src/hub/piece-writer.js";
 import { withRetries } from "../../src/hub/retry.js";
 import { createTransferProgress } from "../../src/runtime/transfer-progress.js";
@@ -179,6 +185,81 @@ describe("errors and retries", () => {
       t.cleanup();
       await hub.close();
     }
+  });
+
+  it("classifies connections that fail before any answer, and retries only the transient ones", () => {
+    const at = (code: string, extra: object = {}) =>
+      Object.assign(new Error(`boom ${code}`), {
+        code,
+        options: { url: new URL("https://cdn.example/x") },
+        ...extra,
+      });
+    const cases: [string, object, string, boolean][] = [
+      ["ECONNREFUSED", {}, "connection refused", true],
+      ["ENOTFOUND", {}, "host name not found (DNS)", false],
+      ["EAI_AGAIN", {}, "DNS lookup failed (temporary)", true],
+      ["EHOSTUNREACH", {}, "no route to host", true],
+      ["DEPTH_ZERO_SELF_SIGNED_CERT", {}, "TLS error: boom DEPTH_ZERO_SELF_SIGNED_CERT", false],
+      ["CERT_HAS_EXPIRED", {}, "TLS error: boom CERT_HAS_EXPIRED", false],
+      ["ERR_TLS_CERT_ALTNAME_INVALID", {}, "TLS error: boom ERR_TLS_CERT_ALTNAME_INVALID", false],
+      [
+        "ETIMEDOUT",
+        { name: "TimeoutError", event: "connect" },
+        "no connection within the timeout",
+        true,
+      ],
+    ];
+    for (const [code, extra, reason, retried] of cases) {
+      const err = at(code, extra);
+      expect(transportFailure(err)?.reason, code).toBe(reason);
+      expect(transportFailure(err)?.unreachable, code).toBe(true);
+      expect(isRetryable(err), code).toBe(retried);
+    }
+    const openssl = at("EPROTO", {
+      message:
+        "write EPROTO 80CC:error:0A00010B:SSL routines:ssl3_get_record:wrong version number:x.c:350:",
+    });
+    expect(transportFailure(openssl)?.reason).toBe("TLS error: wrong version number");
+    expect(
+      transportFailure(at("ETIMEDOUT", { name: "TimeoutError", event: "response" }))?.unreachable,
+    ).toBe(false);
+    expect(
+      transportFailure(new HubStatusError(503, "http://x", undefined, undefined)),
+    ).toBeUndefined();
+    expect(transportFailure(new Error("plain"))).toBeUndefined();
+  });
+
+  it("announces retries in one line, naming the hub or the storage host", () => {
+    const refused = (url: string) =>
+      Object.assign(new Error("connect ECONNREFUSED"), {
+        code: "ECONNREFUSED",
+        options: { url: new URL(url) },
+      });
+    const ctx = { label: "a.bin", endpoint: "http://127.0.0.1:9", retries: 8 };
+    expect(retryNotice(refused("http://127.0.0.1:9/api/x"), 2, 4000, ctx)).toBe(
+      "hub unreachable (connection refused, 127.0.0.1:9), retry 2/8 in 4.0 s",
+    );
+    expect(retryNotice(refused("https://cdn.example/x"), 1, 12_400, ctx)).toBe(
+      "storage host cdn.example unreachable (connection refused, cdn.example), retry 1/8 in 12 s",
+    );
+    expect(
+      retryNotice(
+        new HubStatusError(503, "http://127.0.0.1:9/x", undefined, undefined),
+        3,
+        250,
+        ctx,
+      ),
+    ).toBe("a.bin: HTTP 503 from http://127.0.0.1:9/x; retry 3/8 in 0.25 s");
+    const repo = { id: "org/r", type: "model" as const, revision: "main" };
+    const e = explainHubError(refused("https://cdn.example/x"), {
+      repo,
+      path: "a.bin",
+      hasToken: false,
+      endpoint: "http://127.0.0.1:9",
+    });
+    expect(e.message).toBe(
+      "cannot reach https://cdn.example (where the hub at http://127.0.0.1:9 sent a.bin in model org/r@main): connection refused (ECONNREFUSED); check that this host is reachable, the network connection, and any proxy or firewall in between",
+    );
   });
 
   it("refuses when the filesystem lacks room, itemising the need", async () => {
