@@ -6,12 +6,26 @@ import { CONFIG_SPECS } from "../src/config/registry.js";
 import { jsonSchemaOf, resolveConfig } from "../src/config/resolve.js";
 import { UsageError } from "../src/runtime/errors.js";
 
+/** The commands that have a config, with their aliases as the command tree defines them. */
+function commandNames(program: Command): string {
+  return Object.keys(CONFIG_SPECS)
+    .map((name) => {
+      const aliases = program.commands.find((c) => c.name() === name)?.aliases() ?? [];
+      return aliases.length ? `${name} (alias ${aliases.join(", ")})` : name;
+    })
+    .join(", ");
+}
+
+/** The command a name or an alias stands for: aliases work wherever a name does. */
+function commandNamed(program: Command, name: string): string {
+  return program.commands.find((c) => c.aliases().includes(name))?.name() ?? name;
+}
+
 export function register(program: Command): Command {
-  const names = Object.keys(CONFIG_SPECS).join(", ");
   return program
     .command("config")
     .description("print a command's fully resolved config as YAML, or its JSON Schema")
-    .argument("<command>", `one of ${names}`)
+    .argument("<command>", "the command (or alias) whose config to print")
     .argument("[overrides...]", "key.path=value overrides")
     .option("-c, --config <file>", "YAML config file (may `extends:` another, relative to itself)")
     .option("--schema", "print the JSON Schema of the command's config file instead")
@@ -28,9 +42,12 @@ export function register(program: Command): Command {
         args: string[],
         opts: { config?: string; schema?: boolean; reference?: boolean },
       ) => {
-        const spec = CONFIG_SPECS[command];
-        if (!spec)
-          throw new UsageError(`config: unknown command "${command}"; expected one of ${names}`);
+        const spec = CONFIG_SPECS[commandNamed(program, command)];
+        if (!spec) {
+          throw new UsageError(
+            `config: unknown command "${command}"; expected one of ${commandNames(program)}`,
+          );
+        }
         if (opts.schema) {
           process.stdout.write(`${JSON.stringify(jsonSchemaOf(spec), null, 2)}\n`);
           return;

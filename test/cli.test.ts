@@ -133,5 +133,21 @@ describe("searchr1 config", () => {
     const r = runCli(["config", "nope"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('config: unknown command "nope"');
+    expect(r.stderr).toContain("convert-ckpt (alias convert)");
+  });
+
+  it("takes a command's alias wherever it takes its name", () => {
+    const args = ["kind=fsdp-to-hf", "input=ckpt", "out=hf"];
+    const byName = runCli(["config", "convert-ckpt", ...args]);
+    const byAlias = runCli(["config", "convert", ...args]);
+    expect(byAlias.stderr).toBe("");
+    expect(byAlias.code).toBe(0);
+    expect(byAlias.stdout).toBe(byName.stdout);
+    expect(parse(byAlias.stdout).kind).toBe("fsdp-to-hf");
+    const schema = runCli(["config", "convert", "--schema"]);
+    expect(schema.code).toBe(0);
+    expect(JSON.parse(schema.stdout).title).toBe("searchr1 convert-ckpt config");
+    expect(runCli(["config", "convert", "--reference"]).stdout).toContain("| `kind` |");
+    expect(runCli(["help", "convert"]).stdout).toContain("Usage: searchr1 convert-ckpt|convert");
   });
 });
