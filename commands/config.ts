@@ -1,9 +1,9 @@
 import type { Command } from "commander";
-import { stringify } from "yaml";
-import { splitArgs } from "../src/cli/options.js";
+import { Document, isScalar } from "yaml";
+import { flagNamesOf, splitArgs } from "../src/cli/options.js";
 import { configReference } from "../src/config/reference.js";
 import { CONFIG_SPECS } from "../src/config/registry.js";
-import { jsonSchemaOf, resolveConfig } from "../src/config/resolve.js";
+import { type ConfigDraft, jsonSchemaOf, resolveConfigDraft } from "../src/config/resolve.js";
 import { UsageError } from "../src/runtime/errors.js";
 
 /** The commands that have a config, with their aliases as the command tree defines them. */
@@ -14,6 +14,23 @@ function commandNames(program: Command): string {
       return aliases.length ? `${name} (alias ${aliases.join(", ")})` : name;
     })
     .join(", ");
+}
+
+/**
+ * The resolved config as YAML; a required key that nothing sets is `null` with a comment
+ * saying how to set it (`path: null # required: set --model or model.path`).
+ */
+function draftYaml(draft: ConfigDraft, flagNames: Record<string, string>): string {
+  const doc = new Document(draft.values);
+  for (const path of draft.missing) {
+    const node = doc.getIn(path, true);
+    if (!isScalar(node)) continue;
+    const dotted = path.join(".");
+    const via = flagNames[dotted];
+    const how = via ? `${via.startsWith("-") ? via : `the ${via}`} or ${dotted}` : dotted;
+    node.comment = ` required: set ${how}`;
+  }
+  return doc.toString();
 }
 
 /** The command a name or an alias stands for: aliases work wherever a name does. */
@@ -62,12 +79,22 @@ export function register(program: Command): Command {
             `config: unexpected argument "${positional[0]}" (overrides are key.path=value)`,
           );
         }
-        const config = resolveConfig(spec, {
+        // The command's own flags name the keys in errors and in the `required` comments.
+        const target = program.commands.find((c) => c.name() === spec.command);
+        const flagNames = target ? flagNamesOf(target) : {};
+        const draft = resolveConfigDraft(spec, {
           configFile: opts.config,
           overrides,
           env: process.env,
+          flagNames,
         });
-        process.stdout.write(stringify(config));
+        process.stdout.write(draftYaml(draft, flagNames));
+        if (draft.missing.length > 0) {
+          const keys = draft.missing.map((p) => p.join(".")).join(", ");
+          process.stderr.write(
+            `searchr1: note: required and not set (null above): ${keys}; \`searchr1 ${spec.command}\` refuses to run without ${draft.missing.length > 1 ? "them" : "it"}\n`,
+          );
+        }
       },
     );
 }

@@ -136,6 +136,28 @@ describe("searchr1 config", () => {
     expect(r.stderr).toContain("convert-ckpt (alias convert)");
   });
 
+  it("prints the defaults without a model, marking required keys that are not set", () => {
+    const r = runCli(["config", "train"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^model:\n {2}path: null # required: set --model or model\.path$/m);
+    const cfg = parse(r.stdout);
+    expect(cfg.model.path).toBeNull();
+    expect(cfg.actor.lr).toBe(1e-6);
+    expect(cfg.rollout.n).toBe(5);
+    expect(r.stderr).toBe(
+      "searchr1: note: required and not set (null above): model.path; `searchr1 train` refuses to run without it\n",
+    );
+    const convert = runCli(["config", "convert-ckpt", "out=hf"]);
+    expect(convert.code).toBe(0);
+    expect(convert.stdout).toMatch(/^kind: null # required: set the <kind> argument or kind$/m);
+    expect(convert.stdout).toMatch(/^input: null # required: set --input or input$/m);
+    expect(convert.stdout).toMatch(/^out: hf$/m);
+    // The commands that run still refuse.
+    const run = runCli(["convert", "fsdp-to-hf", "--out", "hf"]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('missing required key "input"');
+  });
+
   it("takes a command's alias wherever it takes its name", () => {
     const args = ["kind=fsdp-to-hf", "input=ckpt", "out=hf"];
     const byName = runCli(["config", "convert-ckpt", ...args]);

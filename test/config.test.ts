@@ -4,7 +4,12 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { CONFIG_SPECS } from "../src/config/registry.js";
-import { type CommandConfigSpec, jsonSchemaOf, resolveConfig } from "../src/config/resolve.js";
+import {
+  type CommandConfigSpec,
+  jsonSchemaOf,
+  resolveConfig,
+  resolveConfigDraft,
+} from "../src/config/resolve.js";
 import { trainSpec } from "../src/config/schemas/train.js";
 import { UsageError } from "../src/runtime/errors.js";
 
@@ -245,6 +250,40 @@ describe("errors name key, origin, expectation and a suggestion", () => {
     expect(lines).toContain('"actor.lr" = "abc" (override actor.lr=abc): expected number');
     expect(lines.some((l) => l.startsWith('"rollout.n" = 0 (override rollout.n=0): '))).toBe(true);
     expect(lines).toHaveLength(3);
+  });
+});
+
+describe("a draft config for display (searchr1 config)", () => {
+  const withRequired: CommandConfigSpec = {
+    command: "demo",
+    schema: z.strictObject({
+      model: z.strictObject({
+        path: z.string().min(1).describe("model folder"),
+        dtype: z.enum(["bf16", "fp32"]).default("bf16"),
+      }),
+      mode: z.enum(["a", "b"]),
+      count: z.number().int().default(1),
+    }),
+    env: {},
+  };
+
+  it("resolves every default and leaves required keys that nothing sets null, listing them", () => {
+    expect(resolveConfigDraft(withRequired, { overrides: ["count=3"] })).toEqual({
+      values: { model: { path: null, dtype: "bf16" }, mode: null, count: 3 },
+      missing: [["model", "path"], ["mode"]],
+    });
+    expect(resolveConfigDraft(withRequired, { overrides: ["model.path=m", "mode=b"] })).toEqual({
+      values: { model: { path: "m", dtype: "bf16" }, mode: "b", count: 1 },
+      missing: [],
+    });
+  });
+
+  it("is still an error for anything but a missing key, as for the run", () => {
+    const msg = errorOf(() => resolveConfigDraft(withRequired, { overrides: ["count=x"] }));
+    expect(msg).toContain('"count" = "x" (override count=x): expected integer');
+    expect(() => resolveConfig(withRequired, { overrides: ["mode=a"] })).toThrow(
+      /missing required key "model.path"/,
+    );
   });
 });
 

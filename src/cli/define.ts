@@ -40,7 +40,12 @@ export function defineCommand<S extends CommandConfigSpec>(
   }
   cmd.addHelpText("after", `\nExamples:\n${def.examples.map((e) => `  $ ${e}`).join("\n")}\n`);
   for (const alias of def.aliases ?? []) cmd.alias(alias);
-  addConfigFlags(cmd, def.spec, def.flags);
+  const hints: Record<string, string> = def.positional
+    ? {
+        [def.positional.key]: `<${def.positional.name}${single ? "> argument" : "...> arguments"}`,
+      }
+    : {};
+  addConfigFlags(cmd, def.spec, def.flags, hints);
   cmd.action(async (...params: unknown[]) => {
     // Commander passes one parameter per declared argument, then options and the command.
     const args = (
@@ -69,13 +74,7 @@ export function defineCommand<S extends CommandConfigSpec>(
         exitCode: 2,
       });
     }
-    const hints: Record<string, string> = def.positional
-      ? {
-          [def.positional.key]:
-            `<${def.positional.name}${single ? "> argument" : "...> arguments"}`,
-        }
-      : {};
-    await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra, hints));
+    await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra));
   });
   return cmd;
 }

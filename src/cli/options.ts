@@ -19,11 +19,35 @@ function formatDefault(value: unknown): string {
   return typeof value === "string" ? value : stringify(value).trim();
 }
 
+/** Each command's config flags and argument hints, for `searchr1 config` to name them. */
+const keyHints = new WeakMap<Command, { flags: FlagSpec[]; hints: Record<string, string> }>();
+
+/**
+ * Key → how the command sets it on its command line: the first flag for the key (its name
+ * in errors) or the positional argument. Keys set only by config or overrides are absent.
+ */
+export function flagNamesOf(cmd: Command): Record<string, string> {
+  const known = keyHints.get(cmd);
+  const names: Record<string, string> = { ...known?.hints };
+  for (const f of known?.flags ?? []) {
+    const option = cmd.options.find((o) => o.flags === f.flags);
+    if (option) names[f.key] ??= option.long ?? f.flags;
+  }
+  return names;
+}
+
 /**
  * Adds `--config FILE` and the command's flags, with help texts and defaults taken
  * from the schema so that `--help` never disagrees with what the command does.
+ * `hints` names keys set by positional arguments (key → "<kind> argument").
  */
-export function addConfigFlags(cmd: Command, spec: CommandConfigSpec, flags: FlagSpec[]): void {
+export function addConfigFlags(
+  cmd: Command,
+  spec: CommandConfigSpec,
+  flags: FlagSpec[],
+  hints: Record<string, string> = {},
+): void {
+  keyHints.set(cmd, { flags, hints });
   cmd.option(
     "-c, --config <file>",
     "YAML config file (may `extends:` another, relative to itself)",
@@ -70,11 +94,10 @@ export function resolveFromCli<S extends CommandConfigSpec>(
 ): ReturnType<S["schema"]["parse"]> {
   const opts = cmd.opts();
   const cli: CliValue[] = [...extra];
-  const flagNames: Record<string, string> = { ...hints };
+  const flagNames: Record<string, string> = { ...hints, ...flagNamesOf(cmd) };
   for (const f of flags) {
     const option = cmd.options.find((o) => o.flags === f.flags);
     if (!option) continue;
-    flagNames[f.key] ??= option.long ?? f.flags; // the first flag for a key is its name in errors
     const value = opts[option.attributeName()];
     if (value !== undefined)
       cli.push({ key: f.key, value, origin: { kind: "flag", flag: option.long ?? f.flags } });

@@ -5,13 +5,14 @@ import {
   emptyLayer,
   formatOrigin,
   getPath,
+  isPlainObject,
   type Layer,
   mergeValues,
   type Origin,
   originOf,
   setValue,
 } from "./layers.js";
-import { leafPaths, nodeAt, typeName } from "./schema-walk.js";
+import { leafPaths, nodeAt, objectShape, typeName } from "./schema-walk.js";
 import { siblingKeys, suggestKey } from "./suggest.js";
 import { loadConfigFile } from "./yaml-file.js";
 
@@ -61,10 +62,82 @@ export function resolveConfig<S extends z.ZodType>(
   const merged = mergeValues(layers);
   const result = spec.schema.safeParse(merged);
   if (result.success) return result.data;
-  const lines = result.error.issues.flatMap((issue) =>
+  throw issuesError(spec, layers, merged, result.error.issues, input);
+}
+
+/** A config resolved as far as it goes: the required keys that nothing sets are null. */
+export interface ConfigDraft {
+  values: Record<string, unknown>;
+  /** The required keys no source sets, as key paths (null in `values`). */
+  missing: string[][];
+}
+
+/**
+ * Resolves a config for display (`searchr1 config <command>`): like resolveConfig, but a
+ * required key that no source sets is not an error; it is null in the result and listed
+ * in `missing`. Any other problem (a typo, a wrong type) is the same error as for the run.
+ */
+export function resolveConfigDraft(spec: CommandConfigSpec, input: ResolveInput = {}): ConfigDraft {
+  const layers = buildLayers(spec, input);
+  const merged = mergeValues(layers);
+  const result = spec.schema.safeParse(merged);
+  if (result.success) return { values: result.data as Record<string, unknown>, missing: [] };
+  const missing = result.error.issues.map((issue) => missingKeys(spec, merged, issue));
+  if (missing.some((m) => m === undefined)) {
+    throw issuesError(spec, layers, merged, result.error.issues, input);
+  }
+  return {
+    values: draftValues(spec.schema, merged) as Record<string, unknown>,
+    missing: missing.flatMap((m) => m ?? []),
+  };
+}
+
+/** Each key resolved by its own schema node; a key that cannot be is null. */
+function draftValues(schema: z.ZodType, value: unknown): unknown {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const shape = objectShape(schema);
+  if (!shape || !(value === undefined || isPlainObject(value))) return null;
+  return Object.fromEntries(
+    Object.entries(shape).map(([key, node]) => [key, draftValues(node, value?.[key])]),
+  );
+}
+
+function issuesError(
+  spec: CommandConfigSpec,
+  layers: Layer[],
+  merged: Record<string, unknown>,
+  issues: z.core.$ZodIssue[],
+  input: ResolveInput,
+): UsageError {
+  const lines = issues.flatMap((issue) =>
     describeIssue(spec, layers, merged, issue, input.flagNames ?? {}),
   );
-  throw new UsageError(lines.join("\n"));
+  return new UsageError(lines.join("\n"));
+}
+
+/** How to set a required key: its flag (or argument) when it has one, then the key itself. */
+export function howToSet(dotted: string, flagNames: Record<string, string>): string {
+  return [flagNames[dotted], `"${dotted}:" in --config FILE`, `${dotted}=...`]
+    .filter(Boolean)
+    .join(", ");
+}
+
+/**
+ * The required keys an issue is about when it says that nothing set them (a missing
+ * section counts as its required keys); undefined when the issue is about something else.
+ */
+function missingKeys(
+  spec: CommandConfigSpec,
+  merged: Record<string, unknown>,
+  issue: z.core.$ZodIssue,
+): string[][] | undefined {
+  if (issue.code !== "invalid_type" && issue.code !== "invalid_value") return undefined; // enums say the latter
+  if (issue.path.some((p) => typeof p !== "string")) return undefined;
+  const path = issue.path as string[];
+  const node = nodeAt(spec.schema, path);
+  if (!node || getPath(merged, path) !== undefined) return undefined;
+  return leafPaths(node, path).filter((p) => !nodeAt(spec.schema, p)?.safeParse(undefined).success);
 }
 
 function buildLayers(spec: CommandConfigSpec, input: ResolveInput): Layer[] {
@@ -124,18 +197,12 @@ function describeIssue(
   const key = displayKey(issue.path) || "(config)";
   const value = getPath(merged, issue.path);
   const node = nodeAt(spec.schema, ownerPath);
-  const missing = issue.code === "invalid_type" || issue.code === "invalid_value"; // enums say the latter
-  if (value === undefined && missing && stop < 0 && node) {
+  const required = missingKeys(spec, merged, issue);
+  if (required) {
     // A missing section is reported as its required keys, which is what the user must set.
-    const required = leafPaths(node, ownerPath).filter(
-      (p) => !nodeAt(spec.schema, p)?.safeParse(undefined).success,
-    );
     return required.map((p) => {
       const dotted = p.join(".");
-      const via = [flagNames[dotted], `"${dotted}:" in --config FILE`, `${dotted}=...`]
-        .filter(Boolean)
-        .join(", ");
-      return `missing required key "${dotted}": expected ${typeName(nodeAt(spec.schema, p) as z.ZodType)} (set it with ${via})`;
+      return `missing required key "${dotted}": expected ${typeName(nodeAt(spec.schema, p) as z.ZodType)} (set it with ${howToSet(dotted, flagNames)})`;
     });
   }
   const origin = formatOrigin(originOf(layers, ownerPath));
