@@ -9,7 +9,8 @@ import { createProgress, formatBytes } from "../src/runtime/progress.js";
 export function register(program: Command): Command {
   return defineCommand(program, {
     spec: buildIndexSpec,
-    description: "build a BM25 index or a dense (e5) flat index over a corpus",
+    description:
+      "build a BM25 index over a jsonl(.gz) corpus (dense e5 indexes: not implemented yet)",
     flags: [
       { flags: "--retriever <kind>", key: "retriever" },
       { flags: "--corpus <file>", key: "corpus" },

@@ -5,7 +5,8 @@ import { evalSpec } from "../src/config/schemas/eval.js";
 export function register(program: Command): Command {
   return defineCommand(program, {
     spec: evalSpec,
-    description: "run the search agent on test sets and report exact match per data source",
+    description:
+      "run the search agent on test sets and report exact match per data source (not implemented yet)",
     flags: [
       { flags: "--model <dir>", key: "model.path" },
       { flags: "--data <files>", key: "data.val_files" },

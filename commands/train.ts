@@ -5,8 +5,7 @@ import { trainSpec } from "../src/config/schemas/train.js";
 export function register(program: Command): Command {
   return defineCommand(program, {
     spec: trainSpec,
-    description:
-      "run GRPO or PPO with multi-turn search rollouts (native trainer + inference engine)",
+    description: "run GRPO or PPO with multi-turn search rollouts (not implemented yet)",
     flags: [
       { flags: "--model <dir>", key: "model.path" },
       { flags: "--algorithm <name>", key: "algorithm.name" },
@@ -16,7 +15,7 @@ export function register(program: Command): Command {
       { flags: "--resume <mode>", key: "trainer.resume" },
     ],
     examples: [
-      "searchr1 train --config templates/configs/grpo-qwen2.5-3b.yaml --gpus 8",
+      "searchr1 train --config run.yaml --gpus 8",
       "searchr1 train --model models/Qwen2.5-3B actor.lr=1e-6 data.train_batch_size=512 rollout.n=5",
     ],
   });

@@ -9,8 +9,11 @@
 namespace sr1 {
 
 Args::Args(std::string command, std::string summary, std::vector<OptionSpec> specs,
-           const std::vector<std::string>& argv)
-    : command_(std::move(command)), summary_(std::move(summary)), specs_(std::move(specs)) {
+           const std::vector<std::string>& argv, std::vector<std::string> examples)
+    : command_(std::move(command)),
+      summary_(std::move(summary)),
+      specs_(std::move(specs)),
+      examples_(std::move(examples)) {
   for (size_t i = 0; i < argv.size(); i++) {
     const std::string& arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -51,6 +54,10 @@ std::string Args::usage() const {
     if (left.size() < 28) left.resize(28, ' ');
     else left += "  ";
     out += left + s.help + "\n";
+  }
+  if (!examples_.empty()) {
+    out += "\nExamples:\n";
+    for (const std::string& e : examples_) out += "  $ " + e + "\n";
   }
   return out;
 }

@@ -15,8 +15,10 @@ struct OptionSpec {
 
 class Args {
  public:
+  // `examples` are whole command lines shown under "Examples:" in the usage (a test runs
+  // every one of them).
   Args(std::string command, std::string summary, std::vector<OptionSpec> specs,
-       const std::vector<std::string>& argv);
+       const std::vector<std::string>& argv, std::vector<std::string> examples = {});
 
   bool help_requested() const { return help_; }
   std::string usage() const;
@@ -34,6 +36,7 @@ class Args {
   const OptionSpec& spec(const std::string& name) const;
   std::string command_, summary_;
   std::vector<OptionSpec> specs_;
+  std::vector<std::string> examples_;
   std::map<std::string, std::string> values_;
   bool help_ = false;
 };

@@ -10,7 +10,9 @@ int cmd_grad(const std::vector<std::string>& argv) {
                   "Reads input_ids, attention_mask and per-token 'weights' [B, T] from IN and\n"
                   "writes OUT with 'loss' (float32 [1], L = -sum weights * logprobs),\n"
                   "'logprobs' [B, T] and 'grad.<tensor name>' for every parameter.",
-                  batch_command_options("safetensors batch with 'weights'", true), argv);
+                  batch_command_options("safetensors batch with 'weights'", true), argv,
+                  {"searchr1-trainer grad --model models/Qwen2.5-0.5B-Instruct --batch "
+                   "batch.safetensors --out grads.safetensors --recompute --logits-chunk 64"});
   if (print_help(args)) return 0;
   BatchCommand c = open_batch_command(args);
   const std::vector<float> weights = read_token_values(*c.file, "weights", c.batch, true);

@@ -14,7 +14,7 @@ int cmd_info(const std::vector<std::string>& argv) {
                   "Prints one JSON line: {\"cuda\": {\"built\", \"available\", \"reason\", \"gpu\",\n"
                   "\"cublaslt\"}}. built: compiled with nvcc; available: a GPU is visible and\n"
                   "cuBLASLt loaded; reason: why not.",
-                  {}, argv);
+                  {}, argv, {"searchr1-trainer info"});
   if (print_help(args)) return 0;
   const CudaStatus s = cuda_status();
   const json::Value cuda = json::Value::object({{"built", s.built},

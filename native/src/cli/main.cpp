@@ -20,7 +20,14 @@ const char* kUsage =
     "  sft     supervised next-token training with AdamW; saves a Hugging Face folder\n"
     "  info    whether the CUDA backend is built and usable here, as JSON\n"
     "\n"
-    "Run 'searchr1-trainer <command> --help' for a command's options.\n";
+    "Run 'searchr1-trainer <command> --help' for a command's options.\n"
+    "\n"
+    "Examples:\n"
+    "  $ searchr1-trainer info\n"
+    "  $ searchr1-trainer score --model models/Qwen2.5-0.5B-Instruct --batch batch.safetensors "
+    "--out scores.safetensors\n"
+    "  $ searchr1-trainer sft --model models/Qwen2.5-0.5B-Instruct --data sft.safetensors --out "
+    "runs/sft/model --steps 20\n";
 
 }  // namespace
 

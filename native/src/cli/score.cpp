@@ -18,7 +18,11 @@ int cmd_score(const std::vector<std::string>& argv) {
              {{"repeat", "K",
                "run the forward pass K times and print each pass's seconds and peak memory as a "
                "JSON line (for benchmarks)"}}),
-      argv);
+      argv,
+      {"searchr1-trainer score --model models/Qwen2.5-0.5B-Instruct --batch batch.safetensors "
+       "--out scores.safetensors",
+       "searchr1-trainer score --model models/Qwen2.5-0.5B-Instruct --batch batch.safetensors "
+       "--out scores.safetensors --device cuda --repeat 5"});
   if (print_help(args)) return 0;
   BatchCommand c = open_batch_command(args);
   const long repeat = args.integer("repeat", 1, 1);

@@ -75,7 +75,11 @@ int cmd_sft(const std::vector<std::string>& argv) {
                   "Trains on the token-mean cross-entropy of the loss_mask tokens (all\n"
                   "predicted tokens without one), prints the loss per step and saves the\n"
                   "model to --out (config and tokenizer files copied, safetensors weights).",
-                  concat(concat(kOptions, run_options(true)), device_options()), argv);
+                  concat(concat(kOptions, run_options(true)), device_options()), argv,
+                  {"searchr1-trainer sft --model models/Qwen2.5-0.5B-Instruct --data "
+                   "sft.safetensors --out runs/sft/model --steps 20 --batch-size 4 "
+                   "--micro-batch-size 2 --lr 1e-5 --lr-schedule cosine --warmup-steps 2 "
+                   "--min-lr-ratio 0.1 --metrics sft.jsonl"});
   if (print_help(args)) return 0;
   const std::string model_dir = args.required("model"), data_path = args.required("data");
   SftOptions opt;

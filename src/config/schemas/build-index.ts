@@ -2,9 +2,12 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 
 export const buildIndexSchema = z.strictObject({
-  retriever: z.enum(["bm25", "e5"]).default("bm25").describe("index kind"),
+  retriever: z
+    .enum(["bm25", "e5"])
+    .default("bm25")
+    .describe("index kind (e5, a dense index: not implemented yet)"),
   corpus: z.string().min(1).describe("corpus jsonl(.gz) with id and contents"),
-  out: z.string().min(1).describe("index folder (bm25) or index file (e5)"),
+  out: z.string().min(1).describe("index folder to write"),
   bm25: z
     .strictObject({
       k1: z.number().positive().default(0.9).describe("BM25 term-frequency saturation"),

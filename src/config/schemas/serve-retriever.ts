@@ -2,8 +2,11 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 
 export const serveRetrieverSchema = z.strictObject({
-  retriever: z.enum(["bm25", "e5"]).default("bm25").describe("index kind"),
-  index: z.string().min(1).describe("index folder (bm25) or faiss file (e5)"),
+  retriever: z
+    .enum(["bm25", "e5"])
+    .default("bm25")
+    .describe("index kind (e5, a dense index: not implemented yet)"),
+  index: z.string().min(1).describe("index folder written by build-index"),
   corpus: z.string().min(1).describe("corpus jsonl the index was built from"),
   topk: z
     .number()

@@ -1,0 +1,334 @@
+// Every example in every help text runs. The commands come from the CLIs themselves
+// (searchr1's command tree, the Commands: list of `searchr1-trainer --help`), so a new command
+// is covered as soon as it is registered, and it must come with at least one example. Each
+// example runs as a shell line in a fresh temporary folder that holds the small inputs it
+// names (tiny models, corpora, datasets made here). The examples that cannot run here are
+// handled by the RULES below, each with its reason; none is left out silently.
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
+import { afterAll, describe, expect, it } from "vitest";
+import { buildProgram } from "../src/cli/program.js";
+import { nativeExecutable } from "../src/trainer/native.js";
+import { jsonl, put } from "./data/helpers.js";
+import { BIN } from "./helpers/cli.js";
+import { generateCorpus } from "./retrieval/generated-corpus.js";
+
+const TRAINER = nativeExecutable("searchr1-trainer");
+const CKPT = fileURLToPath(new URL("./ckpt/fixtures/", import.meta.url));
+const NATIVE = fileURLToPath(new URL("./native/fixtures/", import.meta.url));
+
+const root = mkdtempSync(join(tmpdir(), "searchr1-help-examples-"));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** `searchr1` and `searchr1-trainer` on the PATH, as a user who installed them has them. */
+const binDir = join(root, "bin");
+mkdirSync(binDir);
+symlinkSync(BIN, join(binDir, "searchr1"));
+symlinkSync(TRAINER, join(binDir, "searchr1-trainer"));
+const ENV = { ...process.env, PATH: `${binDir}:${process.env.PATH}`, OMP_NUM_THREADS: "2" };
+
+function help(argv: string[]): string {
+  const r = spawnSync(argv[0] as string, argv.slice(1), { encoding: "utf8", env: ENV });
+  if (r.status !== 0) throw new Error(`${argv.join(" ")} exited ${r.status}: ${r.stderr}`);
+  return r.stdout;
+}
+
+/** The `  $ command line` entries under "Examples:" in a help text. */
+function examplesOf(text: string): string[] {
+  const lines = text.split("\n");
+  const start = lines.findIndex((l) => l.trim() === "Examples:");
+  if (start < 0) return [];
+  const out: string[] = [];
+  for (const line of lines.slice(start + 1)) {
+    const m = /^\s+\$ (.+)$/.exec(line);
+    if (!m) break;
+    out.push((m[1] as string).trim());
+  }
+  return out;
+}
+
+/** The command names listed under "Commands:" in `searchr1-trainer --help`. */
+function trainerCommands(text: string): string[] {
+  const lines = text.split("\n");
+  const start = lines.findIndex((l) => l.trim() === "Commands:");
+  const names: string[] = [];
+  for (const line of lines.slice(start + 1)) {
+    const m = /^\s+([a-z][\w-]*)\s/.exec(line);
+    if (!m) break;
+    names.push(m[1] as string);
+  }
+  return names;
+}
+
+interface HelpText {
+  /** The command whose --help it is. */
+  command: string;
+  examples: string[];
+}
+
+const HELP_TEXTS: HelpText[] = [
+  { command: "searchr1", examples: examplesOf(help([process.execPath, BIN, "--help"])) },
+  ...buildProgram()
+    .commands.map((c) => c.name())
+    .map((name) => ({
+      command: `searchr1 ${name}`,
+      examples: examplesOf(help([process.execPath, BIN, name, "--help"])),
+    })),
+  { command: "searchr1-trainer", examples: examplesOf(help([TRAINER, "--help"])) },
+  ...trainerCommands(help([TRAINER, "--help"])).map((name) => ({
+    command: `searchr1-trainer ${name}`,
+    examples: examplesOf(help([TRAINER, name, "--help"])),
+  })),
+];
+
+const cuda = JSON.parse(help([TRAINER, "info"])).cuda as { available: boolean; reason: string };
+
+/** What to do with an example that cannot simply run here and must exit 0. */
+type Rule =
+  | { match: RegExp; skip: string }
+  | { match: RegExp; notImplemented: string }
+  | { match: RegExp; server: string };
+
+const RULES: Rule[] = [
+  {
+    match: /^searchr1 download /,
+    skip: "downloads from the Hugging Face hub: needs the network",
+  },
+  {
+    match: /--device cuda\b/,
+    skip: cuda.available ? "" : `needs a GPU (CUDA is not usable here: ${cuda.reason})`,
+  },
+  {
+    match: /^searchr1 (train|eval) /,
+    notImplemented:
+      "train and eval have not landed: the example must exit 2, 'not implemented yet'",
+  },
+  {
+    match: /^searchr1 serve-(retriever|engine) /,
+    server:
+      "a server runs until stopped: run with port=0 appended (any free port), wait until " +
+      "GET /health answers 200, then SIGTERM; it must exit 0",
+  },
+];
+
+/**
+ * Absolute paths in examples (/data/..., /models/...) are taken inside the example's
+ * folder: the test writes nowhere else.
+ */
+const ABSOLUTE = /(^|[\s=])\/(data|models)\//g;
+
+/** Inputs that examples name, made in the example's folder when its line matches. */
+interface Input {
+  /** Matched against the example line (absolute paths already rooted in the folder). */
+  when: RegExp;
+  make(dir: string): void | Promise<void>;
+}
+
+const CORPUS = `${generateCorpus(300, 5).join("\n")}\n`;
+const copy = (from: string, to: string) => (dir: string) =>
+  cpSync(from, join(dir, to), { recursive: true });
+
+function flashrag(dir: string): void {
+  const datasets = ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique"];
+  const rows = (split: string, n: number) =>
+    jsonl(
+      Array.from({ length: n }, (_, i) => ({
+        id: `${split}_${i}`,
+        question: `question ${i} of the ${split} split`,
+        golden_answers: [`answer ${i}`],
+      })),
+    );
+  for (const d of datasets) {
+    put(join(dir, "data", "FlashRAG_datasets", d, "train.jsonl"), rows("train", 5));
+    put(
+      join(dir, "data", "FlashRAG_datasets", d, d === "hotpotqa" ? "dev.jsonl" : "test.jsonl"),
+      rows("test", 3),
+    );
+  }
+  put(join(dir, "data", "FlashRAG_datasets", "bamboogle", "test.jsonl"), rows("test", 3));
+}
+
+function buildIndex(corpus: string, out: string) {
+  return (dir: string) => {
+    put(join(dir, corpus), CORPUS);
+    const r = spawnSync(
+      process.execPath,
+      [BIN, "build-index", "--corpus", corpus, "--out", out, "--quiet"],
+      {
+        cwd: dir,
+        encoding: "utf8",
+        env: ENV,
+      },
+    );
+    if (r.status !== 0) throw new Error(`setting up ${out}: ${r.stderr}`);
+  };
+}
+
+const INPUTS: Input[] = [
+  { when: /data\/FlashRAG_datasets/, make: flashrag },
+  {
+    when: /--corpus(_path)? \S*data\/wiki-18\.jsonl/,
+    make: (d) => void put(join(d, "data", "wiki-18.jsonl"), CORPUS),
+  },
+  {
+    when: /--corpus corpus\.jsonl\b(?!\.gz)/,
+    make: (d) => void put(join(d, "corpus.jsonl"), CORPUS),
+  },
+  {
+    when: /--corpus corpus\.jsonl\.gz/,
+    make: (d) => void put(join(d, "corpus.jsonl.gz"), gzipSync(CORPUS)),
+  },
+  { when: /--index(_path)? \S*data\/bm25/, make: buildIndex("data/wiki-18.jsonl", "data/bm25") },
+  { when: /--index idx\b/, make: buildIndex("corpus.jsonl", "idx") },
+  // convert: a Megatron checkpoint of the untied test model and that model as --hf-base,
+  // a verl FSDP checkpoint root, a HF folder as the trainer writes it.
+  {
+    when: /--input ckpt\/actor\b/,
+    make: copy(join(CKPT, "megatron", "tp2-pp1-te-untied"), "ckpt/actor"),
+  },
+  {
+    when: /--hf-base models\/Qwen2\.5-3B\b/,
+    make: copy(join(CKPT, "hf", "untied"), "models/Qwen2.5-3B"),
+  },
+  {
+    when: /--input checkpoints\/nq\/global_step_300\/actor\b/,
+    make: copy(join(CKPT, "fsdp", "ws2-dtensor-untied"), "checkpoints/nq"),
+  },
+  { when: /--input runs\/sft\/model\b/, make: copy(join(CKPT, "hf", "untied"), "runs/sft/model") },
+  // serve-engine: a tiny Qwen2 with a tokenizer.
+  {
+    when: /--model \S*models\/Qwen2\.5-3B-Instruct\b/,
+    make: copy(join(CKPT, "hf", "untied"), "models/Qwen2.5-3B-Instruct"),
+  },
+  { when: /--model \.\/qwen\b/, make: copy(join(CKPT, "hf", "untied"), "qwen") },
+  // searchr1-trainer: the tiny test model and its batch (input_ids, attention_mask,
+  // weights, loss_mask).
+  {
+    when: /--model models\/Qwen2\.5-0\.5B-Instruct\b/,
+    make: copy(join(NATIVE, "untied"), "models/Qwen2.5-0.5B-Instruct"),
+  },
+  {
+    when: /--batch batch\.safetensors\b/,
+    make: copy(join(NATIVE, "untied.case.safetensors"), "batch.safetensors"),
+  },
+  {
+    when: /--data sft\.safetensors\b/,
+    make: copy(join(NATIVE, "untied.case.safetensors"), "sft.safetensors"),
+  },
+  // config: a train config of the user's own, with the one key that has no default.
+  {
+    when: /--config run\.yaml\b/,
+    make: (d) => void writeFileSync(join(d, "run.yaml"), "model:\n  path: models/Qwen2.5-3B\n"),
+  },
+];
+
+interface Example {
+  command: string;
+  line: string;
+}
+const EXAMPLES: Example[] = HELP_TEXTS.flatMap((h) =>
+  h.examples.map((line) => ({ command: h.command, line })),
+);
+
+interface Run {
+  code: number | null;
+  output: string;
+}
+
+function shell(line: string, cwd: string): ChildProcess {
+  return spawn("bash", ["-c", `set -o pipefail; ${line}`], { cwd, env: ENV });
+}
+
+function finish(child: ChildProcess, collect: { output: string }): Promise<Run> {
+  const add = (d: string) => {
+    collect.output += d;
+  };
+  child.stdout?.setEncoding("utf8").on("data", add);
+  child.stderr?.setEncoding("utf8").on("data", add);
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, output: collect.output }));
+  });
+}
+
+async function runServer(line: string, cwd: string): Promise<Run> {
+  // exec: the signal goes to the server itself, not to the shell around it.
+  const child = shell(`exec ${line} port=0`, cwd);
+  const collect = { output: "" };
+  const done = finish(child, collect);
+  const deadline = Date.now() + 90_000;
+  let healthy = false;
+  while (!healthy && Date.now() < deadline && child.exitCode === null) {
+    const url = /(https?:\/\/[^\s/]+)/.exec(collect.output)?.[1];
+    if (url)
+      healthy = await fetch(`${url}/health`).then(
+        (r) => r.ok,
+        () => false,
+      );
+    if (!healthy) await new Promise((r) => setTimeout(r, 200));
+  }
+  child.kill("SIGTERM");
+  const run = await done;
+  if (!healthy) return { code: -1, output: `never healthy:\n${run.output}` };
+  return run;
+}
+
+function ruleFor(line: string): Rule | undefined {
+  return RULES.find((r) => r.match.test(line) && !("skip" in r && r.skip === ""));
+}
+
+let n = 0;
+async function runExample(line: string): Promise<Run & { rule?: Rule }> {
+  const dir = join(root, `example-${++n}`);
+  mkdirSync(dir);
+  const rooted = line.replace(ABSOLUTE, (_m, pre: string, top: string) => `${pre}${dir}/${top}/`);
+  for (const input of INPUTS) {
+    if (input.when.test(rooted)) await input.make(dir);
+  }
+  const rule = ruleFor(line);
+  if (rule && "server" in rule) return { ...(await runServer(rooted, dir)), rule };
+  return { ...(await finish(shell(rooted, dir), { output: "" })), rule };
+}
+
+describe("help texts", () => {
+  it("list their examples, and every command has at least one", () => {
+    const without = HELP_TEXTS.filter(
+      (h) => h.examples.length === 0 && h.command !== "searchr1",
+    ).map((h) => h.command);
+    expect(without).toEqual([]);
+    expect(HELP_TEXTS.map((h) => h.command)).toEqual(
+      expect.arrayContaining(["searchr1 preprocess", "searchr1-trainer sft"]),
+    );
+  });
+
+  it("have no rule that matches no example (the list of exceptions stays true)", () => {
+    const unused = RULES.filter((r) => !EXAMPLES.some((e) => r.match.test(e.line)));
+    expect(unused.map((r) => String(r.match))).toEqual([]);
+  });
+});
+
+describe.each(HELP_TEXTS.filter((h) => h.examples.length > 0))(
+  "$command --help",
+  ({ examples }) => {
+    for (const line of examples) {
+      const rule = ruleFor(line);
+      if (rule && "skip" in rule) {
+        it.skip(`${line}  [skipped: ${rule.skip}]`, () => {});
+        continue;
+      }
+      it(line, { timeout: 180_000 }, async () => {
+        const r = await runExample(line);
+        if (r.rule && "notImplemented" in r.rule) {
+          expect(r.code, r.output).toBe(2);
+          expect(r.output).toContain("not implemented yet");
+        } else {
+          expect(r.code, r.output).toBe(0);
+        }
+      });
+    }
+  },
+);
