@@ -1,0 +1,126 @@
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { type CliResult, type RunningCli, startCli } from "../helpers/cli.js";
+import { type Reply, request } from "../retrieval/helpers.js";
+
+export { type Reply, request };
+
+export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
+export const MODELS = ["qwen-bpe", "llama-sp"] as const;
+export type ModelName = (typeof MODELS)[number] | "tiny-vocab";
+export const modelDir = (m: ModelName): string => `${FIXTURES}${m}`;
+
+export function fixture<T>(name: string): T {
+  return JSON.parse(readFileSync(`${FIXTURES}${name}`, "utf8")) as T;
+}
+
+export interface GreedyCase {
+  model: (typeof MODELS)[number];
+  name: string;
+  prompt_ids: number[];
+  /** 24 tokens, not stopped at EOS. */
+  output_ids: number[];
+  /** log_softmax(logits)[output_ids[i]] in float32. */
+  logprobs: number[];
+  /** Index in output_ids of the first EOS, or null. */
+  eos_at: number | null;
+  /** decode(output_ids, skip_special_tokens=True). */
+  text: string;
+  min_margin: number;
+}
+export const greedy = () => fixture<{ max_new_tokens: number; cases: GreedyCase[] }>("greedy.json");
+
+/** Engine threads per test server: CI machines have two cores shared by the test files. */
+export const ENGINE_ARGS = ["--device", "cpu", "--threads", "1"];
+
+export interface RunningEngine {
+  /** `http://127.0.0.1:<port>`, as the server printed it. */
+  base: string;
+  cli: RunningCli;
+  /** SIGTERM, then the exit code and output. */
+  stop(): Promise<CliResult>;
+}
+
+/**
+ * Starts `searchr1 serve-engine` with `args` (and --port 0, CPU, one engine thread) as a
+ * child process and resolves once it prints the URL it serves at (the model is loaded);
+ * rejects with its output if it exits first.
+ */
+export function startEngine(
+  args: string[],
+  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<RunningEngine> {
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  const cli = startCli(["serve-engine", "--port", "0", ...ENGINE_ARGS, ...args], {
+    env: options.env,
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      cli.child.kill("SIGKILL");
+      reject(new Error(`serve-engine did not start in ${timeoutMs} ms: ${cli.output.stderr}`));
+    }, timeoutMs);
+    const onData = () => {
+      const m = /^serving .* at (http:\/\/\S+) \(/m.exec(cli.output.stderr);
+      if (!m) return;
+      clearTimeout(timer);
+      cli.child.stderr?.off("data", onData);
+      resolve({
+        base: m[1] as string,
+        cli,
+        stop: () => {
+          if (cli.child.exitCode === null) cli.child.kill("SIGTERM");
+          return cli.result;
+        },
+      });
+    };
+    cli.child.stderr?.on("data", onData);
+    cli.result.then(
+      (r) => {
+        clearTimeout(timer);
+        reject(new Error(`serve-engine exited (${r.code}) before serving: ${r.stderr}`));
+      },
+      (err) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
+  });
+}
+
+/** POST /generate with a JSON value (or a raw string as is). */
+export function generate(
+  base: string,
+  body: unknown,
+  options: Parameters<typeof request>[4] = {},
+): Promise<Reply> {
+  const text = typeof body === "string" ? body : JSON.stringify(body);
+  return request(base, "POST", "/generate", text, options);
+}
+
+/** The answer object of a successful /generate (fails the test with the error otherwise). */
+export interface Output {
+  text: string;
+  output_ids: number[];
+  meta_info: {
+    id: string;
+    finish_reason: { type: string; matched: string | number | null };
+    prompt_tokens: number;
+    completion_tokens: number;
+    cached_tokens: number;
+    output_token_logprobs?: [number, number, null][];
+    weight_version: string;
+  };
+}
+
+export async function generateOk<T = Output | Output[]>(base: string, body: unknown): Promise<T> {
+  const r = await generate(base, body);
+  if (r.status !== 200) throw new Error(`/generate answered ${r.status}: ${r.text}`);
+  return r.json as T;
+}
+
+/** Greedy sampling params that reproduce the fixtures' 24 tokens. */
+export const GREEDY = { temperature: 0, max_new_tokens: 24, ignore_eos: true };
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
