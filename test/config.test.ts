@@ -186,6 +186,66 @@ describe("YAML files", () => {
   });
 });
 
+describe("one coercion rule for every source", () => {
+  /** The same key and text given in a YAML file, as an override and as a flag. */
+  function everySource(key: string, yamlText: string, text: string) {
+    const cfg = file(`coerce-${key}.yaml`, `${key}: ${yamlText}\n`);
+    return [
+      resolveConfig(spec, { configFile: cfg }),
+      resolveConfig(spec, { overrides: [`${key}=${text}`] }),
+      resolveConfig(spec, {
+        cli: [{ key, value: text, origin: { kind: "flag", flag: `--${key}` } }],
+      }),
+    ].map((c) => (c as Record<string, unknown>)[key]);
+  }
+
+  it("takes a single value where a list is wanted, from a file as from a flag or an override", () => {
+    expect(everySource("items", "test", "test")).toEqual([["test"], ["test"], ["test"]]);
+    expect(everySource("items", "a,b", "a,b")).toEqual([
+      ["a", "b"],
+      ["a", "b"],
+      ["a", "b"],
+    ]);
+    expect(everySource("items", "[a, b]", "[a,b]")).toEqual([
+      ["a", "b"],
+      ["a", "b"],
+      ["a", "b"],
+    ]);
+    // A YAML number where a list of strings is wanted is that text, in a list.
+    expect(everySource("items", "7", "7")).toEqual([["7"], ["7"], ["7"]]);
+  });
+
+  it("reads YAML strings as flags are read, and numbers as text where text is wanted", () => {
+    expect(everySource("flag", "yes", "yes")).toEqual([true, true, true]);
+    expect(everySource("count", '"3"', "3")).toEqual([3, 3, 3]);
+    expect(everySource("name", "2024", "2024")).toEqual(["2024", "2024", "2024"]);
+    expect(everySource("ratio", "null", "null")).toEqual([null, null, null]);
+    // Nested keys and list elements are read by their own schema node.
+    const nested = file("coerce-nested.yaml", 'nested:\n  lr: "1e-3"\n  deep:\n    k: "4"\n');
+    expect(resolveConfig(spec, { configFile: nested }).nested).toEqual({
+      lr: 1e-3,
+      deep: { k: 4 },
+    });
+  });
+
+  it("still reports what cannot be read with the file position", () => {
+    const cfg = file("coerce-bad.yaml", "name: x\ncount: many\nmode: [a]\n");
+    const lines = errorOf(() => resolveConfig(spec, { configFile: cfg })).split("\n");
+    expect(lines[0]).toMatch(/^"count" = "many" \(.*coerce-bad\.yaml:2:1\): expected integer$/);
+    expect(lines[1]).toMatch(/^"mode" = \["a"\] \(.*coerce-bad\.yaml:3:1\): /);
+  });
+
+  it("accepts splits: test in a preprocess config file", () => {
+    const cfg = file("splits.yaml", "datasets: nq\ninput: in\nout: out\nsplits: test\n");
+    expect(
+      resolveConfig(CONFIG_SPECS.preprocess as CommandConfigSpec, { configFile: cfg }),
+    ).toMatchObject({
+      datasets: ["nq"],
+      splits: ["test"],
+    });
+  });
+});
+
 describe("errors name key, origin, expectation and a suggestion", () => {
   it("names the file position of a wrong type", () => {
     const cfg = file("wrong.yaml", "name: x\nnested:\n  lr: fast\n");

@@ -42,6 +42,48 @@ export function coerce(raw: string, schema: z.ZodType | undefined): unknown {
   }
 }
 
+const TEXT_KINDS = new Set(["string", "enum", "literal", "template_literal"]);
+
+/**
+ * The one coercion rule, for values from every source: text (flags, env vars, overrides)
+ * and values YAML has already typed. Text is read as {@link coerce} reads it; a single
+ * value where the schema wants a list becomes a one-item list (`splits: test` is
+ * `--splits test` is `splits=test`); a YAML number or boolean where the schema wants text
+ * becomes that text (`revision: 2024`), and a YAML string where it wants a number, a
+ * boolean or a list is read as that text would be on the command line. Mappings and lists
+ * are walked key by key. Anything that still does not fit is left for validation to
+ * report with its origin.
+ */
+export function coerceValue(value: unknown, schema: z.ZodType | undefined): unknown {
+  if (!schema || value === null || value === undefined) return value;
+  const { inner } = unwrap(schema);
+  const kind = kindOf(inner);
+  if (typeof value === "string") return TEXT_KINDS.has(kind) ? value : coerce(value, schema);
+  if (Array.isArray(value)) {
+    const element = kind === "array" ? arrayElement(inner) : undefined;
+    return element ? value.map((item) => coerceValue(item, element)) : value;
+  }
+  if (typeof value === "object") {
+    const shape = objectShape(inner);
+    if (!shape) return value;
+    return Object.fromEntries(
+      Object.entries(value).map(([key, v]) => [key, coerceValue(v, shape[key])]),
+    );
+  }
+  // A number or a boolean.
+  if (kind === "array") return [coerceValue(value, arrayElement(inner))];
+  if (kind === "string") return String(value);
+  if (kind === "union") {
+    const options = unionOptions(inner) ?? [];
+    if (options.some((o) => o.safeParse(value).success)) return value;
+    for (const option of options) {
+      const v = coerceValue(value, option);
+      if (option.safeParse(v).success) return v;
+    }
+  }
+  return value;
+}
+
 function parseNumber(text: string): number | undefined {
   if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(text)) return undefined;
   return Number(text);

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { UsageError } from "../runtime/errors.js";
-import { coerce } from "./coerce.js";
+import { coerce, coerceValue } from "./coerce.js";
 import {
   emptyLayer,
   formatOrigin,
@@ -141,9 +141,17 @@ function missingKeys(
 }
 
 function buildLayers(spec: CommandConfigSpec, input: ResolveInput): Layer[] {
-  const layers: Layer[] = input.configFile ? loadConfigFile(input.configFile) : [];
+  // One coercion rule for every source: YAML values are read by the schema as flags are.
+  const layers: Layer[] = (input.configFile ? loadConfigFile(input.configFile) : []).map(
+    (layer) => ({
+      ...layer,
+      values: coerceValue(layer.values, spec.schema) as Record<string, unknown>,
+    }),
+  );
   const coerceAt = (key: string[], raw: unknown) =>
-    typeof raw === "string" ? coerce(raw, nodeAt(spec.schema, key)) : raw;
+    typeof raw === "string"
+      ? coerce(raw, nodeAt(spec.schema, key))
+      : coerceValue(raw, nodeAt(spec.schema, key));
 
   const env = emptyLayer();
   for (const [name, key] of Object.entries(spec.env)) {
