@@ -7,7 +7,8 @@ import { readSafetensors, type Tensor, toFloat32 } from "../../src/tensors/safet
 import { nativeExecutable } from "../../src/trainer/native.js";
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
-export const MODELS = ["untied", "tied"] as const;
+/** make_fixtures.py's models; untied-tf5's config.json is in transformers 5's format. */
+export const MODELS = ["untied", "tied", "untied-tf5"] as const;
 export type ModelName = (typeof MODELS)[number];
 
 export const modelDir = (m: ModelName): string => join(FIXTURES, m);

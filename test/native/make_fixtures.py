@@ -1,18 +1,23 @@
 """Generate PyTorch reference fixtures for the native (C++) Qwen2 core.
 
 Run from the repository root with Debian's PyTorch (no transformers, no
-safetensors package and no network needed):
+safetensors package and no network needed; a current PyTorch writes the same bytes):
 
-    /usr/bin/python3 test/native/make_fixtures.py
+    /usr/bin/python3 test/native/make_fixtures.py [MODEL ...]
 
-It (re)writes, under test/native/fixtures/:
+It (re)writes, under test/native/fixtures/ (only the named models when given):
 
   untied/config.json                          tiny Qwen2, 2 layers, untied lm_head
   untied/model.safetensors                    its weights, F32, one file
   tied/config.json                            tiny Qwen2, 3 layers, tied embeddings
   tied/model-0000{1,2}-of-00002.safetensors   its weights, BF16, two shards
   tied/model.safetensors.index.json           shard index (no lm_head.weight)
-  untied.case.safetensors, tied.case.safetensors
+  untied-tf5/config.json                      tiny Qwen2, 2 layers, untied, rope_theta 1e6,
+                                              in transformers 5's format: rope_parameters
+                                              {rope_theta, rope_type} and dtype instead of
+                                              rope_theta and torch_dtype, layer_types
+  untied-tf5/model.safetensors                its weights, F32, one file
+  <model>.case.safetensors
       one test case per model: a padded batch (input_ids, attention_mask,
       weights, loss_mask), reference per-token logprobs / entropy, the
       weighted-objective loss and its gradient for every parameter
@@ -30,6 +35,10 @@ Definitions shared with the native code (b = row, t = position):
   entropy[b,t]  = entropy(softmax(logits[b,t-1]))            if valid else 0
   weighted loss = -sum(weights * logprobs)        (weights are 0 where not valid)
   SFT loss      = sum(lm * -logprobs) / sum(lm),  lm = loss_mask * valid
+
+check_transformers.py (beside this file) checks these files against transformers'
+own Qwen2ForCausalLM where transformers is installed, and that transformers 5
+writes the untied-tf5 config the same way.
 
 The script then checks its own output (reload with the reader below, an
 independent loop-based forward, central finite differences of the gradient,
@@ -87,7 +96,11 @@ MODELS = {
         2,
         5678,
     ),
+    "untied-tf5": ({"rope_theta": 1000000.0}, "F32", 1, 2468),
 }
+
+# Models whose config.json is written as transformers 5 writes it (see disk_config).
+TF5_FORMAT = {"untied-tf5"}
 
 # Batch layout of every test case: (number of real tokens, padding side).
 BATCH, SEQ = 4, 16
@@ -201,6 +214,34 @@ def to_json(obj, indent=0):
 def write_json(path, obj):
     with open(path, "w") as f:
         f.write(to_json(obj) + "\n")
+
+
+def disk_config(name, cfg):
+    """config.json as written for `name`. The models here are described in the
+    transformers 4.x keys (top-level rope_theta, torch_dtype); TF5_FORMAT models get
+    the keys Qwen2Config.save_pretrained writes in transformers 5 instead."""
+    if name not in TF5_FORMAT:
+        return dict(cfg)
+    out = {k: v for k, v in cfg.items() if k not in ("rope_theta", "torch_dtype")}
+    out.update({
+        "dtype": cfg["torch_dtype"],
+        "rope_parameters": {"rope_theta": cfg["rope_theta"], "rope_type": "default"},
+        "layer_types": ["full_attention"] * cfg["num_hidden_layers"],
+        "sliding_window": None,
+        "max_window_layers": 28,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "pad_token_id": None,
+        "transformers_version": "5.18.0",
+    })
+    return out
+
+
+def rope_theta_on_disk(disk):
+    """The RoPE base a config.json gives, in either format (as transformers 5 reads it)."""
+    rope = disk.get("rope_scaling") or disk.get("rope_parameters") or {}
+    assert rope.get("rope_type", rope.get("type", "default")) == "default", rope
+    return rope.get("rope_theta", disk.get("rope_theta", 10000.0))
 
 
 # ---------------------------------------------------------------------------
@@ -470,7 +511,11 @@ def self_check(name, cfg, params, grads, case, lp):
     mdir = os.path.join(FIXTURES, name)
     report = []
 
-    # 1. Reload weights and case with our own reader; bit-exact round trip.
+    # 1. Reload config, weights and case with our own reader; bit-exact round trip.
+    with open(os.path.join(mdir, "config.json")) as f:
+        disk = json.load(f)
+    assert rope_theta_on_disk(disk) == cfg["rope_theta"], "config.json's rope_theta"
+    assert ("rope_theta" in disk) == (name not in TF5_FORMAT), "config format"
     if cfg["tie_word_embeddings"]:
         with open(os.path.join(mdir, "model.safetensors.index.json")) as f:
             index = json.load(f)
@@ -570,7 +615,7 @@ def self_check(name, cfg, params, grads, case, lp):
 def write_model(name, cfg, dtype, shards, params):
     mdir = os.path.join(FIXTURES, name)
     os.makedirs(mdir, exist_ok=True)
-    write_json(os.path.join(mdir, "config.json"), cfg)
+    write_json(os.path.join(mdir, "config.json"), disk_config(name, cfg))
     tensors = [(n, dtype, params[n]) for n, _, _ in param_specs(cfg)]
     meta = {"format": "pt"}
     if shards == 1:
@@ -640,12 +685,16 @@ def build(name):
         print("   check ok: " + line)
 
 
-def main():
+def main(names):
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        print(f"unknown model(s) {unknown}; known: {list(MODELS)}", file=sys.stderr)
+        return 2
     os.makedirs(FIXTURES, exist_ok=True)
-    for name in MODELS:
+    for name in names or MODELS:
         build(name)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -199,7 +199,11 @@ describe("native weights", () => {
     it.each([
       ["hidden_size", undefined, "field 'hidden_size' is missing"],
       ["hidden_act", "gelu", "field 'hidden_act' 'gelu' is not supported"],
-      ["rope_scaling", { rope_type: "yarn", factor: 4 }, "field 'rope_scaling' is not supported"],
+      [
+        "rope_scaling",
+        { rope_type: "yarn", factor: 4 },
+        "field 'rope_scaling.rope_type' 'yarn' is not supported",
+      ],
       ["model_type", "gpt2", "field 'model_type' 'gpt2' is not supported"],
       ["num_key_value_heads", 3, "must divide num_attention_heads"],
     ])("config.json with %s = %j", (field, value, message) => {

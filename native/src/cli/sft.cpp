@@ -33,30 +33,34 @@ const std::vector<OptionSpec> kOptions = {
     {"beta2", "X", "AdamW beta2 (default 0.999)"},
     {"eps", "X", "AdamW epsilon (default 1e-8)"},
     {"max-grad-norm", "X", "clip the global gradient norm; 0 = off (default 1.0)"},
-    {"save-dtype", "D", "keep | float32 | bfloat16 | float16 (default keep: config's "
-                        "torch_dtype)"},
+    {"save-dtype", "D", "keep | bf16 | fp16 | fp32 (default keep: the dtype config.json "
+                        "names)"},
     {"max-shard-size", "SIZE", "largest safetensors shard (default 5GB)"},
     {"metrics", "FILE", "also write one JSON line per step to FILE"},
 };
 
+// --save-dtype; also accepts torch's names (bfloat16, float16, float32), which "keep" takes
+// from config.json.
 DType save_dtype(const std::string& name, const std::string& config_dtype) {
-  const std::string d = name == "keep" ? config_dtype : name;
-  if (d == "float32") return DType::F32;
-  if (d == "bfloat16") return DType::BF16;
-  if (d == "float16") return DType::F16;
-  throw UsageError("--save-dtype: unknown dtype '" + name +
-                   "' (keep, float32, bfloat16, float16)");
+  DType d;
+  if (float_dtype_from_text(name == "keep" ? config_dtype : name, &d)) return d;
+  throw UsageError("--save-dtype: unknown dtype '" + name + "' (keep, bf16, fp16, fp32)");
 }
 
 const char* torch_dtype_name(DType d) {
   return d == DType::F32 ? "float32" : d == DType::BF16 ? "bfloat16" : "float16";
 }
 
-// The copied config.json names the dtype the weights were saved in.
+// The copied config.json names the dtype the weights were saved in, under the key(s) it
+// already has: `dtype` (transformers 5), `torch_dtype` (4.x), or torch_dtype when neither.
 void set_config_dtype(const std::string& dir, DType dtype) {
   const std::string path = dir + "/config.json";
   json::Value config = json::parse_file(path);
-  config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
+  const bool has_dtype = config.find("dtype") != nullptr;
+  if (has_dtype) config.set("dtype", json::Value(torch_dtype_name(dtype)));
+  if (!has_dtype || config.find("torch_dtype") != nullptr) {
+    config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
+  }
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) throw Error(path + ": cannot write");
   const std::string text = config.dump_pretty() + "\n";

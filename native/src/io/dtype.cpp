@@ -1,4 +1,5 @@
 // safetensors dtype names and sizes, and the bit-exact half-precision conversions.
+#include <cctype>
 #include <cstring>
 
 #include "io/safetensors.h"
@@ -59,6 +60,21 @@ DType dtype_from_name(const std::string& name, const std::string& where) {
   for (const auto& d : kDTypes)
     if (name == d.name) return d.dtype;
   throw Error(where + ": unknown or unsupported dtype '" + name + "'");
+}
+
+bool float_dtype_from_text(const std::string& text, DType* out) {
+  std::string t = text;
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t == "bf16" || t == "bfloat16") {
+    *out = DType::BF16;
+  } else if (t == "fp16" || t == "float16" || t == "f16") {
+    *out = DType::F16;
+  } else if (t == "fp32" || t == "float32" || t == "f32") {
+    *out = DType::F32;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 float bf16_to_f32(uint16_t v) { return f32_from_bits(static_cast<uint32_t>(v) << 16); }

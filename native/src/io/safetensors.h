@@ -18,6 +18,10 @@ const char* dtype_name(DType dtype);  // "BF16", "F32", ...
 size_t dtype_size(DType dtype);
 // Throws sr1::Error naming `where` for an unknown or unsupported dtype string.
 DType dtype_from_name(const std::string& name, const std::string& where);
+// A floating-point dtype as a user or config.json spells it, in any case: bf16 | bfloat16,
+// fp16 | float16 | f16, fp32 | float32 | f32 (commands print bf16, fp16, fp32). Returns
+// false for anything else.
+bool float_dtype_from_text(const std::string& text, DType* out);
 
 float bf16_to_f32(uint16_t v);
 uint16_t f32_to_bf16(float v);  // round to nearest even; NaN stays NaN

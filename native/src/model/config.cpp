@@ -11,13 +11,14 @@ namespace {
 struct Fields {
   const json::Value& root;
   std::string path;
+  std::string prefix;  // "rope_parameters." when `root` is that nested object
 
   const json::Value* get(const char* key) const {
     const json::Value* v = root.find(key);
     return v != nullptr && !v->is_null() ? v : nullptr;
   }
   Error bad(const char* key, const std::string& what) const {
-    return Error(path + ": field '" + key + "' " + what);
+    return Error(path + ": field '" + prefix + key + "' " + what);
   }
   int positive_int(const char* key) const {
     const json::Value* v = get(key);
@@ -53,13 +54,47 @@ struct Fields {
   }
 };
 
+// The rotary embedding's base and kind, from either format:
+//   transformers 4.x: top-level "rope_theta", optional "rope_scaling" {"rope_type"/"type", ...};
+//   transformers 5:   "rope_parameters" {"rope_theta", "rope_type"}, for Qwen2 possibly per
+//                     layer type ({"full_attention": {...}, ...}).
+// As transformers 5 reads them: a non-empty rope_scaling stands for rope_parameters; the theta
+// inside the object wins over the top-level one, which wins over 10000. Every rope_type other
+// than "default" (linear, dynamic, yarn, longrope, llama3, ...) changes the frequencies or
+// scales attention, which this implementation does not do: it is refused, never ignored.
+void read_rope(const Fields& f, ModelConfig& c) {
+  c.rope_theta = f.positive_number_or("rope_theta", 10000.0f);
+  const json::Value* scaling = f.get("rope_scaling");
+  const bool use_scaling =
+      scaling != nullptr && !(scaling->is_object() && scaling->as_object().empty());
+  const char* key = use_scaling ? "rope_scaling" : "rope_parameters";
+  const json::Value* rope = f.get(key);
+  if (rope == nullptr) return;
+  if (!rope->is_object()) throw f.bad(key, "must be an object, got " + rope->dump());
+  std::string prefix = std::string(key) + ".";
+  const json::Value* full = rope->find("full_attention");
+  if (c.model_type == "qwen2" && full != nullptr && full->is_object()) {
+    rope = full;  // per layer type; layer_types is checked to be all full_attention
+    prefix += "full_attention.";
+  }
+  const Fields r{*rope, f.path, prefix};
+  const char* type_key = r.get("rope_type") != nullptr || r.get("type") == nullptr ? "rope_type"
+                                                                                    : "type";
+  const std::string type = r.string_or(type_key, "default");
+  if (type != "default") {
+    throw r.bad(type_key, "'" + type +
+                              "' is not supported (only the default rotary embedding is)");
+  }
+  c.rope_theta = r.positive_number_or("rope_theta", c.rope_theta);
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   const json::Value root = json::parse_file(path);
   if (!root.is_object()) throw Error(path + ": expected a JSON object");
-  const Fields f{root, path};
+  const Fields f{root, path, ""};
 
   ModelConfig c;
   c.model_type = f.string_or("model_type", "");
@@ -85,24 +120,32 @@ ModelConfig load_model_config(const std::string& dir) {
   c.head_dim = f.positive_int_or("head_dim", c.hidden_size / c.num_heads);
   if (c.head_dim % 2 != 0) throw f.bad("head_dim", "must be even for rotary embeddings");
   c.rms_norm_eps = f.positive_number_or("rms_norm_eps", 1e-6f);
-  c.rope_theta = f.positive_number_or("rope_theta", 10000.0f);
+  read_rope(f, c);
   c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
   c.attention_bias = c.model_type == "qwen2" ? true : f.bool_or("attention_bias", false);
-  c.torch_dtype = f.string_or("torch_dtype", f.string_or("dtype", "float32"));
+  // transformers 5 writes `dtype` and, when a config has both, keeps `dtype`; 4.x wrote
+  // `torch_dtype`.
+  const char* dtype_key = f.get("dtype") != nullptr ? "dtype" : "torch_dtype";
+  c.torch_dtype = f.string_or(dtype_key, "float32");
   if (c.torch_dtype != "float32" && c.torch_dtype != "bfloat16" && c.torch_dtype != "float16") {
-    throw f.bad("torch_dtype", "'" + c.torch_dtype + "' is not supported (float32, bfloat16, float16)");
+    throw f.bad(dtype_key, "'" + c.torch_dtype + "' is not supported (float32, bfloat16, float16)");
   }
 
   const std::string act = f.string_or("hidden_act", "silu");
   if (act != "silu") throw f.bad("hidden_act", "'" + act + "' is not supported (silu)");
-  if (f.get("rope_scaling") != nullptr) {
-    const json::Value* type = f.get("rope_scaling")->find("rope_type");
-    if (type == nullptr || !type->is_string() || type->as_string() != "default") {
-      throw f.bad("rope_scaling", "is not supported (only the default rotary embedding is)");
-    }
-  }
   if (f.bool_or("use_sliding_window", false)) {
     throw f.bad("use_sliding_window", "is not supported (full causal attention only)");
+  }
+  // transformers 5 (Qwen2) decides per layer: "sliding_attention" layers use a window.
+  if (const json::Value* types = f.get("layer_types")) {
+    if (!types->is_array()) throw f.bad("layer_types", "must be a list, got " + types->dump());
+    for (size_t i = 0; i < types->as_array().size(); ++i) {
+      const json::Value& t = types->as_array()[i];
+      if (!t.is_string() || t.as_string() != "full_attention") {
+        throw f.bad("layer_types", "[" + std::to_string(i) + "] " + t.dump() +
+                                       " is not supported (full_attention only)");
+      }
+    }
   }
   return c;
 }

@@ -18,16 +18,18 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
   bool attention_bias = true;
-  std::string torch_dtype = "float32";  // the dtype weights are saved in by default
+  std::string torch_dtype = "float32";  // config's dtype (or torch_dtype): the default save dtype
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 };
 
-// Reads `<dir>/config.json`. Throws sr1::Error naming the file and field for a missing or
-// malformed field, and for features this implementation does not have (rope_scaling,
-// sliding-window attention, activations other than SiLU).
+// Reads `<dir>/config.json` as written by transformers 4.x (top-level rope_theta, torch_dtype)
+// or 5.x (rope_parameters, dtype). Throws sr1::Error naming the file and field for a missing or
+// malformed field, and for features this implementation does not have (a rope_type other than
+// "default" in rope_parameters or rope_scaling, sliding-window attention, activations other
+// than SiLU).
 ModelConfig load_model_config(const std::string& dir);
 
 }  // namespace sr1
