@@ -37,6 +37,8 @@ export interface EngineLaunchOptions {
   onLog?: (line: string) => void;
   /** The executable; default the package's native/build/searchr1-engine. */
   executable?: string;
+  /** Aborting it before the engine is ready stops the engine (SIGTERM). */
+  signal?: AbortSignal;
 }
 
 /** What happens to one sequence, in order: tokens, then `done` or `error` (never both). */
@@ -129,9 +131,13 @@ export class NativeEngine {
     for (const [flag, value] of optional) if (value !== null) args.push(flag, String(value));
     const child = spawn(executable, args, { stdio: ["pipe", "pipe", "pipe"], detached: true });
     const engine = new NativeEngine(child, executable, options.onLog ?? (() => {}));
-    return new Promise((resolve, reject) => {
+    const stop = () => {
+      if (!engine.readyInfo) child.kill("SIGTERM");
+    };
+    options.signal?.addEventListener("abort", stop, { once: true });
+    return new Promise<NativeEngine>((resolve, reject) => {
       engine.readyWaiter = { resolve: () => resolve(engine), reject };
-    });
+    }).finally(() => options.signal?.removeEventListener("abort", stop));
   }
 
   private readyWaiter: { resolve: () => void; reject: (err: Error) => void } | null = null;

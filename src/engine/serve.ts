@@ -54,12 +54,14 @@ export async function serveEngine(
   }
   err(`loading ${model} on ${config.device}; ${server.url}/health answers 503 until it is ready`);
 
-  // Signals during loading stop the start-up; after it, they drain the server.
+  // A signal while the model loads stops the engine and the command (exit 130); after
+  // that, signals drain the server.
+  const loading = new AbortController();
   let signalled: NodeJS.Signals | null = null;
   let onSignal: (signal: NodeJS.Signals) => void = (signal) => {
     signalled = signal;
     err(`${signal}: stopping while the model loads`);
-    void engineStart.then((e) => e.shutdown()).catch(() => {});
+    loading.abort();
   };
   const signalHandler = (signal: NodeJS.Signals) => onSignal(signal);
   process.on("SIGINT", signalHandler);
@@ -78,6 +80,7 @@ export async function serveEngine(
     maxRunning: config.max_running,
     chunkTokens: config.chunk_tokens,
     onLog: (line) => err(`engine: ${line}`),
+    signal: loading.signal,
   });
   let engine: NativeEngine;
   try {
@@ -89,11 +92,11 @@ export async function serveEngine(
     throw e;
   }
   if (signalled) {
+    // The signal came as the engine became ready.
     removeSignals();
     await server.closeNow();
     await engine.shutdown();
-    err("engine stopped");
-    return;
+    throw new CliError(`${signalled} while the model was loading; stopped`, 130);
   }
   server.attach(engine, detokenizer);
   const info = engine.info;

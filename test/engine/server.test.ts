@@ -576,6 +576,21 @@ describe("start-up and shutdown", () => {
     }
   });
 
+  it("SIGTERM while the model loads stops the engine and exits 130", async () => {
+    const slow = join(dir, "slower-native");
+    const real = join(process.cwd(), "native", "build", "searchr1-engine");
+    writeExecutable(join(slow, "searchr1-engine"), `#!/bin/sh\nsleep 5\nexec "${real}" "$@"\n`);
+    const cli = startCli(["serve-engine", "--model", QWEN, "--port", "0", ...ENGINE_ARGS], {
+      env: { SEARCHR1_NATIVE_DIR: slow },
+    });
+    await waitForLine(cli.output, /health answers 503/);
+    cli.child.kill("SIGTERM");
+    const r = await cli.result;
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain("SIGTERM while the model was loading; stopped");
+    expect(r.stderr).not.toContain("serving");
+  });
+
   it("an engine that cannot load the model: exit 1 naming the engine and its stderr", () => {
     const broken = join(dir, "broken");
     cpSync(QWEN, broken, { recursive: true });
