@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { defineCommand } from "../src/cli/define.js";
 import { serveEngineSpec } from "../src/config/schemas/serve-engine.js";
-import { serveEngine } from "../src/engine/serve.js";
+import { serveEngine } from "../src/engine/server-main.js";
 
 export function register(program: Command): Command {
   return defineCommand(program, {
