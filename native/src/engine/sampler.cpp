@@ -30,18 +30,17 @@ Sampled sample_token(const float* logits, int vocab, const SamplingParams& p, To
     if (logits[v] > logits[argmax]) argmax = v;
   }
   const double mx = static_cast<double>(logits[argmax]) * inv_t;
-  std::vector<double> prob(vocab);
   double sum = 0;
-  for (int v = 0; v < vocab; v++) {
-    prob[v] = std::exp(static_cast<double>(logits[v]) * inv_t - mx);
-    sum += prob[v];
-  }
+  for (int v = 0; v < vocab; v++) sum += std::exp(static_cast<double>(logits[v]) * inv_t - mx);
   const double log_sum = std::log(sum);
   const auto logprob = [&](int32_t t) {
     return static_cast<float>(static_cast<double>(logits[t]) * inv_t - mx - log_sum);
   };
   if (p.greedy()) return Sampled{argmax, logprob(argmax)};
-  for (double& q : prob) q /= sum;
+  std::vector<double> prob(vocab);
+  for (int v = 0; v < vocab; v++) {
+    prob[v] = std::exp(static_cast<double>(logits[v]) * inv_t - mx - log_sum);
+  }
 
   const bool filter = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
   if (!filter) {  // inverse CDF over the whole vocabulary, in id order

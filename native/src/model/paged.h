@@ -56,6 +56,7 @@ struct PagedBuffers {
   int32_t *ids, *pos, *slots, *seq, *tables, *sample_rows;
   XPtr x, ln, qkv, att, h, gu, act, head_in, logits;
   float* rstd;
+  std::vector<float> host_logits;  // the sink's rows, on the host
 };
 
 }  // namespace sr1

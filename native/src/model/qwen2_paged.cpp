@@ -91,7 +91,8 @@ void Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache, int l
   }
 
   // Only the rows that sample go through the final norm and the head.
-  std::vector<float> host(static_cast<size_t>(chunk) * V);
+  std::vector<float>& host = b->host_logits;
+  host.resize(static_cast<size_t>(std::min(chunk, n_out)) * V);
   for (int c0 = 0; c0 < n_out; c0 += chunk) {
     const int n = std::min(chunk, n_out - c0);
     be_.gather_rows(b->head_in, b->x, b->sample_rows + c0, n, H);
