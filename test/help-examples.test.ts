@@ -5,7 +5,15 @@
 // names (tiny models, corpora, datasets made here). The examples that cannot run here are
 // handled by the RULES below, each with its reason; none is left out silently.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,6 +28,7 @@ import { generateCorpus } from "./retrieval/generated-corpus.js";
 const TRAINER = nativeExecutable("searchr1-trainer");
 const CKPT = fileURLToPath(new URL("./ckpt/fixtures/", import.meta.url));
 const NATIVE = fileURLToPath(new URL("./native/fixtures/", import.meta.url));
+const PACKAGE = fileURLToPath(new URL("../", import.meta.url));
 
 const root = mkdtempSync(join(tmpdir(), "searchr1-help-examples-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -303,6 +312,13 @@ describe("help texts", () => {
     expect(HELP_TEXTS.map((h) => h.command)).toEqual(
       expect.arrayContaining(["searchr1 preprocess", "searchr1-trainer sft"]),
     );
+  });
+
+  it("name only files that searchr1 ships when they name one (templates/...)", () => {
+    const shipped = EXAMPLES.flatMap((e) => e.line.split(/[\s=]+/)).filter((t) =>
+      t.startsWith("templates/"),
+    );
+    expect(shipped.filter((t) => !existsSync(join(PACKAGE, t)))).toEqual([]);
   });
 
   it("have no rule that matches no example (the list of exceptions stays true)", () => {
