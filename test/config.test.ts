@@ -10,6 +10,8 @@ import {
   resolveConfig,
   resolveConfigDraft,
 } from "../src/config/resolve.js";
+import { nodeAt, typeName } from "../src/config/schema-walk.js";
+import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
 import { trainSpec } from "../src/config/schemas/train.js";
 import { UsageError } from "../src/runtime/errors.js";
 
@@ -400,5 +402,47 @@ describe("train and eval schemas", () => {
       expect(js.additionalProperties).toBe(false);
       expect(js.title).toBe(`searchr1 ${s.command} config`);
     }
+  });
+});
+
+describe("dtype spellings (one printed, every one read)", () => {
+  const convert = convertCkptSpec as unknown as CommandConfigSpec;
+  const required = ["kind=native-to-hf", "input=in", "out=out"];
+  const dtypeOf = (input: Parameters<typeof resolveConfig>[1]) =>
+    (resolveConfig(convert, input) as { dtype: string }).dtype;
+
+  it.each([
+    ["bf16", "bf16"],
+    ["bfloat16", "bf16"],
+    ["BF16", "bf16"],
+    ["fp16", "fp16"],
+    ["float16", "fp16"],
+    ["f16", "fp16"],
+    ["fp32", "fp32"],
+    ["float32", "fp32"],
+    ["F32", "fp32"],
+    ["keep", "keep"],
+  ])("reads convert's dtype %s as %s from a file, a flag and an override", (text, want) => {
+    const cfg = file(`dtype-${text}.yaml`, `dtype: ${text}\n`);
+    expect(dtypeOf({ configFile: cfg, overrides: required })).toBe(want);
+    const flag = { key: "dtype", value: text, origin: { kind: "flag" as const, flag: "--dtype" } };
+    expect(dtypeOf({ cli: [flag], overrides: required })).toBe(want);
+    expect(dtypeOf({ overrides: [...required, `dtype=${text}`] })).toBe(want);
+  });
+
+  it("reads train's model.dtype the same way", () => {
+    const cfg = resolveConfig(trainSpec, { overrides: ["model.path=m", "model.dtype=bfloat16"] });
+    expect(cfg.model.dtype).toBe("bf16");
+  });
+
+  it("prints bf16|fp16|fp32 in errors, help types and the JSON Schema", () => {
+    expect(errorOf(() => resolveConfig(convert, { overrides: [...required, "dtype=int8"] }))).toBe(
+      '"dtype" = "int8" (override dtype=int8): expected one of keep|bf16|fp16|fp32',
+    );
+    expect(typeName(nodeAt(convert.schema, ["dtype"]) as z.ZodType)).toBe(
+      "one of keep|bf16|fp16|fp32",
+    );
+    const js = jsonSchemaOf(convert) as { properties: { dtype: { enum: string[] } } };
+    expect(js.properties.dtype.enum).toEqual(["keep", "bf16", "fp16", "fp32"]);
   });
 });

@@ -19,7 +19,10 @@ export function unwrap(schema: z.ZodType): { inner: z.ZodType; nullable: boolean
     const d = def(s);
     if (d.type === "nullable") nullable = true;
     if (WRAPPERS.has(d.type)) s = d.innerType as z.ZodType;
-    else if (d.type === "pipe") s = d.in as z.ZodType;
+    // z.preprocess(fn, T) is a pipe from a transform to T: T is what the key takes (zod's
+    // JSON Schema reads it the same way); any other pipe is described by its input.
+    else if (d.type === "pipe")
+      s = (def(d.in as z.ZodType).type === "transform" ? d.out : d.in) as z.ZodType;
     else return { inner: s, nullable };
   }
 }

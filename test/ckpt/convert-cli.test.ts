@@ -322,6 +322,32 @@ describe("searchr1 convert native-to-hf", () => {
     }
   });
 
+  it("reads torch's dtype names as the short ones: --dtype bfloat16 is --dtype bf16", async () => {
+    const out = join(dir, "n-bfloat16");
+    const r = runCli(
+      ["convert", "native-to-hf", "--input", join(F, "hf", "untied")].concat([
+        "--out",
+        out,
+        "--dtype",
+        "bfloat16",
+      ]),
+    );
+    expect(r.code).toBe(0);
+    await expectSameTensors(out, await readSafetensors(join(F, "cast", "untied-bf16.safetensors")));
+    const bad = runCli([
+      "convert",
+      "native-to-hf",
+      "--input",
+      "x",
+      "--out",
+      "y",
+      "--dtype",
+      "int8",
+    ]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("expected one of keep|bf16|fp16|fp32");
+  });
+
   it("--verify lists the dtype each tensor is written in, not the checkpoint's", () => {
     const r = runCli([
       "convert",

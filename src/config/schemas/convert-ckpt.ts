@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
+import { dtypeEnum } from "./dtype.js";
 
 export const convertCkptSchema = z.strictObject({
   kind: z
@@ -19,8 +20,7 @@ export const convertCkptSchema = z.strictObject({
       "HF folder whose config.json and tokenizer files go with the weights " +
         "(required for megatron-to-hf; default <input>/huggingface for fsdp-to-hf, the input for native-to-hf)",
     ),
-  dtype: z
-    .enum(["keep", "bf16", "fp16", "fp32"])
+  dtype: dtypeEnum(["keep", "bf16", "fp16", "fp32"])
     .default("keep")
     .describe("dtype of the written floating-point tensors (keep = as in the checkpoint)"),
   max_shard_size: z

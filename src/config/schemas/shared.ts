@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { dtypeEnum } from "./dtype.js";
 
 /**
  * Config sections shared by `train` and `eval`. Key names follow Search-R1's scripts
@@ -19,7 +20,7 @@ export const modelSection = z.strictObject({
     .nullable()
     .default(null)
     .describe("tokenizer folder when it is not the model folder"),
-  dtype: z.enum(["bf16", "fp16", "fp32"]).default("bf16").describe("compute dtype on GPU"),
+  dtype: dtypeEnum(["bf16", "fp16", "fp32"]).default("bf16").describe("compute dtype on GPU"),
 });
 
 /** Prompt and turn budgets, in tokens (Search-R1's data.* keys and meanings). */
