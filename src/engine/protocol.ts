@@ -14,6 +14,9 @@ export interface ReadyEvent {
   kv_blocks: number;
   eos_token_ids: number[];
   device: string;
+  threads: number;
+  max_running: number;
+  chunk_tokens: number;
   weight_version: string;
 }
 

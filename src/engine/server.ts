@@ -305,17 +305,11 @@ export class EngineServer {
     const body = await readJsonBody(req, this.options.maxBodyBytes, "send a smaller body");
     const engine = this.ready();
     const { modelPath, abortAll } = parseUpdateRequest(body);
-    const run = this.updating.then(async () => {
-      const paused = (await this.stats(engine)).queued;
-      const reply = await engine.control({
-        op: "update_weights",
-        model_path: modelPath,
-        abort_all: abortAll,
-      });
-      return { reply, paused };
-    });
+    const run = this.updating.then(() =>
+      engine.control({ op: "update_weights", model_path: modelPath, abort_all: abortAll }),
+    );
     this.updating = run.catch(() => {});
-    const { reply, paused } = await run;
+    const reply = await run;
     const message = reply.message ?? (reply.ok ? "weights updated" : "the engine refused");
     if (!reply.ok) {
       return this.sendError(res, 400, `weights not updated: ${message}`, {
@@ -327,7 +321,7 @@ export class EngineServer {
     this.sendJson(res, 200, {
       success: true,
       message,
-      num_paused_requests: paused,
+      num_paused_requests: reply.num_paused_requests,
       weight_version: engine.weightVersion,
     });
   }

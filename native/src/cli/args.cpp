@@ -21,7 +21,7 @@ Args::Args(std::string command, std::string summary, std::vector<OptionSpec> spe
       continue;
     }
     if (arg.rfind("--", 0) != 0) {
-      throw UsageError(command_ + ": unexpected argument '" + arg + "'");
+      throw UsageError("unexpected argument '" + arg + "' (see " + command_ + " --help)");
     }
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
@@ -43,11 +43,11 @@ const OptionSpec& Args::spec(const std::string& name) const {
   for (const OptionSpec& s : specs_) {
     if (s.name == name) return s;
   }
-  throw UsageError(command_ + ": unknown option --" + name + " (see --help)");
+  throw UsageError("unknown option --" + name + " (see " + command_ + " --help)");
 }
 
 std::string Args::usage() const {
-  std::string out = "Usage: searchr1-trainer " + command_ + " [options]\n\n" + summary_ +
+  std::string out = "Usage: " + command_ + " [options]\n\n" + summary_ +
                     "\n\nOptions:\n";
   for (const OptionSpec& s : specs_) {
     std::string left = "  --" + s.name + (s.value.empty() ? "" : " " + s.value);
@@ -65,7 +65,7 @@ std::string Args::usage() const {
 std::string Args::required(const std::string& name) const {
   const auto it = values_.find(name);
   if (it == values_.end() || it->second.empty()) {
-    throw UsageError(command_ + ": --" + name + " is required");
+    throw UsageError("--" + name + " is required (see " + command_ + " --help)");
   }
   return it->second;
 }

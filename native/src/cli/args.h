@@ -15,6 +15,7 @@ struct OptionSpec {
 
 class Args {
  public:
+  // `command` is what the user types before the options ("searchr1-trainer sft").
   // `examples` are whole command lines shown under "Examples:" in the usage (a test runs
   // every one of them).
   Args(std::string command, std::string summary, std::vector<OptionSpec> specs,

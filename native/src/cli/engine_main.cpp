@@ -1,6 +1,7 @@
 // searchr1-engine: the native inference engine behind `searchr1 serve-engine`. It reads
 // commands from stdin and writes events to stdout, one JSON object per line; the protocol
 // is in engine/PROTOCOL.md.
+#include <omp.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -197,6 +198,7 @@ class EngineServer {
                                          {"id", update_.id},
                                          {"ok", ok},
                                          {"weight_version", version()},
+                                         {"num_paused_requests", engine_.not_started()},
                                          {"message", message}});
     emit(r.dump());
   }
@@ -267,6 +269,9 @@ int run(const std::vector<std::string>& argv) {
                             {"kv_blocks", blocks},
                             {"eos_token_ids", eos_json},
                             {"device", backend->name()},
+                            {"threads", omp_get_max_threads()},
+                            {"max_running", opt.max_running},
+                            {"chunk_tokens", opt.chunk_tokens},
                             {"weight_version", server.version()}})
            .dump());
   std::fflush(stdout);

@@ -6,7 +6,7 @@
 namespace sr1 {
 
 int cmd_grad(const std::vector<std::string>& argv) {
-  const Args args("grad",
+  const Args args("searchr1-trainer grad",
                   "Reads input_ids, attention_mask and per-token 'weights' [B, T] from IN and\n"
                   "writes OUT with 'loss' (float32 [1], L = -sum weights * logprobs),\n"
                   "'logprobs' [B, T] and 'grad.<tensor name>' for every parameter.",

@@ -10,7 +10,7 @@
 namespace sr1 {
 
 int cmd_info(const std::vector<std::string>& argv) {
-  const Args args("info",
+  const Args args("searchr1-trainer info",
                   "Prints one JSON line: {\"cuda\": {\"built\", \"available\", \"reason\", \"gpu\",\n"
                   "\"cublaslt\"}}. built: compiled with nvcc; available: a GPU is visible and\n"
                   "cuBLASLt loaded; reason: why not.",

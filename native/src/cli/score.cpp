@@ -9,7 +9,7 @@ namespace sr1 {
 
 int cmd_score(const std::vector<std::string>& argv) {
   const Args args(
-      "score",
+      "searchr1-trainer score",
       "Writes OUT with 'logprobs' and 'entropy' (float32 [B, T]): at t >= 1 the\n"
       "log-probability of input_ids[b, t] given the tokens before it, and the\n"
       "entropy of that distribution; 0 at position 0 and at padding.",

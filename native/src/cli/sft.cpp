@@ -75,7 +75,7 @@ struct FileCloser {
 }  // namespace
 
 int cmd_sft(const std::vector<std::string>& argv) {
-  const Args args("sft",
+  const Args args("searchr1-trainer sft",
                   "Trains on the token-mean cross-entropy of the loss_mask tokens (all\n"
                   "predicted tokens without one), prints the loss per step and saves the\n"
                   "model to --out (config and tokenizer files copied, safetensors weights).",

@@ -83,6 +83,11 @@ bool Engine::has_started_work() const {
                      [](const SeqPtr& s) { return s->generated() > 0; });
 }
 
+int Engine::not_started() const {
+  return static_cast<int>(std::count_if(waiting_.begin(), waiting_.end(),
+                                        [](const SeqPtr& s) { return s->generated() == 0; }));
+}
+
 Finished Engine::finish(Sequence& s, const std::string& reason, int32_t matched) const {
   return Finished{s.req.rid, reason, matched, s.prompt_len, s.cached_tokens, s.generated()};
 }

@@ -85,6 +85,8 @@ class Engine {
   // While paused, sequences that have not started stay queued (weight updates).
   void set_paused(bool paused) { paused_ = paused; }
   int live() const { return static_cast<int>(running_.size() + waiting_.size()); }
+  // Queued sequences that have not started (they wait out a weight update).
+  int not_started() const;
   // Drops the prefix cache; only when nothing is live.
   bool flush_cache();
   // Drops the prefix cache while queued sequences (which hold no blocks) wait: after a

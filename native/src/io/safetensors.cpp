@@ -465,7 +465,7 @@ bool ints_to_i64(const TensorView& t, int64_t* dst) {
 
 }  // namespace
 
-void read_f32(const TensorView& t, const std::vector<int64_t>& expected_shape, float* dst) {
+void check_f32(const TensorView& t, const std::vector<int64_t>& expected_shape) {
   if (!is_float(t.dtype)) {
     throw Error(t.file + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
                 "; expected a floating-point dtype (F32, F16, BF16)");
@@ -474,6 +474,10 @@ void read_f32(const TensorView& t, const std::vector<int64_t>& expected_shape, f
     throw Error(t.file + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) +
                 "; expected " + shape_str(expected_shape));
   }
+}
+
+void read_f32(const TensorView& t, const std::vector<int64_t>& expected_shape, float* dst) {
+  check_f32(t, expected_shape);
   floats_to_f32(t, dst);
 }
 

@@ -84,9 +84,10 @@ class SafetensorsSet {
   std::map<std::string, const TensorView*> by_name_;
 };
 
-// Copies a tensor into float32, converting from F32, F16 or BF16 (F64 too). Throws
-// sr1::Error naming the file and tensor when the dtype is not a float type or the shape
-// differs from `expected_shape`.
+// Throws sr1::Error naming the file and tensor when the dtype is not a float type or the
+// shape differs from `expected_shape` (what read_f32 would throw, without reading).
+void check_f32(const TensorView& t, const std::vector<int64_t>& expected_shape);
+// Copies a tensor into float32, converting from F32, F16 or BF16 (F64 too), after check_f32.
 void read_f32(const TensorView& t, const std::vector<int64_t>& expected_shape, float* dst);
 // Copies an integer or bool tensor (BOOL, U8, I8, I16, I32, I64, U32) into int64.
 std::vector<int64_t> read_i64(const TensorView& t);
