@@ -27,7 +27,25 @@ export const trainSchema = z.strictObject({
         .default(false)
         .describe("PPO: subtract kl_coef·KL(old‖ref) from rewards (Search-R1's PPO scripts: true)"),
       kl_penalty: klType.default("kl").describe("estimator for the in-reward KL"),
-      kl_coef: z.number().min(0).default(0.001).describe("coefficient of the in-reward KL"),
+      kl_coef: z
+        .number()
+        .min(0)
+        .default(0.001)
+        .describe("coefficient of the in-reward KL (the adaptive controller's starting value)"),
+      kl_ctrl: z
+        .enum(["fixed", "adaptive"])
+        .default("fixed")
+        .describe("in-reward KL coefficient: fixed, or adapted toward target_kl after each step"),
+      target_kl: z
+        .number()
+        .positive()
+        .default(0.1)
+        .describe("adaptive kl_ctrl: the mean KL per token to steer toward"),
+      kl_horizon: positiveInt()
+        .default(10000)
+        .describe(
+          "adaptive kl_ctrl: horizon in trajectories; a step moves the coefficient by ≤ 20%·batch/horizon",
+        ),
     })
     .prefault({}),
   model: modelSection,
