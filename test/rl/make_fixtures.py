@@ -24,19 +24,23 @@ as verl lays it out, not by translating the TypeScript. Their definitions:
   adaptive KL  beta *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon
 
 Inputs are rounded to 4 decimals so the JSON stays small and readable; outputs keep full
-float64 precision (Python's shortest round-trip repr). The script checks its own results
-against closed forms and against Search-R1's older GAE recursion, and fails loudly if one does
-not hold. Rerunning gives a byte-identical file.
+float64 precision (Python's shortest round-trip repr). The file is then put in the
+repository's JSON format with node_modules/.bin/biome (biome checks test/**/*.json; without
+it the script says so and leaves compact JSON). The script checks its own results against
+closed forms and against Search-R1's older GAE recursion, and fails loudly if one does not
+hold. Rerunning gives a byte-identical file.
 """
 
 import json
 import os
+import subprocess
 
 import torch
 
 torch.set_num_threads(1)
 F64 = torch.float64
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 OUT = os.path.join(HERE, "fixtures", "advantages.json")
 
 
@@ -382,10 +386,14 @@ def pipeline_cases():
             A, R, _ = gae(rewards, values, response_mask, opts["gamma"], opts["lam"])
         else:
             A, R = reinforce_pp(rewards, response_mask, opts["gamma"])
+        # without KL the rewards are the scores; GRPO's and RLOO's returns are their advantages
         case = {"name": name, "estimator": est, **opts,
-                "kl_in_reward": {"estimator": kl[0], "kl_coef": kl[1]} if kl else None,
-                "token_level_rewards": L(rewards),
-                "advantages": L(A), "returns": L(R)}
+                "kl_in_reward": {"estimator": kl[0], "kl_coef": kl[1]} if kl else None}
+        if kl:
+            case["token_level_rewards"] = L(rewards)
+        case["advantages"] = L(A)
+        if R is not A:
+            case["returns"] = L(R)
         if current is not None:
             case["current_kl"] = current
         out.append(case)
@@ -412,7 +420,14 @@ def main():
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         f.write(text + "\n")
-    print(f"wrote {os.path.relpath(OUT)} ({len(text)} bytes)")
+    biome = os.path.join(REPO, "node_modules", ".bin", "biome")
+    if os.path.exists(biome):
+        r = subprocess.run([biome, "format", "--write", OUT], cwd=REPO, capture_output=True, text=True)
+        check(r.returncode == 0, "biome format: " + r.stdout + r.stderr)
+        note = "in biome's format"
+    else:
+        note = "compact: run `npx biome format --write` on it before committing"
+    print(f"wrote {os.path.relpath(OUT, REPO)} ({os.path.getsize(OUT)} bytes, {note})")
 
 
 if __name__ == "__main__":
