@@ -123,6 +123,8 @@ class Backend {
   virtual void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) = 0;
   // out = a + b (out may alias a)
   virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;
+  // x *= s, in place (the language-model head's 1/temperature)
+  virtual void scale(XPtr x, float s, size_t n) = 0;
 
   // ---- paged KV cache (the inference engine) ----
   // Copies the k and v heads of each fused qkv row (after rotary) to the cache at slots[r].
@@ -143,10 +145,11 @@ class Backend {
   // For each of n rows of logits[n,V]: logprob of targets[r] and entropy of the softmax.
   virtual void logprob_forward(float* logprob, float* entropy, XPtr logits,
                                const int32_t* targets, int n, int V) = 0;
-  // In place: logits[r] <- coef[r] * (softmax(logits[r]) - onehot(targets[r])), the
-  // gradient of -coef[r] * logprob[r].
-  virtual void logprob_backward(XPtr logits, const int32_t* targets, const float* coef, int n,
-                                int V) = 0;
+  // In place: logits[r] <- the gradient of -coef[r] * logprob[r] + ent_coef[r] * entropy[r]
+  // with respect to the row: coef[r] * (p - onehot(targets[r])) - ent_coef[r] * p * (log p + H),
+  // p = softmax(logits[r]), H its entropy. ent_coef may be null (no entropy term).
+  virtual void logprob_backward(XPtr logits, const int32_t* targets, const float* coef,
+                                const float* ent_coef, int n, int V) = 0;
 
   // ---- optimiser (fp32 master weights and state) ----
   virtual double sum_squares(const float* x, size_t n) = 0;

@@ -368,6 +368,12 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
   }
 
+  void scale(XPtr xx, float s, size_t n) override {
+    float* x = F(xx);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+  }
+
   void gather_rows(XPtr xout, XPtr xin, const int32_t* rows, int n, int C) override {
     float* out = F(xout);
     const float* in = F(xin);
@@ -408,15 +414,29 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void logprob_backward(XPtr xlogits, const int32_t* targets, const float* coef, int n,
-                        int V) override {
+  void logprob_backward(XPtr xlogits, const int32_t* targets, const float* coef,
+                        const float* ent_coef, int n, int V) override {
     float* logits = F(xlogits);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       float* z = logits + static_cast<size_t>(r) * V;
       const float lse = row_lse(z, V);
       const float c = coef[r];
-      for (int v = 0; v < V; v++) z[v] = c * std::exp(z[v] - lse);
+      const float e = ent_coef != nullptr ? ent_coef[r] : 0.0f;
+      if (e == 0.0f) {
+        for (int v = 0; v < V; v++) z[v] = c * std::exp(z[v] - lse);
+      } else {
+        // dH/dz_v = -p_v * (log p_v + H), H = -sum p log p
+        double h = 0;
+        for (int v = 0; v < V; v++) {
+          const double logp = static_cast<double>(z[v]) - lse;
+          h -= std::exp(logp) * logp;
+        }
+        for (int v = 0; v < V; v++) {
+          const float logp = z[v] - lse, p = std::exp(logp);
+          z[v] = c * p - e * p * (logp + static_cast<float>(h));
+        }
+      }
       z[targets[r]] -= c;
     }
   }

@@ -38,7 +38,8 @@ std::unique_ptr<Backend> open_backend(const Args& args) {
 
 std::vector<OptionSpec> run_options(bool backward) {
   std::vector<OptionSpec> specs = {
-      {"logits-chunk", "N", "token rows per vocabulary-sized logits block (default 256)"}};
+      {"logits-chunk", "N", "token rows per vocabulary-sized logits block (default 256)"},
+      {"temperature", "T", "divide the logits by T before the softmax, as verl does (default 1)"}};
   if (backward) {
     specs.push_back({"recompute", "", "recompute layer activations in backward (less memory)"});
   }
@@ -49,6 +50,8 @@ RunOptions read_run_options(const Args& args) {
   RunOptions opt;
   opt.logits_chunk = static_cast<int>(args.integer("logits-chunk", opt.logits_chunk, 1));
   opt.recompute = args.flag("recompute");
+  opt.temperature = static_cast<float>(args.number("temperature", 1.0));
+  if (!(opt.temperature > 0)) throw UsageError("--temperature must be > 0");
   return opt;
 }
 

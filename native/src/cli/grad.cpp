@@ -1,31 +1,102 @@
-// searchr1-trainer grad: the loss L = -sum w_t * logprob_t of a batch and the gradient of
-// every parameter, for checking the backward pass and for debugging losses.
+// searchr1-trainer grad: the loss of a batch and the gradient of every parameter, for
+// checking the backward pass and an objective against one's own implementation. Two
+// objectives: `weights` (L = -sum w_t * logprob_t) and `ppo` (the actor's RL objective).
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "train/ppo_loss.h"
+#include "util/error.h"
 
 namespace sr1 {
+namespace {
+
+std::vector<OptionSpec> ppo_options() {
+  return {{"loss", "weights|ppo", "the objective (default weights)"},
+          {"clip-ratio", "EPS", "ppo: clip range of the ratio (default 0.2)"},
+          {"clip-ratio-low", "EPS", "ppo: lower clip range (default --clip-ratio)"},
+          {"clip-ratio-high", "EPS", "ppo: upper clip range (default --clip-ratio)"},
+          {"clip-ratio-c", "C", "ppo: dual-clip bound for negative advantages (default 3)"},
+          {"kl-loss-type", "TYPE", "ppo: low_var_kl (default), kl, mse or abs"},
+          {"kl-loss-coef", "X", "ppo: weight of the KL loss (default 0: no KL term)"},
+          {"entropy-coeff", "X", "ppo: weight of the entropy bonus (default 0)"},
+          {"loss-agg-mode", "MODE",
+           "ppo: token-mean (default), seq-mean-token-sum or seq-mean-token-mean"}};
+}
+
+float non_negative(const Args& args, const std::string& name, double fallback) {
+  const double v = args.number(name, fallback);
+  if (!(v >= 0)) throw UsageError("--" + name + " must be >= 0");
+  return static_cast<float>(v);
+}
+
+PpoConfig read_ppo_config(const Args& args) {
+  PpoConfig c;
+  const float clip = non_negative(args, "clip-ratio", 0.2);
+  c.clip_low = non_negative(args, "clip-ratio-low", clip);
+  c.clip_high = non_negative(args, "clip-ratio-high", clip);
+  if (c.clip_low >= 1.0f) throw UsageError("--clip-ratio-low must be below 1");
+  c.clip_c = static_cast<float>(args.number("clip-ratio-c", 3.0));
+  if (!(c.clip_c > 1.0f)) throw UsageError("--clip-ratio-c must be greater than 1");
+  c.kl_type = parse_kl_type(args.text("kl-loss-type", "low_var_kl"));
+  c.kl_coef = non_negative(args, "kl-loss-coef", 0.0);
+  c.entropy_coeff = static_cast<float>(args.number("entropy-coeff", 0.0));
+  c.agg = parse_loss_agg(args.text("loss-agg-mode", "token-mean"));
+  return c;
+}
+
+}  // namespace
 
 int cmd_grad(const std::vector<std::string>& argv) {
-  const Args args("searchr1-trainer grad",
-                  "Reads input_ids, attention_mask and per-token 'weights' [B, T] from IN and\n"
-                  "writes OUT with 'loss' (float32 [1], L = -sum weights * logprobs),\n"
-                  "'logprobs' [B, T] and 'grad.<tensor name>' for every parameter.",
-                  batch_command_options("safetensors batch with 'weights'", true), argv,
-                  {"searchr1-trainer grad --model models/Qwen2.5-0.5B-Instruct --batch "
-                   "batch.safetensors --out grads.safetensors --recompute --logits-chunk 64"});
+  const Args args(
+      "searchr1-trainer grad",
+      "Reads a batch (input_ids, attention_mask) from IN and writes OUT with the loss, the\n"
+      "log-probs and 'grad.<tensor name>' for every parameter.\n"
+      "--loss weights: per-token 'weights' [B, T]; loss = -sum weights * logprobs.\n"
+      "--loss ppo: 'response_mask', 'old_log_probs', 'ref_log_probs', 'advantages' [B, T],\n"
+      "aligned as score's log-probs (position t: token t given those before it); the loss\n"
+      "tokens are the predicted ones in the response mask, other values are ignored.\n"
+      "loss = pg_loss - entropy_coeff * entropy + kl_loss_coef * kl_loss, each term\n"
+      "aggregated with --loss-agg-mode; OUT also holds pg_loss, pg_clipfrac, kl_loss, entropy.",
+      concat(batch_command_options("safetensors batch", true), ppo_options()), argv,
+      {"searchr1-trainer grad --model models/Qwen2.5-0.5B-Instruct --batch "
+       "batch.safetensors --out grads.safetensors --recompute --logits-chunk 64",
+       "searchr1-trainer grad --loss ppo --model models/Qwen2.5-0.5B-Instruct --batch "
+       "rollout.safetensors --out grads.safetensors --kl-loss-coef 0.001 --kl-loss-type "
+       "low_var_kl"});
   if (print_help(args)) return 0;
+  const std::string loss_kind = args.text("loss", "weights");
+  if (loss_kind != "weights" && loss_kind != "ppo") {
+    throw UsageError("--loss: '" + loss_kind + "' is not one of weights, ppo");
+  }
+  const PpoConfig ppo = read_ppo_config(args);
   BatchCommand c = open_batch_command(args);
-  const std::vector<float> weights = read_token_values(*c.file, "weights", c.batch, true);
-
-  std::vector<float> logprobs(c.batch.ids.size());
-  const float loss =
-      static_cast<float>(c.model->backward(c.batch, weights.data(), c.run, logprobs.data()));
+  const Batch& batch = c.batch;
+  std::vector<float> logprobs(batch.ids.size());
+  std::vector<float> scalars;  // loss first, then the objective's own figures
+  std::vector<std::string> names = {"loss"};
+  if (loss_kind == "weights") {
+    const std::vector<float> weights = read_token_values(*c.file, "weights", batch, true);
+    scalars.push_back(
+        static_cast<float>(c.model->backward(batch, weights.data(), c.run, logprobs.data())));
+  } else {
+    const auto tensor = [&](const char* name) {
+      return read_token_values(*c.file, name, batch, true);
+    };
+    PpoObjective objective(batch, tensor("response_mask"), tensor("old_log_probs"),
+                           tensor("ref_log_probs"), tensor("advantages"), ppo);
+    c.model->backward(batch, objective, c.run, logprobs.data());
+    scalars = {static_cast<float>(objective.loss()), static_cast<float>(objective.pg_loss()),
+               static_cast<float>(objective.pg_clipfrac()),
+               static_cast<float>(objective.kl_loss()), static_cast<float>(objective.entropy())};
+    names = {"loss", "pg_loss", "pg_clipfrac", "kl_loss", "entropy"};
+  }
   std::vector<float> grads(c.model->param_buffer_size());
   c.backend->download(grads.data(), c.model->grads(), grads.size());
 
-  std::vector<TensorOut> tensors = {
-      {"loss", DType::F32, {1}, &loss},
-      {"logprobs", DType::F32, {c.batch.B, c.batch.T}, logprobs.data()}};
+  std::vector<TensorOut> tensors;
+  for (size_t k = 0; k < names.size(); k++) {
+    tensors.push_back({names[k], DType::F32, {1}, &scalars[k]});
+  }
+  tensors.push_back({"logprobs", DType::F32, {batch.B, batch.T}, logprobs.data()});
   for (const ParamTensor& t : c.model->layout().tensors()) {
     tensors.push_back({"grad." + t.name, DType::F32, t.shape, grads.data() + t.offset});
   }

@@ -32,7 +32,7 @@ struct Qwen2Model::Activations : DeviceBuffers {
   float *rstdf, *logprob, *entropy;
   // backward only
   XPtr dres, dln, dqkv, datt, dgu, dact, dlnf, dhead_in;
-  float* coef;
+  float *coef, *ent_coef;
 
   explicit Activations(Backend& backend) : DeviceBuffers(backend) {}
 };
@@ -193,6 +193,7 @@ void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions
       a->dact = a->x(N * I);
       a->dlnf = a->x(N * H);
       a->coef = a->f(N);
+      a->ent_coef = a->f(N);
       a->dhead_in = a->x(chunk * H);
     }
     acts_ = std::move(fresh);
@@ -269,13 +270,12 @@ void Qwen2Model::forward(const Batch& batch, bool for_backward, const RunOptions
                       weights_ + layout_.norm(), N, H, c.rms_norm_eps);
 }
 
-void Qwen2Model::head(const Batch& batch, const RunOptions& opt, const float* coef,
+void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective* objective,
                       float* logprobs, float* entropy) {
   Activations& a = *acts_;
   const int H = config_.hidden_size, V = config_.vocab_size, N = batch.B * batch.T;
   // The hidden state at t-1 predicts token t.
   std::vector<int32_t> rows, targets, out_index;
-  std::vector<float> coefs;
   for (int b = 0; b < batch.B; b++) {
     for (int t = 1; t < batch.T; t++) {
       if (!batch.predicted(b, t)) continue;
@@ -283,7 +283,6 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, const float* co
       rows.push_back(i - 1);
       targets.push_back(batch.ids[i]);
       out_index.push_back(i);
-      if (coef != nullptr) coefs.push_back(coef[i]);
     }
   }
   const int n = static_cast<int>(rows.size());
@@ -292,22 +291,38 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, const float* co
     be_.upload_i32(a.targets, targets.data(), n);
   }
   const XPtr W = weights_ + layout_.lm_head();
-  if (coef != nullptr) {
-    if (n > 0) be_.upload(a.coef, coefs.data(), n);
-    be_.zero_x(a.dlnf, static_cast<size_t>(N) * H);
-  }
+  const float inv_t = 1.0f / opt.temperature;
+  if (objective != nullptr) be_.zero_x(a.dlnf, static_cast<size_t>(N) * H);
+  std::vector<float> lp(a.chunk), ent(a.chunk), coef(a.chunk), ent_coef(a.chunk);
   for (int c0 = 0; c0 < n; c0 += a.chunk) {
     const int c = std::min(a.chunk, n - c0);
     be_.gather_rows(a.head_in, a.lnf, a.head_rows + c0, c, H);
     be_.matmul_forward(a.logits, a.head_in, W, {}, c, H, V);
+    if (opt.temperature != 1.0f) be_.scale(a.logits, inv_t, static_cast<size_t>(c) * V);
     be_.logprob_forward(a.logprob + c0, a.entropy + c0, a.logits, a.targets + c0, c, V);
-    if (coef == nullptr) continue;
-    be_.logprob_backward(a.logits, a.targets + c0, a.coef + c0, c, V);
+    if (objective == nullptr) continue;
+    // The objective's coefficients come from this chunk's own log-probs (PPO's ratios).
+    // They are derivatives with respect to logits / T, so each carries the 1/T of the
+    // scaling back to the logits.
+    be_.download(lp.data(), a.logprob + c0, c);
+    be_.download(ent.data(), a.entropy + c0, c);
+    objective->coefficients(out_index.data() + c0, c, lp.data(), ent.data(), coef.data(),
+                            ent_coef.data());
+    for (int r = 0; r < c; r++) {
+      coef[r] *= inv_t;
+      ent_coef[r] *= inv_t;
+    }
+    be_.upload(a.coef + c0, coef.data(), c);
+    const bool with_entropy = objective->uses_entropy();
+    if (with_entropy) be_.upload(a.ent_coef + c0, ent_coef.data(), c);
+    be_.logprob_backward(a.logits, a.targets + c0, a.coef + c0,
+                         with_entropy ? a.ent_coef + c0 : nullptr, c, V);
     be_.matmul_backward(a.dhead_in, grads_ + layout_.lm_head(), nullptr, a.logits, a.head_in, W,
                         c, H, V, false);
     be_.scatter_rows(a.dlnf, a.dhead_in, a.head_rows + c0, c, H);
   }
-  std::vector<float> lp(n), ent(n);
+  lp.resize(n);
+  ent.resize(n);
   if (n > 0) {
     be_.download(lp.data(), a.logprob, n);
     if (entropy != nullptr) be_.download(ent.data(), a.entropy, n);
@@ -328,14 +343,22 @@ void Qwen2Model::score(const Batch& batch, const RunOptions& opt, float* logprob
 
 double Qwen2Model::backward(const Batch& batch, const float* coef, const RunOptions& opt,
                             float* logprobs) {
+  const size_t N = static_cast<size_t>(batch.B) * batch.T;
+  std::vector<float> lp(N);
+  WeightedLogprobs objective(coef);
+  backward(batch, objective, opt, lp.data());
+  double loss = 0;
+  for (size_t i = 0; i < N; i++) loss -= static_cast<double>(coef[i]) * lp[i];
+  if (logprobs != nullptr) std::copy(lp.begin(), lp.end(), logprobs);
+  return loss;
+}
+
+void Qwen2Model::backward(const Batch& batch, TokenObjective& objective, const RunOptions& opt,
+                          float* logprobs) {
   grads();
   forward(batch, true, opt);
   const int N = batch.B * batch.T, H = config_.hidden_size, L = config_.num_layers;
-  std::vector<float> lp(N);
-  head(batch, opt, coef, lp.data(), nullptr);
-  double loss = 0;
-  for (int i = 0; i < N; i++) loss -= static_cast<double>(coef[i]) * lp[i];
-  if (logprobs != nullptr) std::copy(lp.begin(), lp.end(), logprobs);
+  head(batch, opt, &objective, logprobs, nullptr);
 
   Activations& a = *acts_;
   be_.zero_x(a.dres, static_cast<size_t>(N) * H);
@@ -347,7 +370,6 @@ double Qwen2Model::backward(const Batch& batch, const float* coef, const RunOpti
     layer_backward(l, opt.recompute ? 0 : l);
   }
   be_.embedding_backward(grads_ + layout_.embed(), a.dres, a.ids, N, H);
-  return loss;
 }
 
 }  // namespace sr1

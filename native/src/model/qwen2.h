@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/objective.h"
 #include "model/paged.h"
 #include "model/params.h"
 
@@ -20,6 +21,7 @@ namespace sr1 {
 
 struct RunOptions {
   int logits_chunk = 256;  // predicted rows per language-model-head chunk
+  float temperature = 1.0f;  // logits are divided by it before the softmax (as verl does)
   bool recompute = false;  // keep only each layer's input; recompute the rest in backward
 };
 
@@ -51,8 +53,11 @@ class Qwen2Model {
   // Per-token log-probs and entropies ([B*T], host), 0 where a token is not predicted.
   void score(const Batch& batch, const RunOptions& opt, float* logprobs, float* entropy);
 
-  // Adds to grads() the gradient of L = -sum coef[i] * logprob[i] (coef: [B*T], host; only
-  // predicted tokens count) and returns L. Writes the log-probs when `logprobs` is given.
+  // Adds to grads() the gradient of the objective over the batch's predicted tokens. Writes
+  // the log-probs ([B*T], host, 0 where not predicted) when `logprobs` is given.
+  void backward(const Batch& batch, TokenObjective& objective, const RunOptions& opt,
+                float* logprobs = nullptr);
+  // The same for L = -sum coef[i] * logprob[i] (coef: [B*T], host); returns L.
   double backward(const Batch& batch, const float* coef, const RunOptions& opt,
                   float* logprobs = nullptr);
 
@@ -73,10 +78,10 @@ class Qwen2Model {
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
   void layer_forward(int l, int acts, XPtr x_out);
   void layer_backward(int l, int acts);
-  // Runs the head over the predicted rows: log-probs (and entropies) out, and with coef
-  // the gradient into grads and the final norm's output gradient.
-  void head(const Batch& batch, const RunOptions& opt, const float* coef, float* logprobs,
-            float* entropy);
+  // Runs the head over the predicted rows: log-probs (and entropies) out, and with an
+  // objective the gradient into grads and the final norm's output gradient.
+  void head(const Batch& batch, const RunOptions& opt, TokenObjective* objective,
+            float* logprobs, float* entropy);
 
   ModelConfig config_;
   Backend& be_;

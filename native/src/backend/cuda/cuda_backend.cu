@@ -159,6 +159,7 @@ class CudaBackend final : public Backend {
   void add(XPtr out, XPtr a, XPtr b, size_t n) override {
     cuda::add(X(out), X(a), X(b), n, stream_);
   }
+  void scale(XPtr x, float s, size_t n) override { cuda::scale(X(x), s, n, stream_); }
   void gather_rows(XPtr out, XPtr in, const int32_t* rows, int n, int C) override {
     cuda::gather_rows(X(out), X(in), rows, n, C, stream_);
   }
@@ -169,9 +170,10 @@ class CudaBackend final : public Backend {
                        int n, int V) override {
     cuda::logprob_forward(logprob, entropy, X(logits), targets, n, V, stream_);
   }
-  void logprob_backward(XPtr logits, const int32_t* targets, const float* coef, int n,
+  void logprob_backward(XPtr logits, const int32_t* targets, const float* coef,
+                        const float* ent_coef, int n,
                         int V) override {
-    cuda::logprob_backward(X(logits), targets, coef, n, V, stream_);
+    cuda::logprob_backward(X(logits), targets, coef, ent_coef, n, V, stream_);
   }
   double sum_squares(const float* x, size_t n) override {
     return cuda::sum_squares(x, n, partials_, stream_);

@@ -87,6 +87,13 @@ __global__ void add_kernel(bf16* out, const bf16* a, const bf16* b, size_t n) {
   }
 }
 
+__global__ void scale_kernel(bf16* x, float s, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * s);
+  }
+}
+
 __global__ void f32_to_bf16_kernel(bf16* dst, const float* src, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -155,6 +162,12 @@ void add(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream)
   if (n == 0) return;
   add_kernel<<<flat_blocks(n), kThreads, 0, stream>>>(out, a, b, n);
   check_launch("add");
+}
+
+void scale(bf16* x, float s, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<flat_blocks(n), kThreads, 0, stream>>>(x, s, n);
+  check_launch("scale");
 }
 
 void gather_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,

@@ -28,6 +28,8 @@ void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int I,
                      cudaStream_t stream);
 // out = a + b (out may alias a)
 void add(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
+// x *= s
+void scale(bf16* x, float s, size_t n, cudaStream_t stream);
 // out[r] = in[rows[r]] / out[rows[r]] = in[r], rows of C elements
 void gather_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,
                  cudaStream_t stream);
@@ -51,7 +53,9 @@ void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, 
 // ---- logprob.cu: the language-model head's softmax over the vocabulary ----
 void logprob_forward(float* logprob, float* entropy, const bf16* logits,
                      const int32_t* targets, int n, int V, cudaStream_t stream);
-void logprob_backward(bf16* logits, const int32_t* targets, const float* coef, int n, int V,
+// ent_coef may be null (no entropy term)
+void logprob_backward(bf16* logits, const int32_t* targets, const float* coef,
+                      const float* ent_coef, int n, int V,
                       cudaStream_t stream);
 
 // ---- optimizer.cu ----

@@ -93,22 +93,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// z <- coef * (softmax(z) - onehot(target)), the target element in the same pass. The block
-// reductions in row_stats are barriers, so every read of the row precedes the first write.
+// z <- coef * (softmax(z) - onehot(target)) - ent_coef * p * (log p + H), the target element
+// in the same pass (H = lse - mean_z from the same statistics). The block reductions in
+// row_stats are barriers, so every read of the row precedes the first write.
 template <int K>
 __global__ void __launch_bounds__(kThreads)
-    logprob_backward_kernel(bf16* logits, const int32_t* targets, const float* coef, int V) {
+    logprob_backward_kernel(bf16* logits, const int32_t* targets, const float* coef,
+                            const float* ent_coef, int V) {
   const int r = blockIdx.x;
   bf16* z = logits + static_cast<size_t>(r) * V;
-  const float lse = row_stats<K>(z, V).lse;
-  const float c = coef[r];
+  const RowStats st = row_stats<K>(z, V);
+  const float lse = st.lse, h = st.lse - st.mean_z;
+  const float c = coef[r], e = ent_coef != nullptr ? ent_coef[r] : 0.0f;
   const int target = targets[r];
   for (int i = threadIdx.x * K; i < V; i += blockDim.x * K) {
     float x[K];
     load<K>(z + i, x);
     for (int k = 0; k < K; k++) {
-      const float p = expf(x[k] - lse);
-      x[k] = i + k == target ? c * (p - 1.0f) : c * p;
+      const float logp = x[k] - lse, p = expf(logp);
+      x[k] = (i + k == target ? c * (p - 1.0f) : c * p) - e * p * (logp + h);
     }
     store<K>(z + i, x);
   }
@@ -132,13 +135,13 @@ void logprob_forward(float* logprob, float* entropy, const bf16* logits,
   check_launch("logprob_forward");
 }
 
-void logprob_backward(bf16* logits, const int32_t* targets, const float* coef, int n, int V,
-                      cudaStream_t stream) {
+void logprob_backward(bf16* logits, const int32_t* targets, const float* coef,
+                      const float* ent_coef, int n, int V, cudaStream_t stream) {
   if (n == 0) return;
   if (vectorisable(logits, V)) {
-    logprob_backward_kernel<8><<<n, kThreads, 0, stream>>>(logits, targets, coef, V);
+    logprob_backward_kernel<8><<<n, kThreads, 0, stream>>>(logits, targets, coef, ent_coef, V);
   } else {
-    logprob_backward_kernel<1><<<n, kThreads, 0, stream>>>(logits, targets, coef, V);
+    logprob_backward_kernel<1><<<n, kThreads, 0, stream>>>(logits, targets, coef, ent_coef, V);
   }
   check_launch("logprob_backward");
 }

@@ -1,0 +1,130 @@
+#include "train/ppo_loss.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace sr1 {
+
+KlType parse_kl_type(const std::string& name) {
+  if (name == "kl" || name == "k1") return KlType::K1;
+  if (name == "abs") return KlType::Abs;
+  if (name == "mse" || name == "k2") return KlType::K2;
+  if (name == "low_var_kl" || name == "k3") return KlType::K3;
+  throw UsageError("--kl-loss-type: '" + name + "' is not one of low_var_kl, kl, mse, abs");
+}
+
+LossAgg parse_loss_agg(const std::string& name) {
+  if (name == "token-mean") return LossAgg::TokenMean;
+  if (name == "seq-mean-token-sum") return LossAgg::SeqMeanTokenSum;
+  if (name == "seq-mean-token-mean") return LossAgg::SeqMeanTokenMean;
+  throw UsageError("--loss-agg-mode: '" + name +
+                   "' is not one of token-mean, seq-mean-token-sum, seq-mean-token-mean");
+}
+
+TokenTerm ppo_clipped_surrogate(double logp, double old_logp, double advantage,
+                                const PpoConfig& c, bool* clipped) {
+  // verl clamps log(ratio) to [-20, 20] before the exp (no gradient beyond).
+  const double log_ratio = logp - old_logp;
+  const double ratio = std::exp(std::clamp(log_ratio, -20.0, 20.0));
+  const double dratio = std::abs(log_ratio) < 20.0 ? ratio : 0.0;
+  const double lo = 1.0 - c.clip_low, hi = 1.0 + c.clip_high;
+  const double unclipped = -advantage * ratio;
+  const double clipped_loss = -advantage * std::clamp(ratio, lo, hi);
+  *clipped = clipped_loss > unclipped;
+  // d(-A * ratio)/dlogp = -A * ratio; the clipped branch is constant outside [lo, hi].
+  TokenTerm t = *clipped ? TokenTerm{clipped_loss, 0.0} : TokenTerm{unclipped, -advantage * dratio};
+  if (advantage < 0) {
+    const double bound = -advantage * c.clip_c;  // dual clip: a cap on the loss
+    if (bound < t.value) t = TokenTerm{bound, 0.0};
+  }
+  return t;
+}
+
+TokenTerm kl_penalty(KlType type, double logp, double ref_logp) {
+  const double d = logp - ref_logp;
+  switch (type) {
+    case KlType::K1: return {d, 1.0};
+    case KlType::Abs: return {std::abs(d), d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0)};
+    case KlType::K2: return {0.5 * d * d, d};
+    case KlType::K3: {
+      // k3 = exp(ref - logp) - (ref - logp) - 1, clamped: no gradient where the clamp holds.
+      const double k3 = std::exp(-d) + d - 1.0;
+      if (k3 > 10.0) return {10.0, 0.0};
+      if (k3 < -10.0) return {-10.0, 0.0};
+      return {k3, 1.0 - std::exp(-d)};
+    }
+  }
+  return {0, 0};
+}
+
+std::vector<double> aggregation_weights(LossAgg agg, const std::vector<uint8_t>& loss_token,
+                                        int B, int T) {
+  std::vector<double> w(static_cast<size_t>(B) * T, 0.0);
+  std::vector<int> per_seq(B, 0);
+  long total = 0;
+  int seqs = 0;  // sequences with at least one loss token
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) per_seq[b] += loss_token[static_cast<size_t>(b) * T + t];
+    total += per_seq[b];
+    seqs += per_seq[b] > 0;
+  }
+  for (int b = 0; b < B; b++) {
+    if (per_seq[b] == 0) continue;
+    double wb = 0;
+    switch (agg) {
+      case LossAgg::TokenMean: wb = 1.0 / total; break;
+      case LossAgg::SeqMeanTokenSum: wb = 1.0 / seqs; break;
+      case LossAgg::SeqMeanTokenMean: wb = 1.0 / (static_cast<double>(seqs) * per_seq[b]); break;
+    }
+    for (int t = 0; t < T; t++) {
+      const size_t i = static_cast<size_t>(b) * T + t;
+      if (loss_token[i]) w[i] = wb;
+    }
+  }
+  return w;
+}
+
+PpoObjective::PpoObjective(const Batch& batch, const std::vector<float>& response_mask,
+                           std::vector<float> old_logp, std::vector<float> ref_logp,
+                           std::vector<float> advantages, PpoConfig config)
+    : config_(config),
+      old_(std::move(old_logp)),
+      ref_(std::move(ref_logp)),
+      adv_(std::move(advantages)) {
+  std::vector<uint8_t> loss_token(static_cast<size_t>(batch.B) * batch.T, 0);
+  for (int b = 0; b < batch.B; b++) {
+    for (int t = 0; t < batch.T; t++) {
+      const size_t i = static_cast<size_t>(b) * batch.T + t;
+      loss_token[i] = batch.predicted(b, t) && response_mask[i] != 0.0f;
+    }
+  }
+  weight_ = aggregation_weights(config_.agg, loss_token, batch.B, batch.T);
+}
+
+void PpoObjective::coefficients(const int32_t* index, int n, const float* logprob,
+                                const float* entropy, float* coef, float* ent_coef) {
+  for (int r = 0; r < n; r++) {
+    const size_t i = static_cast<size_t>(index[r]);
+    const double w = weight_[i];
+    coef[r] = 0.0f;
+    ent_coef[r] = 0.0f;
+    if (w == 0.0) continue;  // not a loss token: its old/ref/advantage values are ignored
+    bool clipped = false;
+    const TokenTerm pg = ppo_clipped_surrogate(logprob[r], old_[i], adv_[i], config_, &clipped);
+    double dlogp = pg.dlogp;
+    pg_ += w * pg.value;
+    const TokenTerm kl = kl_penalty(config_.kl_type, logprob[r], ref_[i]);  // reported always
+    kl_ += w * kl.value;
+    dlogp += config_.kl_coef * kl.dlogp;
+    entropy_ += w * entropy[r];
+    ppo_kl_sum_ += static_cast<double>(old_[i]) - logprob[r];
+    clipped_ += clipped;
+    tokens_++;
+    coef[r] = static_cast<float>(-w * dlogp);  // the head's convention: dL/dlogp = -coef
+    ent_coef[r] = static_cast<float>(-w * config_.entropy_coeff);
+  }
+}
+
+}  // namespace sr1

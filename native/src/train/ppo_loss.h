@@ -1,0 +1,85 @@
+// The actor's RL objective (PPO's clipped surrogate with a KL loss against the reference
+// policy and an entropy bonus), as verl defines it, per token and aggregated:
+//
+//   ratio      = exp(logp - old_logp)
+//   pg         = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
+//                and, for A < 0, min(that, -A * clip_c)                  (dual clip)
+//   kl         = k1 logp - ref | abs |logp - ref| | k2 (logp - ref)^2 / 2
+//                | k3 exp(ref - logp) - (ref - logp) - 1, clamped to [-10, 10]
+//   L          = agg(pg) - entropy_coeff * agg(entropy) + kl_coef * agg(kl)
+//
+// over the loss tokens (predicted and in the response mask). agg is a weighted sum whose
+// weights depend only on the mask (PpoWeights), so L's derivative per token is the
+// per-token derivative times its weight: that is what the head back-propagates.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/batch.h"
+#include "model/objective.h"
+
+namespace sr1 {
+
+enum class KlType { K1, Abs, K2, K3 };  // verl: kl, abs, mse, low_var_kl
+enum class LossAgg { TokenMean, SeqMeanTokenSum, SeqMeanTokenMean };
+
+KlType parse_kl_type(const std::string& name);    // throws UsageError listing the names
+LossAgg parse_loss_agg(const std::string& name);  // throws UsageError listing the names
+
+struct PpoConfig {
+  float clip_low = 0.2f, clip_high = 0.2f;  // eps_low, eps_high
+  float clip_c = 3.0f;                      // dual-clip bound for negative advantages
+  KlType kl_type = KlType::K3;
+  float kl_coef = 0.0f;
+  float entropy_coeff = 0.0f;
+  LossAgg agg = LossAgg::TokenMean;
+};
+
+// A per-token quantity and its derivative with respect to the token's log-prob.
+struct TokenTerm {
+  double value, dlogp;
+};
+
+// The clipped surrogate of one token; `clipped` is verl's pg_clipfrac indicator
+// (the clipped branch is larger than the unclipped one).
+TokenTerm ppo_clipped_surrogate(double logp, double old_logp, double advantage,
+                                const PpoConfig& c, bool* clipped);
+// The KL estimate of one token against the reference policy's log-prob.
+TokenTerm kl_penalty(KlType type, double logp, double ref_logp);
+
+// The aggregation weight of every position ([B*T]; 0 off the loss tokens).
+std::vector<double> aggregation_weights(LossAgg agg, const std::vector<uint8_t>& loss_token,
+                                        int B, int T);
+
+// The objective over one batch, with the sums the trainer reports. The per-token inputs are
+// [B*T] arrays aligned as the batch (position t holds token t's values).
+class PpoObjective final : public TokenObjective {
+ public:
+  PpoObjective(const Batch& batch, const std::vector<float>& response_mask,
+               std::vector<float> old_logp, std::vector<float> ref_logp,
+               std::vector<float> advantages, PpoConfig config);
+
+  bool uses_entropy() const override { return config_.entropy_coeff != 0.0f; }
+  void coefficients(const int32_t* index, int n, const float* logprob, const float* entropy,
+                    float* coef, float* ent_coef) override;
+
+  // Valid after the backward pass has visited every loss token.
+  double pg_loss() const { return pg_; }
+  double kl_loss() const { return kl_; }
+  double entropy() const { return entropy_; }
+  double loss() const { return pg_ - config_.entropy_coeff * entropy_ + config_.kl_coef * kl_; }
+  double pg_clipfrac() const { return tokens_ > 0 ? static_cast<double>(clipped_) / tokens_ : 0; }
+  // verl's ppo_kl: the token mean of old_logp - logp
+  double ppo_kl() const { return tokens_ > 0 ? ppo_kl_sum_ / tokens_ : 0; }
+  long tokens() const { return tokens_; }
+
+ private:
+  PpoConfig config_;
+  std::vector<float> old_, ref_, adv_;
+  std::vector<double> weight_;
+  double pg_ = 0, kl_ = 0, entropy_ = 0, ppo_kl_sum_ = 0;
+  long clipped_ = 0, tokens_ = 0;
+};
+
+}  // namespace sr1
