@@ -25,7 +25,9 @@ export const trainSchema = z.strictObject({
       use_kl_in_reward: z
         .boolean()
         .default(false)
-        .describe("PPO: subtract kl_coef·KL(old‖ref) from rewards (Search-R1's PPO scripts: true)"),
+        .describe(
+          "subtract kl_coef·KL(old‖ref) from the token rewards (Search-R1's PPO scripts: true)",
+        ),
       kl_penalty: klType.default("kl").describe("estimator for the in-reward KL"),
       kl_coef: z
         .number()
