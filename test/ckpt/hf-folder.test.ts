@@ -198,6 +198,8 @@ describe("writeHfFolder", () => {
       tensors: original.size,
       bytes,
       dtypes: ["F32"],
+      // F32 tensors and a float32 config: config.json is copied as it is.
+      configDtype: [],
     });
     expect(warnings).toEqual([]);
     expect(events[0]).toBe(`task writing ${out} ${bytes} B`);
@@ -255,7 +257,7 @@ describe("writeHfFolder", () => {
     ]);
   });
 
-  it("casts with --dtype, bit-exactly as the PyTorch fixtures, and warns when config.json disagrees", async () => {
+  it("casts with --dtype, bit-exactly as the PyTorch fixtures, and sets config.json's torch_dtype to match", async () => {
     const { out, summary, warnings } = await write({ dtype: "bf16" });
     const want = await readSafetensors(
       path.join(import.meta.dirname, "fixtures", "cast", "untied-bf16.safetensors"),
@@ -265,26 +267,75 @@ describe("writeHfFolder", () => {
       expect(bytesOf(got.get(name) as Tensor).equals(bytesOf(t)), name).toBe(true);
     }
     expect(summary.dtypes).toEqual(["BF16"]);
-    expect(warnings).toEqual([
-      `${out}/config.json: tensors are BF16 but config.json says torch_dtype float32; pass --dtype fp32 to match`,
+    // untied says float32: the field is set to bfloat16, every other byte is the base's,
+    // and nothing disagrees any more, so there is no warning.
+    const baseConfig = readFileSync(path.join(HF, "untied", "config.json"), "utf8");
+    expect(summary.configDtype).toEqual([
+      { field: "torch_dtype", from: "float32", to: "bfloat16" },
     ]);
-    // tied says bfloat16; F16 disagrees, BF16 does not.
+    expect(readFileSync(path.join(out, "config.json"), "utf8")).toBe(
+      baseConfig.replace('"torch_dtype": "float32"', '"torch_dtype": "bfloat16"'),
+    );
+    expect(warnings).toEqual([]);
+
+    // keepConfig copies config.json unchanged, and then warns that it disagrees.
+    const kept = await write({ dtype: "bf16", keepConfig: true });
+    expect(kept.summary.configDtype).toEqual([]);
+    expect(readFileSync(path.join(kept.out, "config.json"), "utf8")).toBe(baseConfig);
+    expect(kept.warnings).toEqual([
+      `${kept.out}/config.json: tensors are BF16 but config.json says torch_dtype float32; transformers will load them as float32 (--keep-config); without --keep-config it is set to match`,
+    ]);
+
+    // tied says bfloat16: F16 changes it, BF16 leaves it (and its bytes) as they are.
     const tied = { baseDir: path.join(HF, "tied"), tensors: await sources("tied") };
-    expect((await write({ ...tied, dtype: "fp16" })).warnings).toEqual([
-      expect.stringContaining(
-        "tensors are F16 but config.json says torch_dtype bfloat16; pass --dtype bf16 to match",
-      ),
+    const tiedConfig = readFileSync(path.join(HF, "tied", "config.json"), "utf8");
+    const fp16 = await write({ ...tied, dtype: "fp16" });
+    expect(fp16.summary.configDtype).toEqual([
+      { field: "torch_dtype", from: "bfloat16", to: "float16" },
     ]);
-    expect((await write({ ...tied, dtype: "bf16" })).warnings).toEqual([]);
+    expect(JSON.parse(readFileSync(path.join(fp16.out, "config.json"), "utf8")).torch_dtype).toBe(
+      "float16",
+    );
+    expect(fp16.warnings).toEqual([]);
+    const bf16 = await write({ ...tied, dtype: "bf16" });
+    expect(bf16.summary.configDtype).toEqual([]);
+    expect(readFileSync(path.join(bf16.out, "config.json"), "utf8")).toBe(tiedConfig);
+    expect(bf16.warnings).toEqual([]);
   });
 
-  it("reads the newer `dtype` field of config.json", async () => {
+  it("leaves config.json alone and warns when the float tensors mix dtypes", async () => {
+    const half = castBytes(Buffer.from(new Float32Array([1.5]).buffer), "F32", "F16");
+    const single = Buffer.from(new Float32Array([2.5]).buffer);
+    const { out, summary, warnings } = await write({
+      tensors: [
+        { name: "h", dtype: "F16", shape: [1], read: async () => half },
+        { name: "s", dtype: "F32", shape: [1], read: async () => single },
+      ],
+    });
+    expect(summary.dtypes).toEqual(["F16", "F32"]);
+    // A mix has no single right value, so untied's float32 stays.
+    expect(summary.configDtype).toEqual([]);
+    expect(readFileSync(path.join(out, "config.json"))).toEqual(
+      readFileSync(path.join(HF, "untied", "config.json")),
+    );
+    expect(warnings).toEqual([
+      `${out}/config.json: tensors are F16, F32 but config.json says torch_dtype float32; pass --dtype fp32 to write them all as float32`,
+    ]);
+  });
+
+  it("sets the newer `dtype` field of config.json, and reads it for the warning", async () => {
     const base = fresh("base");
     mkdirSync(base);
     writeFileSync(path.join(base, "config.json"), JSON.stringify({ dtype: "float16" }));
-    const { warnings } = await write({ baseDir: base, dtype: "fp32" });
-    expect(warnings).toEqual([
-      expect.stringContaining("config.json says dtype float16; pass --dtype fp16"),
+    const { out, summary, warnings } = await write({ baseDir: base, dtype: "fp32" });
+    expect(summary.configDtype).toEqual([{ field: "dtype", from: "float16", to: "float32" }]);
+    expect(readFileSync(path.join(out, "config.json"), "utf8")).toBe('{"dtype":"float32"}');
+    expect(warnings).toEqual([]);
+
+    const kept = await write({ baseDir: base, dtype: "fp32", keepConfig: true });
+    expect(readFileSync(path.join(kept.out, "config.json"), "utf8")).toBe('{"dtype":"float16"}');
+    expect(kept.warnings).toEqual([
+      `${kept.out}/config.json: tensors are F32 but config.json says dtype float16; transformers will load them as float16 (--keep-config); without --keep-config it is set to match`,
     ]);
   });
 
@@ -334,10 +385,10 @@ describe("writeHfFolder", () => {
     writeFileSync(path.join(out, "old.txt"), "old");
     const err = await failure({ out });
     expect(err).toBeInstanceOf(UsageError);
-    expect((err as Error).message).toBe(
-      `--out ${out}: folder exists and is not empty; pass --overwrite to replace it`,
-    );
+    expect((err as UsageError).exitCode).toBe(2);
+    expect((err as Error).message).toBe(`${out}: already exists; pass --overwrite to replace it`);
     expect(readdirSync(out)).toEqual(["old.txt"]);
+    expect(leftovers()).toEqual([]);
 
     await write({ out, overwrite: true });
     expect(readdirSync(out)).toContain("model.safetensors");
@@ -345,17 +396,25 @@ describe("writeHfFolder", () => {
     expect(leftovers()).toEqual([]);
   });
 
-  it("fills an empty --out folder, and refuses a file there", async () => {
+  it("fills an empty --out folder; a file there is an existing output like any other", async () => {
     const out = fresh();
     mkdirSync(out);
     await write({ out });
     expect(readdirSync(out)).toContain("model.safetensors");
 
+    // Refused without overwrite (exit 2), and left as it was.
     const file = fresh();
     writeFileSync(file, "x");
-    const err = await failure({ out: file, overwrite: true });
+    const err = await failure({ out: file });
     expect(err).toBeInstanceOf(UsageError);
-    expect((err as Error).message).toBe(`--out ${file}: exists and is not a folder`);
+    expect((err as UsageError).exitCode).toBe(2);
+    expect((err as Error).message).toBe(`${file}: already exists; pass --overwrite to replace it`);
+    expect(readFileSync(file, "utf8")).toBe("x");
+
+    // With overwrite it is replaced by the finished folder, as every command does.
+    await write({ out: file, overwrite: true });
+    expect(readdirSync(file)).toContain("model.safetensors");
+    expect(leftovers()).toEqual([]);
   });
 
   it("leaves nothing behind when aborted, and keeps an old folder untouched", async () => {
