@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "util/error.h"
+#include "util/json.h"
 
 namespace fs = std::filesystem;
 
@@ -132,6 +133,34 @@ void OutputFolder::copy_model_files(const std::string& model_dir) {
     fs::copy_file(e.path(), fs::path(partial_) / name, ec);
     if (ec) throw Error(e.path().string() + ": cannot copy: " + ec.message());
   }
+}
+
+static const char* torch_dtype_name(DType d) {
+  return d == DType::F32 ? "float32" : d == DType::BF16 ? "bfloat16" : "float16";
+}
+
+// The copied config.json names the dtype the weights were saved in, under the key(s) it
+// already has: `dtype` (transformers 5), `torch_dtype` (4.x), or torch_dtype when neither.
+static void set_config_dtype(const std::string& dir, DType dtype) {
+  const std::string path = dir + "/config.json";
+  json::Value config = json::parse_file(path);
+  const bool has_dtype = config.find("dtype") != nullptr;
+  if (has_dtype) config.set("dtype", json::Value(torch_dtype_name(dtype)));
+  if (!has_dtype || config.find("torch_dtype") != nullptr) {
+    config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) throw Error(path + ": cannot write");
+  const std::string text = config.dump_pretty() + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw Error(path + ": cannot write");
+}
+
+void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
+                    DType dtype, uint64_t max_shard_bytes) {
+  out.copy_model_files(source_dir);
+  set_config_dtype(out.dir(), dtype);
+  model.save_weights(out.dir(), dtype, max_shard_bytes);
 }
 
 void OutputFolder::commit() {

@@ -69,4 +69,9 @@ class OutputFolder {
   bool overwrite_, done_ = false;
 };
 
+// Fills `out` with a Hugging Face folder of the model: config.json (its dtype field set to
+// `dtype`), the tokenizer and generation files of `source_dir`, and the weights in `dtype`.
+void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
+                    DType dtype, uint64_t max_shard_bytes);
+
 }  // namespace sr1

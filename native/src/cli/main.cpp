@@ -19,6 +19,7 @@ const char* kUsage =
     "  grad    loss and parameter gradients of a token-weighted objective\n"
     "  sft     supervised next-token training with AdamW; saves a Hugging Face folder\n"
     "  info    whether the CUDA backend is built and usable here, as JSON\n"
+    "  serve   the long-lived trainer a `train` run drives (JSON lines on stdin/stdout)\n"
     "\n"
     "Run 'searchr1-trainer <command> --help' for a command's options.\n"
     "\n"
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
     if (command == "grad") return sr1::cmd_grad(rest);
     if (command == "sft") return sr1::cmd_sft(rest);
     if (command == "info") return sr1::cmd_info(rest);
-    throw sr1::UsageError("unknown command '" + command + "' (score, grad, sft, info)");
+    if (command == "serve") return sr1::cmd_serve(rest);
+    throw sr1::UsageError("unknown command '" + command + "' (score, grad, sft, info, serve)");
   } catch (const sr1::Interrupted&) {
     std::fputs("searchr1-trainer: interrupted; nothing was saved\n", stderr);
     return 130;

@@ -9,7 +9,6 @@
 #include "model/qwen2.h"
 #include "train/sft.h"
 #include "util/error.h"
-#include "util/json.h"
 
 namespace sr1 {
 namespace {
@@ -45,27 +44,6 @@ DType save_dtype(const std::string& name, const std::string& config_dtype) {
   DType d;
   if (float_dtype_from_text(name == "keep" ? config_dtype : name, &d)) return d;
   throw UsageError("--save-dtype: unknown dtype '" + name + "' (keep, bf16, fp16, fp32)");
-}
-
-const char* torch_dtype_name(DType d) {
-  return d == DType::F32 ? "float32" : d == DType::BF16 ? "bfloat16" : "float16";
-}
-
-// The copied config.json names the dtype the weights were saved in, under the key(s) it
-// already has: `dtype` (transformers 5), `torch_dtype` (4.x), or torch_dtype when neither.
-void set_config_dtype(const std::string& dir, DType dtype) {
-  const std::string path = dir + "/config.json";
-  json::Value config = json::parse_file(path);
-  const bool has_dtype = config.find("dtype") != nullptr;
-  if (has_dtype) config.set("dtype", json::Value(torch_dtype_name(dtype)));
-  if (!has_dtype || config.find("torch_dtype") != nullptr) {
-    config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
-  }
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw Error(path + ": cannot write");
-  const std::string text = config.dump_pretty() + "\n";
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) throw Error(path + ": cannot write");
 }
 
 struct FileCloser {
@@ -133,9 +111,7 @@ int cmd_sft(const std::vector<std::string>& argv) {
     }
     if (interrupted()) throw Interrupted{};
   });
-  out.copy_model_files(model_dir);
-  set_config_dtype(out.dir(), dtype);
-  model->save_weights(out.dir(), dtype, max_shard);
+  write_hf_model(out, *model, model_dir, dtype, max_shard);
   out.commit();
   return 0;
 }

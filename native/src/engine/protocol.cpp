@@ -3,70 +3,31 @@
 #include <random>
 
 #include "util/error.h"
+#include "util/json_fields.h"
 
 namespace sr1 {
-namespace {
-
-const json::Value& field(const json::Value& cmd, const char* key) {
-  const json::Value* v = cmd.find(key);
-  if (v == nullptr) throw Error(std::string("'") + key + "' is missing");
-  return *v;
-}
-
-double number(const json::Value& cmd, const char* key) {
-  const json::Value& v = field(cmd, key);
-  if (!v.is_number()) throw Error(std::string("'") + key + "' must be a number");
-  return v.as_number();
-}
-
-int64_t integer(const json::Value& cmd, const char* key) {
-  const json::Value& v = field(cmd, key);
-  if (!v.is_integer()) throw Error(std::string("'") + key + "' must be an integer");
-  return v.as_int();
-}
-
-std::vector<int32_t> int_list(const json::Value& cmd, const char* key) {
-  const json::Value& v = field(cmd, key);
-  if (!v.is_array()) throw Error(std::string("'") + key + "' must be a list of integers");
-  std::vector<int32_t> out;
-  out.reserve(v.as_array().size());
-  for (const json::Value& x : v.as_array()) {
-    if (!x.is_integer() || x.as_int() < INT32_MIN || x.as_int() > INT32_MAX) {
-      throw Error(std::string("'") + key + "' must be a list of integers");
-    }
-    out.push_back(static_cast<int32_t>(x.as_int()));
-  }
-  return out;
-}
-
-}  // namespace
 
 GenerateRequest parse_generate(const json::Value& cmd) {
+  const JsonFields f(cmd);
   GenerateRequest r;
-  const json::Value& rid = field(cmd, "rid");
-  if (!rid.is_string()) throw Error("'rid' must be a string");
-  r.rid = rid.as_string();
-  r.input_ids = int_list(cmd, "input_ids");
-  const int64_t max_new = integer(cmd, "max_new_tokens");
+  r.rid = f.text("rid");
+  r.input_ids = f.int_list("input_ids");
+  const int64_t max_new = f.integer("max_new_tokens");
   if (max_new < 0 || max_new > INT32_MAX) throw Error("'max_new_tokens' must be >= 0");
   r.max_new_tokens = static_cast<int>(max_new);
-  r.sampling.temperature = static_cast<float>(number(cmd, "temperature"));
-  r.sampling.top_p = static_cast<float>(number(cmd, "top_p"));
-  const int64_t top_k = integer(cmd, "top_k");
+  r.sampling.temperature = static_cast<float>(f.number("temperature"));
+  r.sampling.top_p = static_cast<float>(f.number("top_p"));
+  const int64_t top_k = f.integer("top_k");
   r.sampling.top_k = top_k > INT32_MAX ? INT32_MAX : static_cast<int>(top_k);
-  r.sampling.min_p = static_cast<float>(number(cmd, "min_p"));
-  const json::Value& seed = field(cmd, "seed");
-  if (seed.is_null()) {
+  r.sampling.min_p = static_cast<float>(f.number("min_p"));
+  f.required("seed");
+  if (f.has("seed")) {
+    r.seed = static_cast<uint64_t>(f.integer("seed"));
+  } else {  // null: a seed from the system
     r.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  } else if (seed.is_integer()) {
-    r.seed = static_cast<uint64_t>(seed.as_int());
-  } else {
-    throw Error("'seed' must be an integer or null");
   }
-  r.stop_token_ids = int_list(cmd, "stop_token_ids");
-  const json::Value& ignore = field(cmd, "ignore_eos");
-  if (!ignore.is_bool()) throw Error("'ignore_eos' must be true or false");
-  r.ignore_eos = ignore.as_bool();
+  r.stop_token_ids = f.int_list("stop_token_ids");
+  r.ignore_eos = f.boolean("ignore_eos");
   return r;
 }
 

@@ -1,6 +1,11 @@
 #include "train/adamw.h"
 
 #include <cmath>
+#include <memory>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "util/error.h"
 
 namespace sr1 {
 
@@ -13,6 +18,36 @@ AdamW::AdamW(Backend& backend, size_t n, AdamWConfig config)
 AdamW::~AdamW() {
   be_.release(m_);
   be_.release(v_);
+}
+
+void AdamW::save(const std::string& path) const {
+  std::vector<float> m(n_), v(n_);
+  be_.download(m.data(), m_, n_);
+  be_.download(v.data(), v_, n_);
+  const int64_t steps = steps_;
+  const int64_t n = static_cast<int64_t>(n_);
+  write_safetensors(path, {{"adamw.m", DType::F32, {n}, m.data()},
+                           {"adamw.v", DType::F32, {n}, v.data()},
+                           {"adamw.step", DType::I64, {1}, &steps}});
+}
+
+void AdamW::load(const std::string& path) {
+  const std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
+  std::vector<float> host(n_);
+  for (const auto& [name, dst] : {std::pair<const char*, float*>{"adamw.m", m_}, {"adamw.v", v_}}) {
+    const TensorView* t = file->find(name);
+    if (t == nullptr || t->dtype != DType::F32) {
+      throw Error(path + ": tensor '" + name + "' is missing or not F32");
+    }
+    check_f32(*t, {static_cast<int64_t>(n_)});
+    read_f32(*t, {static_cast<int64_t>(n_)}, host.data());
+    be_.upload(dst, host.data(), n_);
+  }
+  const TensorView* step = file->find("adamw.step");
+  if (step == nullptr) throw Error(path + ": tensor 'adamw.step' is missing");
+  const std::vector<int64_t> s = read_i64(*step);
+  if (s.size() != 1 || s[0] < 0) throw Error(path + ": tensor 'adamw.step' must hold one count");
+  steps_ = static_cast<int>(s[0]);
 }
 
 double AdamW::step(float* params, const float* grads, float lr) {

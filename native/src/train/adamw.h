@@ -3,6 +3,7 @@
 // torch.nn.utils.clip_grad_norm_ does it.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -22,6 +23,14 @@ class AdamW {
 
   // One update at learning rate `lr`; returns the gradient norm before clipping.
   double step(float* params, const float* grads, float lr);
+
+  // Updates taken so far (bias correction's step count).
+  int steps() const { return steps_; }
+  // The moments and step count, as `<prefix>m`, `<prefix>v` (F32) and `<prefix>step` (I64)
+  // of a safetensors file, and back: a resumed run continues bit-exactly.
+  void save(const std::string& path) const;
+  // Throws sr1::Error naming the file when its tensors do not match this optimizer.
+  void load(const std::string& path);
 
  private:
   Backend& be_;

@@ -60,6 +60,10 @@ class PpoObjective final : public TokenObjective {
                std::vector<float> old_logp, std::vector<float> ref_logp,
                std::vector<float> advantages, PpoConfig config);
 
+  // The backward passes that follow run on the micro-batch of rows [row, ...) of this
+  // batch: their positions are shifted by row * T.
+  void start_rows_at(int row) { offset_ = static_cast<size_t>(row) * T_; }
+
   bool uses_entropy() const override { return config_.entropy_coeff != 0.0f; }
   void coefficients(const int32_t* index, int n, const float* logprob, const float* entropy,
                     float* coef, float* ent_coef) override;
@@ -76,6 +80,8 @@ class PpoObjective final : public TokenObjective {
 
  private:
   PpoConfig config_;
+  int T_;
+  size_t offset_ = 0;
   std::vector<float> old_, ref_, adv_;
   std::vector<double> weight_;
   double pg_ = 0, kl_ = 0, entropy_ = 0, ppo_kl_sum_ = 0;
