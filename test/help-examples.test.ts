@@ -224,6 +224,11 @@ const INPUTS: Input[] = [
     when: /--batch batch\.safetensors\b/,
     make: copy(join(NATIVE, "untied.case.safetensors"), "batch.safetensors"),
   },
+  // a rollout batch for the PPO objective (response_mask, old/ref log-probs, advantages)
+  {
+    when: /--batch rollout\.safetensors\b/,
+    make: copy(join(NATIVE, "ppo.batch.safetensors"), "rollout.safetensors"),
+  },
   {
     when: /--data sft\.safetensors\b/,
     make: copy(join(NATIVE, "untied.case.safetensors"), "sft.safetensors"),
