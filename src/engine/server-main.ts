@@ -52,8 +52,6 @@ export async function serveEngine(
         "and has no authentication; use --host 127.0.0.1 unless that is what you want",
     );
   }
-  err(`loading ${model} on ${config.device}; ${server.url}/health answers 503 until it is ready`);
-
   // A signal while the model loads stops the engine and the command (exit 130); after
   // that, signals drain the server.
   const loading = new AbortController();
@@ -70,6 +68,9 @@ export async function serveEngine(
     process.off("SIGINT", signalHandler);
     process.off("SIGTERM", signalHandler);
   };
+  // Announced only once the handlers are in place: a signal sent on seeing this line stops
+  // the load cleanly instead of killing the process.
+  err(`loading ${model} on ${config.device}; ${server.url}/health answers 503 until it is ready`);
 
   const engineStart = NativeEngine.start({
     model,
