@@ -141,13 +141,23 @@ static const char* torch_dtype_name(DType d) {
 
 // The copied config.json names the dtype the weights were saved in, under the key(s) it
 // already has: `dtype` (transformers 5), `torch_dtype` (4.x), or torch_dtype when neither.
-static void set_config_dtype(const std::string& dir, DType dtype) {
+// A critic's says what transformers needs to load it: a token-classification model with one
+// label (AutoModelForTokenClassification, as verl's critic).
+static void write_config(const std::string& dir, DType dtype, const ModelConfig& c, Head head) {
   const std::string path = dir + "/config.json";
   json::Value config = json::parse_file(path);
   const bool has_dtype = config.find("dtype") != nullptr;
   if (has_dtype) config.set("dtype", json::Value(torch_dtype_name(dtype)));
   if (!has_dtype || config.find("torch_dtype") != nullptr) {
     config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
+  }
+  if (head == Head::Value) {
+    const std::string arch = c.model_type == "llama" ? "LlamaForTokenClassification"
+                                                     : "Qwen2ForTokenClassification";
+    config.set("architectures", json::Value::array({json::Value(arch)}));
+    config.set("id2label", json::Value::object({{"0", "LABEL_0"}}));
+    config.set("label2id", json::Value::object({{"LABEL_0", 0}}));
+    config.set("classifier_dropout", 0.0);
   }
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) throw Error(path + ": cannot write");
@@ -159,7 +169,7 @@ static void set_config_dtype(const std::string& dir, DType dtype) {
 void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
                     DType dtype, uint64_t max_shard_bytes) {
   out.copy_model_files(source_dir);
-  set_config_dtype(out.dir(), dtype);
+  write_config(out.dir(), dtype, model.config(), model.head_kind());
   model.save_weights(out.dir(), dtype, max_shard_bytes);
 }
 

@@ -1,6 +1,7 @@
 // searchr1-trainer serve: the long-lived trainer that `train` drives. Commands arrive as
 // JSON lines on stdin, one reply per command on stdout; tensors travel in safetensors
 // files. The protocol is in train/SERVE.md.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "train/actor.h"
+#include "train/critic.h"
 #include "util/error.h"
 #include "util/json_fields.h"
 
@@ -17,26 +19,37 @@ namespace {
 
 void reply(json::Value r) { std::cout << r.dump() << std::endl; }
 
-// The models and the actor's optimizer of one run.
+// The models of one run and the learners that train them.
 struct Session {
   Backend& be;
   RunOptions run;
-  std::string policy_dir;
-  std::unique_ptr<Qwen2Model> policy, reference;
-  std::unique_ptr<Actor> actor;
+  std::string policy_dir, critic_dir;
+  std::unique_ptr<Qwen2Model> policy, reference, critic;
+  std::unique_ptr<Learner> actor, critic_learner;
 
+  void reset() {  // learners first: they release into the backend before the models go
+    actor.reset();
+    critic_learner.reset();
+    critic.reset();
+    reference.reset();
+    policy.reset();
+  }
   Qwen2Model& model(const std::string& which) {
     if (!policy) throw Error("no model is loaded (send 'load' first)");
     if (which == "policy") return *policy;
     if (which == "reference") {
-      if (!reference) throw Error("no reference model was loaded");
+      if (!reference) throw Error("no reference model was loaded ('reference' in 'load')");
       return *reference;
     }
     throw Error("'model' must be \"policy\" or \"reference\", got \"" + which + "\"");
   }
-  Actor& trainer() {
+  Learner& actor_learner() {
     if (!actor) throw Error("no model is loaded (send 'load' first)");
     return *actor;
+  }
+  Learner& critic_of() {
+    if (!critic_learner) throw Error("no critic was loaded ('critic' in 'load')");
+    return *critic_learner;
   }
 };
 
@@ -50,29 +63,37 @@ AdamWConfig read_adamw(const JsonFields& f) {
   return c;
 }
 
-LrSchedule read_schedule(const JsonFields& f) {
+LrSchedule read_schedule(const JsonFields& f, double default_lr) {
   LrSchedule s;
   s.kind = f.text("lr_schedule", s.kind);
-  s.peak = static_cast<float>(f.number("lr", 1e-6));
+  s.peak = static_cast<float>(f.number("lr", default_lr));
   s.warmup_steps = static_cast<int>(f.integer("warmup_steps", 0));
   s.total_steps = static_cast<int>(f.integer("total_steps", 1));
   s.min_lr_ratio = static_cast<float>(f.number("min_lr_ratio", 0.0));
   return s;
 }
 
-ActorUpdateOptions read_update(const JsonFields& f, const RunOptions& run) {
-  ActorUpdateOptions o;
-  o.run = run;
-  o.run.temperature = static_cast<float>(f.number("temperature", 1.0));
-  if (!(o.run.temperature > 0)) throw Error("'temperature' must be > 0");
-  o.mini_batch_size = static_cast<int>(f.integer("ppo_mini_batch_size", 0));
-  o.epochs = static_cast<int>(f.integer("ppo_epochs", 1));
-  o.max_token_len = f.integer("ppo_max_token_len_per_gpu", 0);
-  o.shuffle = f.boolean("shuffle", true);
-  if (o.mini_batch_size < 0 || o.epochs < 1 || o.max_token_len < 0) {
+RunOptions read_run(const JsonFields& f, const RunOptions& base) {
+  RunOptions run = base;
+  run.temperature = static_cast<float>(f.number("temperature", 1.0));
+  if (!(run.temperature > 0)) throw Error("'temperature' must be > 0");
+  return run;
+}
+
+MiniBatching read_batching(const JsonFields& f) {
+  MiniBatching m;
+  m.mini_batch_size = static_cast<int>(f.integer("ppo_mini_batch_size", 0));
+  m.epochs = static_cast<int>(f.integer("ppo_epochs", 1));
+  m.max_token_len = f.integer("ppo_max_token_len_per_gpu", 0);
+  m.shuffle = f.boolean("shuffle", true);
+  if (m.mini_batch_size < 0 || m.epochs < 1 || m.max_token_len < 0) {
     throw Error("ppo_mini_batch_size and ppo_max_token_len_per_gpu must be >= 0, ppo_epochs >= 1");
   }
-  PpoConfig& p = o.ppo;
+  return m;
+}
+
+PpoConfig read_ppo(const JsonFields& f) {
+  PpoConfig p;
   const double clip = f.number("clip_ratio", 0.2);
   p.clip_low = static_cast<float>(f.number("clip_ratio_low", clip));
   p.clip_high = static_cast<float>(f.number("clip_ratio_high", clip));
@@ -84,12 +105,15 @@ ActorUpdateOptions read_update(const JsonFields& f, const RunOptions& run) {
   p.kl_coef = static_cast<float>(f.number("kl_loss_coef", 0.0));
   p.entropy_coeff = static_cast<float>(f.number("entropy_coeff", 0.0));
   p.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"));
-  return o;
+  return p;
 }
 
 struct BatchFile {
   std::unique_ptr<SafetensorsFile> file;
   Batch batch;
+  std::vector<float> tensor(const char* name) const {
+    return read_token_values(*file, name, batch, true);
+  }
 };
 
 BatchFile open_batch(const JsonFields& f, const Qwen2Model& model) {
@@ -99,42 +123,127 @@ BatchFile open_batch(const JsonFields& f, const Qwen2Model& model) {
   return b;
 }
 
+void write_token_tensors(const std::string& path, const Batch& batch,
+                         const std::vector<std::pair<std::string, const float*>>& tensors) {
+  std::vector<TensorOut> out;
+  for (const auto& [name, data] : tensors) {
+    out.push_back({name, DType::F32, {batch.B, batch.T}, data});
+  }
+  write_safetensors(path, out);
+}
+
+// The fields each op takes (besides "op" and "id").
+const std::vector<std::string> kOptimFields = {"lr", "lr_schedule", "warmup_steps", "total_steps",
+                                               "min_lr_ratio", "beta1", "beta2", "eps",
+                                               "weight_decay", "grad_clip"};
+const std::vector<std::string> kBatchingFields = {"ppo_mini_batch_size", "ppo_epochs",
+                                                  "ppo_max_token_len_per_gpu", "shuffle"};
+const std::vector<std::string> kOps = {"load", "log_probs", "values", "update_actor",
+                                       "update_critic", "export", "save_checkpoint",
+                                       "load_checkpoint", "shutdown"};
+
+std::vector<std::string> fields_of(const std::string& op) {
+  if (std::find(kOps.begin(), kOps.end(), op) == kOps.end()) {
+    std::string list;
+    for (const std::string& o : kOps) list += (list.empty() ? "" : ", ") + o;
+    throw Error("unknown op '" + op + "' (" + list + ")");
+  }
+  std::vector<std::string> k = {"op", "id"};
+  const auto add = [&](const std::vector<std::string>& more) {
+    k.insert(k.end(), more.begin(), more.end());
+  };
+  if (op == "load") add({"policy", "reference", "critic", "actor_optim", "critic_optim", "seed"});
+  if (op == "log_probs") add({"model", "batch", "out", "temperature"});
+  if (op == "values") add({"batch", "out"});
+  if (op == "update_actor") {
+    add({"batch", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c",
+         "kl_loss_type", "kl_loss_coef", "entropy_coeff", "loss_agg_mode", "temperature"});
+    add(kBatchingFields);
+  }
+  if (op == "update_critic") {
+    add({"batch", "cliprange_value", "loss_agg_mode"});
+    add(kBatchingFields);
+  }
+  if (op == "export") add({"out", "dtype"});
+  if (op == "save_checkpoint") add({"dir", "overwrite"});
+  if (op == "load_checkpoint") add({"dir"});
+  return k;
+}
+
+void load(Session& s, const JsonFields& f) {
+  s.reset();
+  const uint64_t seed = static_cast<uint64_t>(f.integer("seed", 1));
+  s.policy_dir = f.text("policy");
+  s.policy = Qwen2Model::load(s.policy_dir, s.be);
+  if (f.has("reference")) s.reference = Qwen2Model::load(f.text("reference"), s.be);
+  const JsonFields actor = f.object("actor_optim");
+  actor.only(kOptimFields);
+  s.actor = std::make_unique<Learner>(*s.policy, read_adamw(actor), read_schedule(actor, 1e-6),
+                                      seed);
+  if (f.has("critic")) {
+    s.critic_dir = f.text("critic");
+    s.critic = Qwen2Model::load(s.critic_dir, s.be, Head::Value);
+    const JsonFields critic = f.object("critic_optim");
+    critic.only(kOptimFields);
+    s.critic_learner = std::make_unique<Learner>(*s.critic, read_adamw(critic),
+                                                 read_schedule(critic, 1e-5), seed + 1);
+  }
+}
+
+// fp32 weights and every learner's state: loading them resumes bit-exactly.
+void save_checkpoint(Session& s, const std::string& dir, bool overwrite) {
+  OutputFolder out(dir, overwrite);
+  const auto save_model = [&](Qwen2Model& m, const std::string& source, const char* name) {
+    OutputFolder part(out.dir() + "/" + name, false);
+    write_hf_model(part, m, source, DType::F32, 5000000000ULL);
+    part.commit();
+  };
+  save_model(*s.policy, s.policy_dir, "policy");
+  s.actor_learner().save_state(out.dir(), "actor");
+  if (s.critic) {
+    save_model(*s.critic, s.critic_dir, "critic");
+    s.critic_learner->save_state(out.dir(), "critic");
+  }
+  out.commit();
+}
+
+void load_checkpoint(Session& s, const std::string& dir) {
+  s.model("policy").reload_weights(dir + "/policy");
+  s.actor_learner().load_state(dir, "actor");
+  if (s.critic) {
+    s.critic->reload_weights(dir + "/critic");
+    s.critic_learner->load_state(dir, "critic");
+  }
+}
+
 json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
   json::Value r = json::Value::object();
+  f.only(fields_of(op));
   if (op == "load") {
-    s.actor.reset();  // releases into the backend before the models go
-    s.reference.reset();
-    s.policy.reset();
-    s.policy_dir = f.text("policy");
-    s.policy = Qwen2Model::load(s.policy_dir, s.be);
-    if (f.has("reference")) s.reference = Qwen2Model::load(f.text("reference"), s.be);
-    s.actor = std::make_unique<Actor>(*s.policy, read_adamw(f), read_schedule(f),
-                                      static_cast<uint64_t>(f.integer("seed", 1)));
+    load(s, f);
     r.set("parameters", static_cast<int64_t>(s.policy->param_buffer_size()));
     r.set("device", s.be.name());
   } else if (op == "log_probs") {
     Qwen2Model& m = s.model(f.text("model", "policy"));
     const BatchFile b = open_batch(f, m);
-    RunOptions run = s.run;
-    run.temperature = static_cast<float>(f.number("temperature", 1.0));
-    if (!(run.temperature > 0)) throw Error("'temperature' must be > 0");
-    const std::vector<int64_t> shape = {b.batch.B, b.batch.T};
     std::vector<float> lp(b.batch.ids.size()), ent(lp.size());
-    m.score(b.batch, run, lp.data(), ent.data());
-    write_safetensors(f.text("out"), {{"log_probs", DType::F32, shape, lp.data()},
-                                      {"entropy", DType::F32, shape, ent.data()}});
+    m.score(b.batch, read_run(f, s.run), lp.data(), ent.data());
+    write_token_tensors(f.text("out"), b.batch, {{"log_probs", lp.data()}, {"entropy", ent.data()}});
+  } else if (op == "values") {
+    Qwen2Model& critic = s.critic_of().model();
+    const BatchFile b = open_batch(f, critic);
+    std::vector<float> v(b.batch.ids.size());
+    critic.values(b.batch, s.run, v.data());
+    write_token_tensors(f.text("out"), b.batch, {{"values", v.data()}});
   } else if (op == "update_actor") {
-    Actor& actor = s.trainer();
-    const ActorUpdateOptions opt = read_update(f, s.run);
-    const BatchFile b = open_batch(f, *s.policy);
-    const auto tensor = [&](const char* name) {
-      return read_token_values(*b.file, name, b.batch, true);
-    };
-    const RolloutTokens tokens{tensor("response_mask"), tensor("old_log_probs"),
-                               opt.ppo.kl_coef != 0 ? tensor("ref_log_probs")
+    Learner& actor = s.actor_learner();
+    ActorUpdateOptions opt{read_ppo(f), read_batching(f), read_run(f, s.run)};
+    const BatchFile b = open_batch(f, actor.model());
+    const RolloutTokens tokens{b.tensor("response_mask"), b.tensor("old_log_probs"),
+                               opt.ppo.kl_coef != 0 ? b.tensor("ref_log_probs")
                                                     : std::vector<float>(b.batch.ids.size()),
-                               tensor("advantages")};
-    const ActorMetrics m = actor.update(b.batch, tokens, opt);
+                               b.tensor("advantages")};
+    const ActorMetrics m = update_actor(actor, b.batch, tokens, opt);
     r.set("pg_loss", m.pg_loss);
     r.set("pg_clipfrac", m.pg_clipfrac);
     r.set("ppo_kl", m.ppo_kl);
@@ -146,6 +255,25 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
     r.set("optimizer_steps", m.steps);
     r.set("micro_batches", m.micro_batches);
     r.set("global_step", actor.steps());
+  } else if (op == "update_critic") {
+    Learner& critic = s.critic_of();
+    CriticUpdateOptions opt;
+    opt.cliprange_value = static_cast<float>(f.number("cliprange_value", 0.5));
+    if (!(opt.cliprange_value >= 0)) throw Error("'cliprange_value' must be >= 0");
+    opt.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"));
+    opt.batching = read_batching(f);
+    opt.run = s.run;
+    const BatchFile b = open_batch(f, critic.model());
+    const CriticTokens tokens{b.tensor("response_mask"), b.tensor("values"), b.tensor("returns")};
+    const CriticMetrics m = update_critic(critic, b.batch, tokens, opt);
+    r.set("vf_loss", m.vf_loss);
+    r.set("vf_clipfrac", m.vf_clipfrac);
+    r.set("vpred_mean", m.vpred_mean);
+    r.set("grad_norm", m.grad_norm);
+    r.set("lr", static_cast<double>(m.lr));
+    r.set("optimizer_steps", m.steps);
+    r.set("micro_batches", m.micro_batches);
+    r.set("global_step", critic.steps());
   } else if (op == "export") {
     Qwen2Model& m = s.model("policy");
     DType dtype;
@@ -157,24 +285,11 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
     write_hf_model(out, m, s.policy_dir, dtype, 5000000000ULL);
     out.commit();
   } else if (op == "save_checkpoint") {
-    Actor& actor = s.trainer();
-    // fp32 weights and optimizer state: loading them resumes bit-exactly.
-    OutputFolder out(f.text("dir"), f.boolean("overwrite", false));
-    OutputFolder policy_part(out.dir() + "/policy", false);
-    write_hf_model(policy_part, *s.policy, s.policy_dir, DType::F32, 5000000000ULL);
-    policy_part.commit();
-    actor.save_state(out.dir());
-    out.commit();
-    r.set("global_step", actor.steps());
+    save_checkpoint(s, f.text("dir"), f.boolean("overwrite", false));
+    r.set("global_step", s.actor_learner().steps());
   } else if (op == "load_checkpoint") {
-    Actor& actor = s.trainer();
-    const std::string dir = f.text("dir");
-    s.policy->reload_weights(dir + "/policy");
-    actor.load_state(dir);
-    r.set("global_step", actor.steps());
-  } else {
-    throw Error("unknown op '" + op + "' (load, log_probs, update_actor, export, "
-                "save_checkpoint, load_checkpoint, shutdown)");
+    load_checkpoint(s, f.text("dir"));
+    r.set("global_step", s.actor_learner().steps());
   }
   return r;
 }
@@ -189,7 +304,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                   {"echo '{\"op\":\"shutdown\",\"id\":1}' | searchr1-trainer serve --threads 2"});
   if (print_help(args)) return 0;
   const std::unique_ptr<Backend> backend = open_backend(args);
-  Session s{*backend, read_run_options(args), "", nullptr, nullptr, nullptr};
+  Session s{*backend, read_run_options(args), "", "", nullptr, nullptr, nullptr, nullptr,
+            nullptr};
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;

@@ -12,7 +12,7 @@ size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, boo
   return offset;
 }
 
-ParamLayout::ParamLayout(const ModelConfig& c) {
+ParamLayout::ParamLayout(const ModelConfig& c, Head head) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(), KV = c.kv_dim();
   embed_ = add("model.embed_tokens.weight", {c.vocab_size, H});
   for (int l = 0; l < c.num_layers; l++) {
@@ -35,6 +35,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) {
     layers_.push_back(lp);
   }
   norm_ = add("model.norm.weight", {H});
+  if (head == Head::Value) {
+    value_w_ = add("score.weight", {1, H});
+    value_b_offset_ = add("score.bias", {1}, false) - value_w_;
+    return;
+  }
   lm_head_ = c.tie_word_embeddings ? embed_ : add("lm_head.weight", {c.vocab_size, H});
 }
 

@@ -24,15 +24,22 @@ struct ParamTensor {
   size_t numel;
 };
 
+// What sits on top of the final norm: the language-model head (a causal LM), or a value
+// head with one output (a critic: Hugging Face's token-classification model with one
+// label, `score.weight` [1, H] and `score.bias` [1], and no lm_head).
+enum class Head { LanguageModel, Value };
+
 class ParamLayout {
  public:
-  explicit ParamLayout(const ModelConfig& c);
+  ParamLayout(const ModelConfig& c, Head head);
 
   static constexpr size_t kAlign = 128;
   size_t total() const { return total_; }  // elements, gaps included
   size_t embed() const { return embed_; }
   size_t norm() const { return norm_; }
   size_t lm_head() const { return lm_head_; }  // == embed() when tied
+  size_t value_w() const { return value_w_; }  // the value head's weight [1, H], then bias
+  size_t value_b() const { return value_w_ + value_b_offset_; }
   const LayerParams& layer(int l) const { return layers_[l]; }
   // Every stored tensor, in checkpoint order (no lm_head when tied).
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -40,7 +47,7 @@ class ParamLayout {
  private:
   // Places a tensor at the end; `aligned` starts it at the next multiple of kAlign.
   size_t add(const std::string& name, std::vector<int64_t> shape, bool aligned = true);
-  size_t total_ = 0, embed_ = 0, norm_ = 0, lm_head_ = 0;
+  size_t total_ = 0, embed_ = 0, norm_ = 0, lm_head_ = 0, value_w_ = 0, value_b_offset_ = 0;
   std::vector<LayerParams> layers_;
   std::vector<ParamTensor> tensors_;
 };

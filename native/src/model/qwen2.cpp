@@ -29,6 +29,7 @@ struct Qwen2Model::Activations : DeviceBuffers {
   XPtr xs;  // [L+1, N, H]: the input of every layer, then the last layer's output
   std::vector<Layer> layers;
   XPtr lnf, head_in, logits;
+  XPtr values;  // a critic's value per row; then its gradient
   float *rstdf, *logprob, *entropy;
   // backward only
   XPtr dres, dln, dqkv, datt, dgu, dact, dlnf, dhead_in;
@@ -37,8 +38,8 @@ struct Qwen2Model::Activations : DeviceBuffers {
   explicit Activations(Backend& backend) : DeviceBuffers(backend) {}
 };
 
-Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend)
-    : config_(std::move(config)), be_(backend), layout_(config_) {}
+Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend, Head head)
+    : config_(std::move(config)), head_(head), be_(backend), layout_(config_, head) {}
 
 Qwen2Model::~Qwen2Model() {
   acts_.reset();
@@ -47,11 +48,12 @@ Qwen2Model::~Qwen2Model() {
   if (grads_ != nullptr) be_.release(grads_);
 }
 
-std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend) {
-  std::unique_ptr<Qwen2Model> model(new Qwen2Model(load_model_config(dir), backend));
+std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend,
+                                             Head head) {
+  std::unique_ptr<Qwen2Model> model(new Qwen2Model(load_model_config(dir), backend, head));
   model->params_ = backend.alloc(model->layout_.total());
   backend.zero(model->params_, model->layout_.total());  // the alignment gaps
-  model->load_weights(dir);
+  model->load_weights(dir, true);
   return model;
 }
 
@@ -72,15 +74,17 @@ void Qwen2Model::reload_weights(const std::string& dir) {
   if (c.rope_theta != o.rope_theta || c.rms_norm_eps != o.rms_norm_eps) {
     throw Error(dir + "/config.json: rope_theta or rms_norm_eps differs from the loaded model");
   }
-  load_weights(dir);
+  load_weights(dir, false);
 }
 
-void Qwen2Model::load_weights(const std::string& dir) {
+void Qwen2Model::load_weights(const std::string& dir, bool fresh_value_head) {
   const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
   // Every check comes before the first write, so a bad folder leaves the weights intact.
   std::set<std::string> expected;
+  const auto value_head = [](const std::string& name) { return name.rfind("score.", 0) == 0; };
   for (const ParamTensor& t : layout_.tensors()) {
     const TensorView* view = weights.find(t.name);
+    if (view == nullptr && fresh_value_head && value_head(t.name)) continue;
     if (view == nullptr) {
       throw Error(weights.source() + ": tensor '" + t.name +
                   "' is missing (the model in config.json has it)");
@@ -90,7 +94,9 @@ void Qwen2Model::load_weights(const std::string& dir) {
   }
   for (const std::string& name : weights.names()) {
     // Tied checkpoints sometimes carry a redundant lm_head copy; the embedding is used.
-    const bool redundant_head = name == "lm_head.weight" && config_.tie_word_embeddings;
+    // (A critic started from a causal LM has no use for its lm_head either.)
+    const bool redundant_head =
+        name == "lm_head.weight" && (config_.tie_word_embeddings || head_ == Head::Value);
     const bool rotary_buffer = name.find("rotary_emb.inv_freq") != std::string::npos;
     if (!expected.count(name) && !redundant_head && !rotary_buffer) {
       throw Error(weights.source() + ": tensor '" + name +
@@ -100,6 +106,7 @@ void Qwen2Model::load_weights(const std::string& dir) {
   // Converted one tensor at a time, so loading never holds a second full copy.
   std::vector<float> staging;
   for (const ParamTensor& t : layout_.tensors()) {
+    if (weights.find(t.name) == nullptr) continue;  // a fresh value head
     staging.resize(t.numel);
     read_f32(*weights.find(t.name), t.shape, staging.data());
     be_.upload(params_ + t.offset, staging.data(), t.numel);
@@ -198,6 +205,7 @@ void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions
     }
     acts_ = std::move(fresh);
   }
+  if (a->values.null()) a->values = a->x(N);
   a->shape = AttentionShape{batch.B, batch.T, config_.num_heads, config_.num_kv_heads,
                             config_.head_dim};
   be_.upload_i32(a->ids, batch.ids.data(), N);
@@ -335,8 +343,16 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective*
   }
 }
 
+void Qwen2Model::require_head(Head head, const char* what) const {
+  if (head_ != head) {
+    throw Error(std::string(what) + " needs a " +
+                (head == Head::Value ? "critic (value head)" : "causal language model"));
+  }
+}
+
 void Qwen2Model::score(const Batch& batch, const RunOptions& opt, float* logprobs,
                        float* entropy) {
+  require_head(Head::LanguageModel, "log-probs");
   forward(batch, false, opt);
   head(batch, opt, nullptr, logprobs, entropy);
 }
@@ -355,11 +371,70 @@ double Qwen2Model::backward(const Batch& batch, const float* coef, const RunOpti
 
 void Qwen2Model::backward(const Batch& batch, TokenObjective& objective, const RunOptions& opt,
                           float* logprobs) {
+  require_head(Head::LanguageModel, "a policy objective");
   grads();
   forward(batch, true, opt);
-  const int N = batch.B * batch.T, H = config_.hidden_size, L = config_.num_layers;
   head(batch, opt, &objective, logprobs, nullptr);
+  trunk_backward(batch, opt);
+}
 
+// The value of predicted position t comes from row t-1 (the state before token t).
+void Qwen2Model::value_rows(const Batch& batch, std::vector<float>& row_values,
+                            float* out) const {
+  std::fill(out, out + static_cast<size_t>(batch.B) * batch.T, 0.0f);
+  for (int b = 0; b < batch.B; b++) {
+    for (int t = 1; t < batch.T; t++) {
+      if (!batch.predicted(b, t)) continue;
+      const size_t i = static_cast<size_t>(b) * batch.T + t;
+      out[i] = row_values[i - 1];
+    }
+  }
+}
+
+void Qwen2Model::values(const Batch& batch, const RunOptions& opt, float* out) {
+  require_head(Head::Value, "values");
+  forward(batch, false, opt);
+  Activations& a = *acts_;
+  const int N = batch.B * batch.T, H = config_.hidden_size;
+  be_.matmul_forward(a.values, a.lnf, weights_ + layout_.value_w(), weights_ + layout_.value_b(),
+                     N, H, 1);
+  std::vector<float> rows(N);
+  be_.download_x(rows.data(), a.values, N);
+  value_rows(batch, rows, out);
+}
+
+void Qwen2Model::backward_values(
+    const Batch& batch, const RunOptions& opt,
+    const std::function<void(const float* values, float* dloss)>& dloss) {
+  require_head(Head::Value, "a critic loss");
+  grads();
+  forward(batch, true, opt);
+  Activations& a = *acts_;
+  const int N = batch.B * batch.T, H = config_.hidden_size;
+  const XPtr W = weights_ + layout_.value_w();
+  be_.matmul_forward(a.values, a.lnf, W, weights_ + layout_.value_b(), N, H, 1);
+  std::vector<float> rows(N), vals(N), d(N, 0.0f), drows(N, 0.0f);
+  be_.download_x(rows.data(), a.values, N);
+  value_rows(batch, rows, vals.data());
+  dloss(vals.data(), d.data());
+  for (int b = 0; b < batch.B; b++) {
+    for (int t = 1; t < batch.T; t++) {
+      const size_t i = static_cast<size_t>(b) * batch.T + t;
+      if (batch.predicted(b, t)) drows[i - 1] = d[i];
+    }
+  }
+  // The row gradients go to the device in the compute type, through an fp32 staging copy.
+  float* staging = be_.alloc(N);
+  be_.upload(staging, drows.data(), N);
+  be_.to_x(a.values, staging, N);
+  be_.release(staging);
+  be_.matmul_backward(a.dlnf, grads_ + layout_.value_w(), grads_ + layout_.value_b(), a.values,
+                      a.lnf, W, N, H, 1, false);
+  trunk_backward(batch, opt);
+}
+
+void Qwen2Model::trunk_backward(const Batch& batch, const RunOptions& opt) {
+  const int N = batch.B * batch.T, H = config_.hidden_size, L = config_.num_layers;
   Activations& a = *acts_;
   be_.zero_x(a.dres, static_cast<size_t>(N) * H);
   be_.rmsnorm_backward(a.dres, grads_ + layout_.norm(), a.dlnf,

@@ -5,6 +5,7 @@
 // the predicted rows, so the [tokens, vocab] logits are never held at once.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,11 @@ struct RunOptions {
 
 class Qwen2Model {
  public:
-  // Reads config.json and the safetensors weights of a Hugging Face folder.
-  static std::unique_ptr<Qwen2Model> load(const std::string& dir, Backend& backend);
+  // Reads config.json and the safetensors weights of a Hugging Face folder. A critic
+  // (Head::Value) may start from a causal LM's folder: its lm_head is then ignored and a
+  // value head missing from the folder starts at zero (every value 0 at first).
+  static std::unique_ptr<Qwen2Model> load(const std::string& dir, Backend& backend,
+                                          Head head = Head::LanguageModel);
   // Replaces the weights with those of another folder of the same architecture. Throws
   // (with the current weights intact) when its config or tensors do not match.
   void reload_weights(const std::string& dir);
@@ -37,6 +41,7 @@ class Qwen2Model {
   Qwen2Model& operator=(const Qwen2Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  Head head_kind() const { return head_; }
   Backend& be() { return be_; }
   const ParamLayout& layout() const { return layout_; }
   // Floats in the parameter (and gradient) buffer: the parameters and alignment gaps.
@@ -61,6 +66,15 @@ class Qwen2Model {
   double backward(const Batch& batch, const float* coef, const RunOptions& opt,
                   float* logprobs = nullptr);
 
+  // A critic's values ([B*T], host), aligned as the log-probs: position t holds the value
+  // the head gives the state before token t (the hidden state at t-1), where t is predicted;
+  // 0 elsewhere.
+  void values(const Batch& batch, const RunOptions& opt, float* out);
+  // Adds to grads() the gradient of a critic loss, given by `dloss` which receives the
+  // current values ([B*T], aligned as values()) and fills dL/dvalue at the same positions.
+  void backward_values(const Batch& batch, const RunOptions& opt,
+                       const std::function<void(const float* values, float* dloss)>& dloss);
+
   void zero_grad();
 
   // One step of the inference engine: runs the step's new tokens through the model,
@@ -72,8 +86,14 @@ class Qwen2Model {
 
  private:
   struct Activations;
-  void load_weights(const std::string& dir);
-  Qwen2Model(ModelConfig config, Backend& backend);
+  // fresh_value_head: a value head missing from `dir` stays as it is (zeros at load).
+  void load_weights(const std::string& dir, bool fresh_value_head);
+  Qwen2Model(ModelConfig config, Backend& backend, Head head);
+  void require_head(Head head, const char* what) const;
+  // Rows of the predicted positions of `batch`, and the row before each (its input).
+  void value_rows(const Batch& batch, std::vector<float>& row_values, float* out) const;
+  // The backward pass below the final norm, from the gradient of its output in dlnf.
+  void trunk_backward(const Batch& batch, const RunOptions& opt);
   void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
   void layer_forward(int l, int acts, XPtr x_out);
@@ -84,6 +104,7 @@ class Qwen2Model {
             float* logprobs, float* entropy);
 
   ModelConfig config_;
+  Head head_;
   Backend& be_;
   ParamLayout layout_;
   float* params_ = nullptr;

@@ -1,19 +1,13 @@
-// The actor's update of one RL step, as verl's dp_actor does it: the rollout batch is
-// shuffled (with the run's seed) into mini-batches of ppo_mini_batch_size sequences, one
-// optimizer step each, for ppo_epochs passes; each mini-batch's gradient is accumulated
-// over micro-batches cut by a token budget. The objective's aggregation spans the whole
-// mini-batch (PpoObjective), so the cut does not change the update.
+// The actor's update of one RL step (verl's dp_actor): the PPO objective (ppo_loss.h) over
+// the mini-batches of the rollout batch, one optimizer step each. The objective's
+// aggregation spans the whole mini-batch, so the micro-batch cut does not change the update.
 #pragma once
-#include <cstdint>
-#include <random>
-#include <string>
 #include <vector>
 
 #include "model/batch.h"
-#include "model/qwen2.h"
-#include "train/adamw.h"
+#include "train/learner.h"
+#include "train/minibatch.h"
 #include "train/ppo_loss.h"
-#include "train/schedule.h"
 
 namespace sr1 {
 
@@ -24,10 +18,7 @@ struct RolloutTokens {
 
 struct ActorUpdateOptions {
   PpoConfig ppo;
-  int mini_batch_size = 0;  // sequences per optimizer step; 0 = the whole batch
-  int epochs = 1;
-  long max_token_len = 0;   // real tokens per micro-batch; 0 = the whole mini-batch
-  bool shuffle = true;
+  MiniBatching batching;
   RunOptions run;
 };
 
@@ -40,27 +31,7 @@ struct ActorMetrics {
   int micro_batches = 0;
 };
 
-// Consecutive rows [first, last) of each micro-batch: as many rows as fit in `budget` real
-// tokens (at least one row); budget 0 = all rows in one.
-std::vector<std::pair<int, int>> micro_batches(const Batch& batch, long budget);
-
-class Actor {
- public:
-  Actor(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed);
-
-  ActorMetrics update(const Batch& batch, const RolloutTokens& tokens,
-                      const ActorUpdateOptions& opt);
-
-  int steps() const { return optimizer_.steps(); }
-  // Optimizer moments, step count and the shuffling generator's state, in `dir`.
-  void save_state(const std::string& dir) const;
-  void load_state(const std::string& dir);
-
- private:
-  Qwen2Model& model_;
-  AdamW optimizer_;
-  LrSchedule schedule_;
-  std::mt19937_64 rng_;
-};
+ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutTokens& tokens,
+                          const ActorUpdateOptions& opt);
 
 }  // namespace sr1

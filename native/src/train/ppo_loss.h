@@ -36,7 +36,8 @@ struct PpoConfig {
   LossAgg agg = LossAgg::TokenMean;
 };
 
-// A per-token quantity and its derivative with respect to the token's log-prob.
+// A per-token quantity and its derivative with respect to the token's log-prob (or, for
+// the critic's loss, its value).
 struct TokenTerm {
   double value, dlogp;
 };

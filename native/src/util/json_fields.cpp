@@ -1,5 +1,7 @@
 #include "util/json_fields.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace sr1 {
@@ -55,6 +57,24 @@ bool JsonFields::boolean(const char* key) const {
 
 bool JsonFields::boolean(const char* key, bool fallback) const {
   return has(key) ? boolean(key) : fallback;
+}
+
+void JsonFields::only(const std::vector<std::string>& known) const {
+  for (const auto& [key, value] : o_.as_object()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error("unknown field '" + key + "' (known: " + list + ")");
+    }
+  }
+}
+
+JsonFields JsonFields::object(const char* key) const {
+  static const json::Value empty = json::Value::object();
+  if (!has(key)) return JsonFields(empty);
+  const json::Value& v = required(key);
+  if (!v.is_object()) throw bad(key, "an object");
+  return JsonFields(v);
 }
 
 std::vector<int32_t> JsonFields::int_list(const char* key) const {

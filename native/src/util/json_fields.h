@@ -27,6 +27,11 @@ class JsonFields {
   bool boolean(const char* key) const;
   bool boolean(const char* key, bool fallback) const;
   std::vector<int32_t> int_list(const char* key) const;
+  // Throws naming the first key of the object that is not in `known` (a misspelt field
+  // must not fall back to its default silently).
+  void only(const std::vector<std::string>& known) const;
+  // A nested object's fields (an empty object when the key is absent or null).
+  JsonFields object(const char* key) const;
 
  private:
   const json::Value& o_;

@@ -1,0 +1,41 @@
+#include "train/learner.h"
+
+#include <fstream>
+
+#include "util/error.h"
+
+namespace sr1 {
+
+Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed)
+    : model_(model),
+      optimizer_(model.be(), model.param_buffer_size(), adamw),
+      schedule_(schedule),
+      rng_(seed) {
+  schedule_.validate();
+}
+
+double Learner::step(float* lr) {
+  *lr = schedule_.at(optimizer_.steps());
+  const double norm = optimizer_.step(model_.params(), model_.grads(), *lr);
+  model_.params_changed();
+  return norm;
+}
+
+void Learner::save_state(const std::string& dir, const std::string& name) const {
+  optimizer_.save(dir + "/" + name + ".optimizer.safetensors");
+  const std::string path = dir + "/" + name + ".rng.txt";
+  std::ofstream rng(path);
+  rng << rng_;
+  if (!rng) throw Error(path + ": cannot write");
+}
+
+void Learner::load_state(const std::string& dir, const std::string& name) {
+  optimizer_.load(dir + "/" + name + ".optimizer.safetensors");
+  const std::string path = dir + "/" + name + ".rng.txt";
+  std::ifstream in(path);
+  std::mt19937_64 rng;
+  if (!(in >> rng)) throw Error(path + ": missing or not a generator state");
+  rng_ = rng;
+}
+
+}  // namespace sr1

@@ -1,0 +1,35 @@
+// How an RL update walks a rollout batch (verl's dp_actor / dp_critic): `epochs` passes,
+// each shuffling the sequences with the learner's generator and cutting them into
+// mini-batches of `mini_batch_size` (one optimizer step each), whose gradients accumulate
+// over micro-batches of consecutive rows cut by a budget of real tokens.
+#pragma once
+#include <functional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "model/batch.h"
+
+namespace sr1 {
+
+struct MiniBatching {
+  int mini_batch_size = 0;  // sequences per optimizer step; 0 = the whole batch
+  int epochs = 1;
+  long max_token_len = 0;   // real tokens per micro-batch; 0 = the whole mini-batch
+  bool shuffle = true;
+};
+
+// Calls `step` with the rows of each mini-batch, in order. Throws UsageError when the
+// mini-batch size does not divide the batch.
+void for_each_mini_batch(int B, const MiniBatching& m, std::mt19937_64& rng,
+                         const std::function<void(const std::vector<int>& rows)>& step);
+
+// Consecutive rows [first, last) of each micro-batch: as many rows as fit in `budget` real
+// tokens (at least one row); budget 0 = all rows in one.
+std::vector<std::pair<int, int>> micro_batches(const Batch& batch, long budget);
+
+// The given rows of a batch, and of a per-token [B*T] tensor aligned with it.
+Batch select_rows(const Batch& data, const std::vector<int>& rows);
+std::vector<float> select_rows(const std::vector<float>& x, const std::vector<int>& rows, int T);
+
+}  // namespace sr1
