@@ -86,6 +86,7 @@ MiniBatching read_batching(const JsonFields& f) {
   m.epochs = static_cast<int>(f.integer("ppo_epochs", 1));
   m.max_token_len = f.integer("ppo_max_token_len_per_gpu", 0);
   m.shuffle = f.boolean("shuffle", true);
+  m.remove_padding = f.boolean("remove_padding", true);
   if (m.mini_batch_size < 0 || m.epochs < 1 || m.max_token_len < 0) {
     throw Error("ppo_mini_batch_size and ppo_max_token_len_per_gpu must be >= 0, ppo_epochs >= 1");
   }
@@ -137,7 +138,8 @@ const std::vector<std::string> kOptimFields = {"lr", "lr_schedule", "warmup_step
                                                "min_lr_ratio", "beta1", "beta2", "eps",
                                                "weight_decay", "grad_clip"};
 const std::vector<std::string> kBatchingFields = {"ppo_mini_batch_size", "ppo_epochs",
-                                                  "ppo_max_token_len_per_gpu", "shuffle"};
+                                                  "ppo_max_token_len_per_gpu", "shuffle",
+                                                  "remove_padding"};
 const std::vector<std::string> kOps = {"load", "log_probs", "values", "update_actor",
                                        "update_critic", "export", "save_checkpoint",
                                        "load_checkpoint", "shutdown"};

@@ -16,9 +16,10 @@ ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutToken
                            select_rows(tokens.ref_log_probs, rows, T),
                            select_rows(tokens.advantages, rows, T), opt.ppo);
     model.zero_grad();
-    for (const auto& [first, last] : micro_batches(part, opt.batching.max_token_len)) {
-      objective.start_rows_at(first);
-      model.backward(part.rows(first, last), objective, opt.run);
+    const MiniBatching& mb = opt.batching;
+    for (const MicroBatch& micro : micro_batches(part, mb.max_token_len, mb.remove_padding)) {
+      objective.use_source(micro.source.data());
+      model.backward(micro.batch, objective, opt.run);
       m.micro_batches++;
     }
     m.grad_norm += actor.step(&m.lr);

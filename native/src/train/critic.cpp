@@ -34,11 +34,12 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
     double vf = 0, vsum = 0;
     long clipped = 0, n = 0;
     model.zero_grad();
-    for (const auto& [first, last] : micro_batches(part, opt.batching.max_token_len)) {
-      const size_t offset = static_cast<size_t>(first) * T;
-      model.backward_values(part.rows(first, last), opt.run, [&](const float* v, float* d) {
-        for (size_t i = 0; i < static_cast<size_t>(last - first) * T; i++) {
-          const size_t g = offset + i;
+    const MiniBatching& mb = opt.batching;
+    for (const MicroBatch& micro : micro_batches(part, mb.max_token_len, mb.remove_padding)) {
+      model.backward_values(micro.batch, opt.run, [&](const float* v, float* d) {
+        for (size_t i = 0; i < micro.source.size(); i++) {
+          if (micro.source[i] < 0) continue;
+          const size_t g = static_cast<size_t>(micro.source[i]);
           if (w[g] == 0.0) continue;
           bool c = false;
           const TokenTerm term = clipped_value_loss(v[i], v_old[g], ret[g], opt.cliprange_value, &c);

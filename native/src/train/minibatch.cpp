@@ -25,21 +25,90 @@ void for_each_mini_batch(int B, const MiniBatching& m, std::mt19937_64& rng,
   }
 }
 
-std::vector<std::pair<int, int>> micro_batches(const Batch& batch, long budget) {
-  std::vector<std::pair<int, int>> out;
-  int first = 0;
-  long tokens = 0;
-  for (int b = 0; b < batch.B; b++) {
-    long real = 0;
-    for (int t = 0; t < batch.T; t++) real += batch.mask[static_cast<size_t>(b) * batch.T + t];
-    if (budget > 0 && b > first && tokens + real > budget) {
-      out.emplace_back(first, b);
-      first = b;
-      tokens = 0;
-    }
-    tokens += real;
+namespace {
+
+// Real tokens of row b, and whether they form one contiguous run.
+int row_length(const Batch& batch, int b, bool* contiguous) {
+  const int32_t* m = batch.mask.data() + static_cast<size_t>(b) * batch.T;
+  int n = 0, runs = 0;
+  for (int t = 0; t < batch.T; t++) {
+    n += m[t] != 0;
+    runs += m[t] != 0 && (t == 0 || m[t - 1] == 0);
   }
-  if (batch.B > first) out.emplace_back(first, batch.B);
+  *contiguous = runs <= 1;
+  return n;
+}
+
+MicroBatch as_is(const Batch& batch, const std::vector<int>& rows) {
+  MicroBatch mb{select_rows(batch, rows), {}};
+  for (int r : rows) {
+    for (int t = 0; t < batch.T; t++) mb.source.push_back(r * batch.T + t);
+  }
+  return mb;
+}
+
+MicroBatch compacted(const Batch& batch, const std::vector<int>& rows, int width) {
+  MicroBatch mb;
+  Batch& out = mb.batch;
+  out.B = static_cast<int>(rows.size());
+  out.T = width;
+  for (int r : rows) {
+    int t_out = 0;
+    for (int t = 0; t < batch.T; t++) {
+      const size_t i = static_cast<size_t>(r) * batch.T + t;
+      if (batch.mask[i] == 0) continue;
+      out.ids.push_back(batch.ids[i]);
+      out.mask.push_back(1);
+      out.positions.push_back(batch.positions[i]);
+      mb.source.push_back(static_cast<int32_t>(i));
+      t_out++;
+    }
+    for (; t_out < width; t_out++) {
+      out.ids.push_back(0);
+      out.mask.push_back(0);
+      out.positions.push_back(0);
+      mb.source.push_back(-1);
+    }
+  }
+  return mb;
+}
+
+}  // namespace
+
+std::vector<MicroBatch> micro_batches(const Batch& batch, long budget, bool remove_padding) {
+  std::vector<int> length(batch.B), order(batch.B);
+  std::vector<bool> contiguous(batch.B);
+  for (int b = 0; b < batch.B; b++) {
+    bool c = false;
+    length[b] = row_length(batch, b, &c);
+    contiguous[b] = c;
+  }
+  std::iota(order.begin(), order.end(), 0);
+  if (remove_padding) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return length[a] > length[b]; });
+  }
+  std::vector<MicroBatch> out;
+  std::vector<int> rows;
+  long tokens = 0;
+  const auto close = [&]() {
+    if (rows.empty()) return;
+    bool compact = remove_padding;
+    int width = 1;
+    for (int r : rows) {
+      compact = compact && contiguous[r];
+      width = std::max(width, length[r]);
+    }
+    out.push_back(compact ? compacted(batch, rows, width) : as_is(batch, rows));
+    rows.clear();
+    tokens = 0;
+  };
+  for (int b : order) {
+    if (budget > 0 && !rows.empty() && tokens + length[b] > budget) close();
+    rows.push_back(b);
+    tokens += length[b];
+  }
+  close();
   return out;
 }
 

@@ -17,6 +17,17 @@ struct MiniBatching {
   int epochs = 1;
   long max_token_len = 0;   // real tokens per micro-batch; 0 = the whole mini-batch
   bool shuffle = true;
+  // Micro-batches without padding: rows sorted by length, each row's tokens moved to the
+  // front and the micro-batch as wide as its longest row (verl's use_remove_padding, by
+  // rows: the computation is that of the padded batch, minus the padding).
+  bool remove_padding = true;
+};
+
+// One micro-batch, and where each of its positions comes from: source[i] is the position
+// (row * T + t) in the mini-batch of position i of `batch` (-1 for padding it added).
+struct MicroBatch {
+  Batch batch;
+  std::vector<int32_t> source;
 };
 
 // Calls `step` with the rows of each mini-batch, in order. Throws UsageError when the
@@ -24,9 +35,12 @@ struct MiniBatching {
 void for_each_mini_batch(int B, const MiniBatching& m, std::mt19937_64& rng,
                          const std::function<void(const std::vector<int>& rows)>& step);
 
-// Consecutive rows [first, last) of each micro-batch: as many rows as fit in `budget` real
-// tokens (at least one row); budget 0 = all rows in one.
-std::vector<std::pair<int, int>> micro_batches(const Batch& batch, long budget);
+// The micro-batches of a mini-batch: as many rows as fit in `budget` real tokens (at least
+// one row; budget 0 = all rows in one), in row order, or by decreasing length and compacted
+// with remove_padding. A row whose mask has a hole in the middle keeps its layout (its
+// micro-batch is then not compacted), since moving its tokens would change which are
+// predicted.
+std::vector<MicroBatch> micro_batches(const Batch& batch, long budget, bool remove_padding);
 
 // The given rows of a batch, and of a per-token [B*T] tensor aligned with it.
 Batch select_rows(const Batch& data, const std::vector<int>& rows);

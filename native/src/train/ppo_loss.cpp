@@ -90,7 +90,6 @@ PpoObjective::PpoObjective(const Batch& batch, const std::vector<float>& respons
                            std::vector<float> old_logp, std::vector<float> ref_logp,
                            std::vector<float> advantages, PpoConfig config)
     : config_(config),
-      T_(batch.T),
       old_(std::move(old_logp)),
       ref_(std::move(ref_logp)),
       adv_(std::move(advantages)) {
@@ -107,7 +106,7 @@ PpoObjective::PpoObjective(const Batch& batch, const std::vector<float>& respons
 void PpoObjective::coefficients(const int32_t* index, int n, const float* logprob,
                                 const float* entropy, float* coef, float* ent_coef) {
   for (int r = 0; r < n; r++) {
-    const size_t i = offset_ + static_cast<size_t>(index[r]);
+    const size_t i = source_ != nullptr ? source_[index[r]] : index[r];
     const double w = weight_[i];
     coef[r] = 0.0f;
     ent_coef[r] = 0.0f;

@@ -61,9 +61,9 @@ class PpoObjective final : public TokenObjective {
                std::vector<float> old_logp, std::vector<float> ref_logp,
                std::vector<float> advantages, PpoConfig config);
 
-  // The backward passes that follow run on the micro-batch of rows [row, ...) of this
-  // batch: their positions are shifted by row * T.
-  void start_rows_at(int row) { offset_ = static_cast<size_t>(row) * T_; }
+  // The backward passes that follow run on a micro-batch whose position i is position
+  // source[i] of this batch (MicroBatch::source); null: this batch itself.
+  void use_source(const int32_t* source) { source_ = source; }
 
   bool uses_entropy() const override { return config_.entropy_coeff != 0.0f; }
   void coefficients(const int32_t* index, int n, const float* logprob, const float* entropy,
@@ -81,8 +81,7 @@ class PpoObjective final : public TokenObjective {
 
  private:
   PpoConfig config_;
-  int T_;
-  size_t offset_ = 0;
+  const int32_t* source_ = nullptr;
   std::vector<float> old_, ref_, adv_;
   std::vector<double> weight_;
   double pg_ = 0, kl_ = 0, entropy_ = 0, ppo_kl_sum_ = 0;
