@@ -1,0 +1,652 @@
+// searchr1-trainer serve (native/src/train/SERVE.md) driven as `train` will drive it: a
+// real process, JSON lines on stdin and stdout, batches and outputs in safetensors files,
+// the untied fixture model as the policy. It checks that
+//  - a checkpoint resumes bit-exactly: updates after load_checkpoint reply with the same
+//    metrics, bit for bit, as the run that never stopped, and export the same fp32 bytes
+//    (cosine schedule with warmup, shuffled mini-batches, micro-batches, KL and entropy on);
+//  - cutting a mini-batch into micro-batches by the token budget changes an update only by
+//    fp32 rounding (token-mean and seq-mean-token-mean, padded and with remove_padding);
+//  - an update is `grad --loss ppo`'s gradient followed by one AdamW step;
+//  - log_probs is `score`, bit for bit, for the policy and the reference, at any temperature;
+//  - a bad command gets {ok: false, error, id} and the process goes on; save_checkpoint never
+//    replaces a checkpoint without overwrite; shutdown and the end of stdin exit 0.
+//
+// Tolerances come from measured differences (CPU backend); each describe says which.
+import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { afterAll, describe, expect, it } from "vitest";
+import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
+import { nativeExecutable } from "../../src/trainer/native.js";
+import {
+  CPU,
+  get,
+  maxAbs,
+  maxAbsDiff,
+  modelDir,
+  readFloats,
+  tempDir,
+  trainerOk,
+} from "./helpers.js";
+
+const POLICY = modelDir("untied");
+const REFERENCE = modelDir("tied"); // another model with the same vocabulary
+
+type Reply = Record<string, unknown> & { id: unknown; ok: boolean; error?: string };
+
+const running: ChildProcessWithoutNullStreams[] = [];
+afterAll(() => {
+  for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill();
+});
+
+/** One `searchr1-trainer serve` process and the replies to the commands sent to it. */
+class Serve {
+  readonly proc: ChildProcessWithoutNullStreams;
+  readonly exit: Promise<number | null>;
+  stderr = "";
+  private readonly lines: string[] = [];
+  private readonly waiting: { resolve: (line: string) => void; reject: (e: Error) => void }[] = [];
+  private nextId = 1;
+  private gone = false;
+
+  constructor(threads = 2) {
+    const args = ["serve", ...CPU, "--threads", String(threads)];
+    this.proc = spawn(nativeExecutable("searchr1-trainer"), args, {
+      env: { ...process.env, OMP_NUM_THREADS: String(threads) },
+    });
+    running.push(this.proc);
+    this.proc.stderr.setEncoding("utf8").on("data", (d: string) => {
+      this.stderr += d;
+    });
+    createInterface({ input: this.proc.stdout }).on("line", (line) => {
+      const w = this.waiting.shift();
+      if (w) w.resolve(line);
+      else this.lines.push(line);
+    });
+    this.exit = new Promise((resolve) => {
+      this.proc.on("close", (code) => {
+        this.gone = true;
+        for (const w of this.waiting.splice(0)) {
+          w.reject(new Error(`serve exited ${code} before replying: ${this.stderr}`));
+        }
+        resolve(code);
+      });
+    });
+  }
+
+  /** Writes one line and returns the reply line. */
+  line(text: string): Promise<string> {
+    const ready = this.lines.shift();
+    if (ready !== undefined) return Promise.resolve(ready);
+    if (this.gone) return Promise.reject(new Error(`serve has exited: ${this.stderr}`));
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ resolve, reject });
+      this.proc.stdin.write(`${text}\n`);
+    });
+  }
+
+  /** Sends a command with a fresh id and checks that the reply echoes it. */
+  async send(op: string, fields: Record<string, unknown> = {}): Promise<Reply> {
+    const id = this.nextId++;
+    const reply = JSON.parse(await this.line(JSON.stringify({ op, id, ...fields }))) as Reply;
+    expect(reply.id).toBe(id);
+    return reply;
+  }
+
+  /** Sends a command that must succeed; returns the reply without ok and id. */
+  async ok(op: string, fields: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    const { ok, id: _id, ...rest } = await this.send(op, fields);
+    if (!ok) throw new Error(`${op} failed: ${rest.error}`);
+    return rest;
+  }
+
+  /** Sends a command that must fail; returns its error message. */
+  async fails(op: string, fields: Record<string, unknown> = {}): Promise<string> {
+    const r = await this.send(op, fields);
+    expect(r.ok, `${op} ${JSON.stringify(fields)} should fail`).toBe(false);
+    expect(typeof r.error).toBe("string");
+    return r.error ?? "";
+  }
+
+  /** Closes stdin and returns the exit code. */
+  async close(): Promise<number | null> {
+    this.proc.stdin.end();
+    return this.exit;
+  }
+}
+
+// The rollout batch: 8 sequences of different lengths (right padding), each a prompt then a
+// response whose mask has a hole (an <information> block) in every other sequence; sequence
+// 3 has no loss token at all. Token ids from a fixed generator.
+const B = 8;
+const T = 20;
+const LENGTHS = [20, 12, 16, 7, 20, 10, 14, 9];
+const PROMPTS = [4, 3, 5, 3, 4, 3, 4, 3];
+/** Real tokens per micro-batch that cut the batch into 5 micro-batches (see micro_batches). */
+const BUDGET = 30;
+
+function random(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const rand = random(17);
+const ids = new BigInt64Array(B * T);
+const attention = new BigInt64Array(B * T);
+const response = new BigInt64Array(B * T);
+const advantages = new Float32Array(B * T);
+const SIGN = [1, -1, 1, 1, -1, 1, -1, -1];
+for (let b = 0; b < B; b++) {
+  const [len, prompt] = [LENGTHS[b] ?? 0, PROMPTS[b] ?? 0];
+  for (let t = 0; t < len; t++) {
+    const i = b * T + t;
+    ids[i] = BigInt(3 + Math.floor(rand() * 509));
+    attention[i] = 1n;
+    const hole = b % 2 === 0 && t >= prompt + 2 && t < prompt + 5;
+    response[i] = t >= prompt && !hole && b !== 3 ? 1n : 0n;
+    advantages[i] = (SIGN[b] ?? 1) * (0.3 + rand()) + 0.2 * (rand() - 0.5);
+  }
+}
+const LOSS_TOKENS = response.reduce((n, r, i) => n + (r === 1n && i % T > 0 ? 1 : 0), 0);
+
+const I64 = (name: string, data: BigInt64Array): NamedTensor => ({
+  name,
+  dtype: "I64",
+  shape: [B, T],
+  data,
+});
+const F32 = (name: string, data: Float32Array): NamedTensor => ({
+  name,
+  dtype: "F32",
+  shape: [B, T],
+  data,
+});
+
+async function write(tensors: NamedTensor[]): Promise<string> {
+  const file = join(tempDir(), "batch.safetensors");
+  await writeSafetensors(file, tensors);
+  return file;
+}
+
+/** input_ids and attention_mask: what log_probs and score read. */
+const inputs = (): Promise<string> =>
+  write([I64("input_ids", ids), I64("attention_mask", attention)]);
+
+/** The batch update_actor reads; `advantagesToo` false leaves advantages out. */
+function updateBatch(old: Float32Array, ref: Float32Array, advantagesToo = true) {
+  return write([
+    I64("input_ids", ids),
+    I64("attention_mask", attention),
+    I64("response_mask", response),
+    F32("old_log_probs", old),
+    F32("ref_log_probs", ref),
+    ...(advantagesToo ? [F32("advantages", advantages)] : []),
+  ]);
+}
+
+/** log_probs of `model` on the batch file, as [log_probs, entropy]. */
+async function logProbs(s: Serve, batch: string, model: string, temperature?: number) {
+  const out = join(tempDir(), "lp.safetensors");
+  await s.ok("log_probs", { batch, out, model, ...(temperature ? { temperature } : {}) });
+  const t = await readFloats(out);
+  return [get(t, "log_probs"), get(t, "entropy")] as const;
+}
+
+/** old_log_probs moved off the policy's so that the ratio is clipped at some tokens. */
+function perturbed(lp: Float32Array): Float32Array {
+  const r = random(5);
+  return lp.map((x) => x + 0.6 * (r() - 0.5));
+}
+
+/** The policy's weights as exported in fp32: the folder and its tensors. */
+async function exportFp32(
+  s: Serve,
+): Promise<{ bytes: Buffer; tensors: Map<string, Float32Array> }> {
+  const out = join(tempDir(), "export");
+  await s.ok("export", { out, dtype: "fp32" });
+  expect(readdirSync(out).sort()).toEqual(["config.json", "model.safetensors"]);
+  const file = join(out, "model.safetensors");
+  return { bytes: readFileSync(file), tensors: await readFloats(file) };
+}
+
+const sameBits = (a: Float32Array, b: Float32Array): boolean =>
+  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
+    Buffer.from(b.buffer, b.byteOffset, b.byteLength),
+  );
+
+/** The unit in the last place of a float32 value (at most twice too large near a power of 2). */
+function ulp(x: number): number {
+  const a = Math.abs(x);
+  return a < 2 ** -126 ? 2 ** -149 : 2 ** (Math.floor(Math.log2(a)) - 23);
+}
+
+/** grad --loss ppo of the untied model on `batch`: its outputs (loss terms, grad.<name>). */
+async function gradOf(batch: string, flags: Record<string, string>) {
+  const out = join(tempDir(), "grad.safetensors");
+  trainerOk([
+    ...["grad", "--loss", "ppo", "--model", POLICY, "--batch", batch, "--out", out],
+    ...Object.entries(flags).flat(),
+    ...[...CPU, "--threads", "2"],
+  ]);
+  return readFloats(out);
+}
+
+describe("serve: checkpoints resume bit-exactly", () => {
+  const load = {
+    policy: POLICY,
+    reference: POLICY,
+    seed: 1234,
+    actor_optim: {
+      lr: 2e-4,
+      lr_schedule: "cosine",
+      warmup_steps: 2,
+      total_steps: 10,
+      min_lr_ratio: 0.1,
+    },
+  };
+  // Two shuffled mini-batches of 4 sequences per update, each cut into micro-batches.
+  const update = {
+    ppo_mini_batch_size: 4,
+    ppo_max_token_len_per_gpu: BUDGET,
+    kl_loss_coef: 0.01,
+    entropy_coeff: 0.001,
+  };
+
+  /** Run A: 2 updates, save_checkpoint, 2 updates; run B: load_checkpoint, 2 updates. */
+  async function resume(threads: number) {
+    const a = new Serve(threads);
+    await a.ok("load", load);
+    const [lp] = await logProbs(a, await inputs(), "policy");
+    const [ref] = await logProbs(a, await inputs(), "reference");
+    const batch = await updateBatch(lp, ref);
+    const ckpt = join(tempDir(), "ckpt");
+    const first = [await a.ok("update_actor", { batch, ...update })];
+    first.push(await a.ok("update_actor", { batch, ...update }));
+    expect(await a.ok("save_checkpoint", { dir: ckpt })).toEqual({ global_step: 4 });
+    const after = [await a.ok("update_actor", { batch, ...update })];
+    after.push(await a.ok("update_actor", { batch, ...update }));
+    const weightsA = await exportFp32(a);
+    expect(await a.close()).toBe(0);
+
+    // Another seed at load: the shuffling generator must come from the checkpoint.
+    const b = new Serve(threads);
+    await b.ok("load", { ...load, seed: 99 });
+    expect(await b.ok("load_checkpoint", { dir: ckpt })).toEqual({ global_step: 4 });
+    const resumed = [await b.ok("update_actor", { batch, ...update })];
+    resumed.push(await b.ok("update_actor", { batch, ...update }));
+    const weightsB = await exportFp32(b);
+    expect(await b.close()).toBe(0);
+    return { ckpt, first, after, resumed, weightsA, weightsB };
+  }
+
+  it("one thread: replies and fp32 weights after load_checkpoint are those of the run that never stopped", async () => {
+    const { ckpt, first, after, resumed, weightsA, weightsB } = await resume(1);
+
+    // The run is what the test means it to be: 2 optimizer steps of 2 or more micro-batches
+    // per update, a learning rate that follows the schedule, clipping, and updates that differ.
+    for (const [k, r] of [...first, ...after].entries()) {
+      expect(r).toMatchObject({
+        optimizer_steps: 2,
+        global_step: 2 * (k + 1),
+        tokens: LOSS_TOKENS,
+      });
+      expect(r.micro_batches).toBeGreaterThanOrEqual(4); // any 4 sequences hold > BUDGET
+    }
+    const lrs = [...first, ...after].map((r) => r.lr);
+    expect(new Set(lrs).size).toBe(4);
+    expect(after[0]?.pg_loss).not.toBe(first[1]?.pg_loss);
+    const clipfrac = [...first, ...after].map((r) => r.pg_clipfrac as number);
+    expect(clipfrac.some((c) => c > 0 && c < 1)).toBe(true);
+    expect(readdirSync(ckpt).sort()).toEqual([
+      "actor.optimizer.safetensors",
+      "actor.rng.txt",
+      "policy",
+    ]);
+    expect(readdirSync(join(ckpt, ".."))).toEqual(["ckpt"]); // no .partial- folder left
+
+    // toStrictEqual compares numbers with Object.is, and the replies print the shortest text
+    // that reads back as the same double: the same doubles, bit for bit.
+    expect(resumed).toStrictEqual(after);
+    expect(weightsB.bytes.equals(weightsA.bytes)).toBe(true);
+  });
+
+  // BUG (reported, native code untouched): with more than one OpenMP thread the update is
+  // not reproducible, so neither is a resume. column_sums (cpu_backend.cpp) adds each
+  // thread's partial bias/norm-weight gradient into the accumulated gradient under
+  // `omp critical`, in whatever order the threads arrive; with 2 threads that shows once a
+  // mini-batch has a second micro-batch, with 3 or more always. sum_squares' `reduction(+)`
+  // (grad_norm, the clip factor) is also combined in arrival order. Two fresh processes
+  // running the same update reply with grad_norm differing around 1e-10 relative, and the
+  // weights then drift apart. Make this `it` once the sums are ordered.
+  it.fails("four threads: the same, bit for bit (fails today: thread-order sums)", async () => {
+    const { after, resumed, weightsA, weightsB } = await resume(4);
+    expect(resumed).toStrictEqual(after);
+    expect(weightsB.bytes.equals(weightsA.bytes)).toBe(true);
+  });
+});
+
+describe("serve: micro-batches do not change an update", () => {
+  // The cut changes only the order in which fp32 gradients are summed; with remove_padding
+  // each micro-batch is also narrower (rows sorted by length, padding dropped), so its
+  // forward rounds differently. Measured (CPU, 2 threads), both modes:
+  //  - metrics: padded, the forward metrics are equal (allowed 1e-12 relative); grad_norm
+  //    differs by 2.6e-8 relative. remove_padding: at most 1.3e-7 of max(|value|, 1)
+  //    (pg_loss 6.1e-8, kl_loss 8.2e-8, grad_norm 1.3e-7). Allowed 1e-6 of it.
+  //  - weights: AdamW's first step is lr * g/(|g| + eps), which turns a rounding difference
+  //    dg into lr * dg/(|g| + eps), large where |g| is small (worst 0.8% of lr, in about 1%
+  //    of the entries). So each weight may differ by one fp32 ulp (both results are
+  //    rounded) plus lr * TAU * G/(|g| + eps), G the tensor's largest |gradient| and g the
+  //    entry's (from grad --loss ppo), i.e. dg <= TAU * G: measured TAU 1.4e-7 at most (a
+  //    few fp32 roundings, 6e-8 each, of the largest term), allowed 1e-6.
+  const LR = 1e-3;
+  const EPS = 1e-8;
+  const TAU = 1e-6;
+  const METRICS = 1e-6;
+
+  it.each([
+    ["token-mean", false],
+    ["seq-mean-token-mean", false],
+    ["token-mean", true],
+    ["seq-mean-token-mean", true],
+  ])("%s, remove_padding %s", async (mode, removePadding) => {
+    const s = new Serve();
+    const load = {
+      policy: POLICY,
+      reference: REFERENCE,
+      seed: 3,
+      actor_optim: { lr: LR, eps: EPS },
+    };
+    await s.ok("load", load);
+    const [lp] = await logProbs(s, await inputs(), "policy");
+    const [ref] = await logProbs(s, await inputs(), "reference");
+    const batch = await updateBatch(perturbed(lp), ref);
+    const terms = { kl_loss_coef: 0.01, entropy_coeff: 0.01, loss_agg_mode: mode };
+    const update = {
+      ...{ batch, shuffle: false, ppo_mini_batch_size: 0, remove_padding: removePadding },
+      ...terms,
+    };
+    const whole = await s.ok("update_actor", { ...update, ppo_max_token_len_per_gpu: 0 });
+    const wholeW = (await exportFp32(s)).tensors;
+    await s.ok("load", load); // the fixture's weights again and a fresh optimizer
+    const cut = await s.ok("update_actor", { ...update, ppo_max_token_len_per_gpu: BUDGET });
+    const cutW = (await exportFp32(s)).tensors;
+    expect(await s.close()).toBe(0);
+
+    expect(whole).toMatchObject({ micro_batches: 1, optimizer_steps: 1, tokens: LOSS_TOKENS });
+    expect(cut).toMatchObject({ micro_batches: 5, optimizer_steps: 1, tokens: LOSS_TOKENS });
+    expect(whole.pg_clipfrac).toBeGreaterThan(0);
+    expect(cut.lr).toBe(whole.lr);
+    for (const k of ["pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "kl_loss", "grad_norm"]) {
+      const [x, y] = [whole[k] as number, cut[k] as number];
+      const allowed =
+        k === "grad_norm" || removePadding
+          ? METRICS * Math.max(Math.abs(x), 1)
+          : 1e-12 * Math.abs(x);
+      expect(Math.abs(x - y), `${k}: ${x} vs ${y}`).toBeLessThanOrEqual(allowed);
+    }
+
+    const flags = Object.fromEntries([
+      ["--kl-loss-coef", "0.01"],
+      ["--entropy-coeff", "0.01"],
+      ["--loss-agg-mode", mode],
+    ]);
+    const grad = await gradOf(batch, flags);
+    const before = await readFloats(join(POLICY, "model.safetensors"));
+    let tau = 0;
+    let moved = 0;
+    for (const [name, x] of wholeW) {
+      const [y, g, w0] = [get(cutW, name), get(grad, `grad.${name}`), get(before, name)];
+      const G = maxAbs(g);
+      for (let i = 0; i < x.length; i++) {
+        const [xi, yi, gi] = [x[i] ?? Number.NaN, y[i] ?? Number.NaN, g[i] ?? Number.NaN];
+        const beyondUlp = Math.abs(xi - yi) - ulp(Math.max(Math.abs(xi), Math.abs(yi)));
+        tau = Math.max(tau, (beyondUlp * (Math.abs(gi) + EPS)) / (LR * G));
+        if (Math.abs(xi - (w0[i] ?? 0)) > 0.5 * LR) moved++;
+      }
+    }
+    expect(tau).toBeLessThanOrEqual(TAU);
+    expect(moved).toBeGreaterThan(50_000); // of 140160: the update itself is far larger
+  });
+});
+
+describe("serve: update_actor is grad --loss ppo and one AdamW step", () => {
+  // AdamW's first step with weight_decay 0 and no clipping moves w by -lr * g/(|g| + eps)
+  // (bias correction cancels (1 - beta) in m and v). Measured against that formula in
+  // float64 (CPU, 2 threads), padded: the difference is at most half an ulp of the new fp32
+  // weight (it is stored in fp32; 6e-5 of lr for the norm weights near 1) plus 2.8e-7 of the
+  // step (the kernel's fp32 arithmetic: m, v, sqrt, the division and lr/(1 - beta1));
+  // allowed half an ulp plus 1e-6 of the step. With remove_padding the rows are summed in
+  // another order (sorted by length), so the gradient differs from grad's by rounding, dg,
+  // which the step turns into lr * dg/(|g| + eps): allowed besides lr * TAU * G/(|g| + eps),
+  // G the tensor's largest |gradient|, dg <= TAU * G, measured TAU 5.7e-10, allowed 1e-7.
+  // The loss terms are grad's to the last fp32 bit either way. Entries with a zero gradient
+  // stay exactly as loaded.
+  const LR = 1e-3;
+  const EPS = 1e-8;
+  const STEP_REL = 1e-6;
+  const TAU = 1e-7;
+
+  it.each([false, true])(
+    "remove_padding %s: moves every weight by -lr * g/(|g| + eps), g from grad --loss ppo",
+    async (removePadding) => {
+      const s = new Serve();
+      await s.ok("load", {
+        ...{ policy: POLICY, reference: REFERENCE },
+        actor_optim: { lr: LR, eps: EPS, weight_decay: 0, grad_clip: 0 },
+      });
+      const [lp] = await logProbs(s, await inputs(), "policy");
+      const [ref] = await logProbs(s, await inputs(), "reference");
+      const batch = await updateBatch(perturbed(lp), ref);
+      const terms = {
+        kl_loss_coef: 0.01,
+        entropy_coeff: 0.01,
+        loss_agg_mode: "seq-mean-token-mean",
+      };
+      const r = await s.ok("update_actor", {
+        batch,
+        ppo_mini_batch_size: 0,
+        shuffle: false,
+        remove_padding: removePadding,
+        ...terms,
+      });
+      const after = (await exportFp32(s)).tensors;
+      expect(await s.close()).toBe(0);
+
+      const grad = await gradOf(batch, {
+        "--kl-loss-coef": "0.01",
+        "--entropy-coeff": "0.01",
+        "--loss-agg-mode": "seq-mean-token-mean",
+      });
+      const before = await readFloats(join(POLICY, "model.safetensors"));
+
+      // The loss terms are grad's (which stores them in fp32).
+      for (const k of ["pg_loss", "pg_clipfrac", "kl_loss", "entropy"]) {
+        expect(Math.fround(r[k] as number), k).toBe(get(grad, k)[0]);
+      }
+      expect(r.pg_clipfrac).toBeGreaterThan(0);
+      expect(r.lr).toBe(Math.fround(LR));
+
+      let squares = 0;
+      let excess = 0;
+      let zeros = 0;
+      const movedWithoutGradient: string[] = [];
+      for (const [name, w0] of before) {
+        const [g, w1] = [get(grad, `grad.${name}`), get(after, name)];
+        const G = maxAbs(g);
+        for (let i = 0; i < w0.length; i++) {
+          const [gi, a, b] = [g[i] ?? Number.NaN, w0[i] ?? Number.NaN, w1[i] ?? Number.NaN];
+          squares += gi * gi;
+          const want = (-LR * gi) / (Math.abs(gi) + EPS);
+          const err = Math.abs(b - a - want);
+          const reorder = removePadding ? (LR * TAU * G) / (Math.abs(gi) + EPS) : 0;
+          const allowed = ulp(b) / 2 + STEP_REL * Math.abs(want) + reorder;
+          excess = Math.max(excess, err / allowed);
+          if (gi === 0) zeros++;
+          if (gi === 0 && b !== a) movedWithoutGradient.push(`${name}[${i}]`);
+        }
+      }
+      expect(excess).toBeLessThanOrEqual(1);
+      expect(zeros).toBeGreaterThan(0); // rows of tokens that are not in the batch
+      expect(movedWithoutGradient).toEqual([]);
+      // grad_norm is the gradient's: 7.5e-16 relative padded, 5.0e-10 with remove_padding.
+      const norm = Math.sqrt(squares);
+      const normRel = removePadding ? 1e-8 : 1e-12;
+      expect(Math.abs((r.grad_norm as number) - norm)).toBeLessThan(normRel * norm);
+    },
+  );
+});
+
+describe("serve: log_probs is score", () => {
+  it("equals score bit for bit, for the policy and the reference, at temperature 1 and 0.7", async () => {
+    const s = new Serve();
+    await s.ok("load", { policy: POLICY, reference: REFERENCE });
+    const batch = await inputs();
+    const got = new Map<string, readonly [Float32Array, Float32Array]>();
+    for (const model of ["policy", "reference"]) {
+      for (const temperature of [undefined, 0.7]) {
+        got.set(`${model} ${temperature ?? 1}`, await logProbs(s, batch, model, temperature));
+      }
+    }
+    expect(await s.close()).toBe(0);
+
+    for (const [key, [lp, ent]] of got) {
+      const [model, temperature] = key.split(" ") as [string, string];
+      const out = join(tempDir(), "score.safetensors");
+      const dir = model === "policy" ? POLICY : REFERENCE;
+      trainerOk([
+        ...["score", "--model", dir, "--batch", batch, "--out", out],
+        ...["--temperature", temperature, ...CPU, "--threads", "2"],
+      ]);
+      const want = await readFloats(out);
+      expect(sameBits(lp, get(want, "logprobs")), `${key} log_probs`).toBe(true);
+      expect(sameBits(ent, get(want, "entropy")), `${key} entropy`).toBe(true);
+      // Nothing is predicted at position 0 or at padding.
+      lp.forEach((x, i) => {
+        if (i % T === 0 || attention[i] === 0n) expect(x).toBe(0);
+        else expect(x).toBeLessThan(0);
+      });
+    }
+    const [p1, p07, r1] = ["policy 1", "policy 0.7", "reference 1"].map((k) => got.get(k)?.[0]);
+    if (!(p1 && p07 && r1)) throw new Error("a log_probs reply is missing");
+    expect(maxAbsDiff(p1, p07)).toBeGreaterThan(0.1);
+    expect(maxAbsDiff(p1, r1)).toBeGreaterThan(0.1);
+  });
+});
+
+describe("serve: protocol errors", () => {
+  it("answers each bad command with ok false, its id and what is wrong, and goes on", async () => {
+    const s = new Serve();
+    const batch = await inputs();
+    const out = join(tempDir(), "lp.safetensors");
+    const missing = join(tempDir(), "nowhere");
+
+    // Before a load, and a load that fails.
+    expect(await s.fails("update_actor", { batch })).toContain("send 'load' first");
+    expect(await s.fails("log_probs", { batch, out })).toContain("send 'load' first");
+    expect(await s.fails("load", { policy: missing })).toContain(`${missing}/config.json`);
+    await s.ok("load", { policy: POLICY, actor_optim: { lr: 1e-3 } });
+
+    const [lp] = await logProbs(s, batch, "policy");
+    const good = await updateBatch(lp, lp);
+    const noAdvantages = await updateBatch(lp, lp, false);
+    const cases: [string, Record<string, unknown>, string][] = [
+      ["frob", {}, "unknown op 'frob'"],
+      ["update_actor", {}, "'batch' is missing"],
+      ["update_actor", { batch: noAdvantages }, `${noAdvantages}: tensor 'advantages' is missing`],
+      ["update_actor", { batch: good, loss_agg_mode: "seq-mean" }, "'seq-mean' is not one of"],
+      ["update_actor", { batch: good, ppo_mini_batch_size: 3 }, "ppo_mini_batch_size 3"],
+      ["update_actor", { batch: good, clip_ratio: "wide" }, "clip_ratio"],
+      ["update_actor", { batch: missing }, missing],
+      ["log_probs", { batch, out, model: "reference" }, "no reference model was loaded"],
+      ["log_probs", { batch, out, model: "critic" }, "'model'"],
+      ["log_probs", { batch }, "'out'"],
+      ["load_checkpoint", { dir: missing }, missing],
+      ["export", { out: join(tempDir(), "e"), dtype: "int8" }, "'dtype'"],
+      ["values", { batch, out }, "no critic was loaded"],
+      // Unknown fields are refused, by name: a misspelt key never falls back to its default.
+      ["update_actor", { batch: good, kl_coef: 0.1 }, "unknown field 'kl_coef'"],
+    ];
+    for (const [op, fields, message] of cases) {
+      expect(await s.fails(op, fields), `${op} ${JSON.stringify(fields)}`).toContain(message);
+      await s.ok("log_probs", { batch, out }); // and the next command is served
+    }
+    // The message names the mode's key, though as grad's flag (--loss-agg-mode) today.
+    expect(await s.fails("update_actor", { batch: good, loss_agg_mode: "x" })).toMatch(
+      /loss.agg.mode/,
+    );
+
+    // Not JSON, not an object, no op: the id is echoed when there is one to read.
+    const raw = async (text: string) => JSON.parse(await s.line(text)) as Reply;
+    const truncated = await raw('{"op": "log_probs", "id": 9');
+    expect(truncated).toMatchObject({ ok: false, id: null });
+    expect(truncated.error).toMatch(/JSON/);
+    expect(await raw("[1, 2]")).toMatchObject({ ok: false, id: null });
+    const noOp = await raw('{"id": "seven"}');
+    expect(noOp).toMatchObject({ ok: false, id: "seven" });
+    expect(noOp.error).toContain("'op'");
+
+    // None of the failed updates took a step; the process still serves.
+    expect((await s.ok("update_actor", { batch: good })).global_step).toBe(1);
+
+    // Bad loads, last: today a failed load drops what was loaded (or keeps a policy without
+    // its learner; reported), so only the load that follows is checked.
+    const loads: [Record<string, unknown>, string][] = [
+      [{ policy: POLICY, lr: 1e-3 }, "unknown field 'lr'"],
+      [{ policy: POLICY, actor_optim: { learning_rate: 1 } }, "unknown field 'learning_rate'"],
+      [{ policy: POLICY, actor_optim: { lr_schedule: "step" } }, "'step'"],
+      [{ policy: POLICY, reference: missing }, `${missing}/config.json`],
+    ];
+    for (const [fields, message] of loads) {
+      expect(await s.fails("load", fields), JSON.stringify(fields)).toContain(message);
+    }
+    await s.ok("load", { policy: POLICY, actor_optim: { lr: 1e-3 } });
+    expect((await s.ok("update_actor", { batch: good })).global_step).toBe(1);
+    expect(await s.send("shutdown")).toMatchObject({ ok: true });
+    expect(await s.exit).toBe(0);
+    expect(s.stderr).toBe("");
+  });
+
+  it("keeps an existing checkpoint unless told to overwrite it", async () => {
+    const s = new Serve();
+    await s.ok("load", { policy: POLICY, actor_optim: { lr: 1e-3 } });
+    const [lp] = await logProbs(s, await inputs(), "policy");
+    const batch = await updateBatch(lp, lp);
+    const dir = join(tempDir(), "ckpt");
+    const files = ["actor.optimizer.safetensors", "actor.rng.txt", "policy/model.safetensors"];
+    const snapshot = () => files.map((f) => readFileSync(join(dir, f)));
+
+    await s.ok("update_actor", { batch });
+    expect(await s.ok("save_checkpoint", { dir })).toEqual({ global_step: 1 });
+    const saved = snapshot();
+    await s.ok("update_actor", { batch });
+    expect(await s.fails("save_checkpoint", { dir })).toContain(`${dir}: already exists`);
+    for (const [i, bytes] of snapshot().entries()) {
+      expect(bytes.equals(saved[i] as Buffer), files[i]).toBe(true);
+    }
+    expect(readdirSync(join(dir, ".."))).toEqual(["ckpt"]);
+
+    expect(await s.ok("save_checkpoint", { dir, overwrite: true })).toEqual({ global_step: 2 });
+    for (const [i, bytes] of snapshot().entries()) {
+      expect(bytes.equals(saved[i] as Buffer), files[i]).toBe(false);
+    }
+    expect(readdirSync(join(dir, ".."))).toEqual(["ckpt"]);
+    expect(await s.close()).toBe(0);
+  });
+
+  it("exits 0 at the end of stdin, loaded or not", async () => {
+    const idle = new Serve();
+    expect(await idle.close()).toBe(0);
+    const busy = new Serve();
+    await busy.ok("load", { policy: POLICY });
+    await busy.fails("frob");
+    expect(await busy.close()).toBe(0);
+    expect(busy.stderr).toBe("");
+  });
+});
