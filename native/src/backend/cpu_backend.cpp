@@ -21,16 +21,21 @@ namespace {
 constexpr float kNoKeys = -std::numeric_limits<float>::infinity();  // lse of an empty row
 
 // Per-thread partial sums of a [C] vector, added into `dst` at the end: used for the
-// column sums of bias and norm-weight gradients, which every row contributes to.
+// column sums of bias and norm-weight gradients, which every row contributes to. The
+// partials are added in thread order (not in the order threads finish), so a run is
+// reproducible bit for bit: a resumed RL run must equal an uninterrupted one.
 template <typename RowFn>
 void column_sums(float* dst, int N, int C, RowFn row_fn) {
+  std::vector<std::vector<float>> partial(omp_get_max_threads());
 #pragma omp parallel
   {
-    std::vector<float> local(C, 0.0f);
+    std::vector<float>& local = partial[omp_get_thread_num()];
+    local.assign(C, 0.0f);
 #pragma omp for schedule(static)
     for (int n = 0; n < N; n++) row_fn(n, local.data());
-#pragma omp critical
-    for (int c = 0; c < C; c++) dst[c] += local[c];
+  }
+  for (const std::vector<float>& local : partial) {
+    for (size_t c = 0; c < local.size(); c++) dst[c] += local[c];
   }
 }
 
@@ -441,10 +446,18 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Partials added in thread order, as column_sums, so the norm is reproducible.
   double sum_squares(const float* x, size_t n) override {
+    std::vector<double> partial(omp_get_max_threads(), 0.0);
+#pragma omp parallel
+    {
+      double s = 0;
+#pragma omp for schedule(static)
+      for (size_t i = 0; i < n; i++) s += static_cast<double>(x[i]) * x[i];
+      partial[omp_get_thread_num()] = s;
+    }
     double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i = 0; i < n; i++) s += static_cast<double>(x[i]) * x[i];
+    for (double p : partial) s += p;
     return s;
   }
 

@@ -36,10 +36,10 @@ PpoConfig read_ppo_config(const Args& args) {
   if (c.clip_low >= 1.0f) throw UsageError("--clip-ratio-low must be below 1");
   c.clip_c = static_cast<float>(args.number("clip-ratio-c", 3.0));
   if (!(c.clip_c > 1.0f)) throw UsageError("--clip-ratio-c must be greater than 1");
-  c.kl_type = parse_kl_type(args.text("kl-loss-type", "low_var_kl"));
+  c.kl_type = parse_kl_type(args.text("kl-loss-type", "low_var_kl"), OptionStyle::Flag);
   c.kl_coef = non_negative(args, "kl-loss-coef", 0.0);
   c.entropy_coeff = static_cast<float>(args.number("entropy-coeff", 0.0));
-  c.agg = parse_loss_agg(args.text("loss-agg-mode", "token-mean"));
+  c.agg = parse_loss_agg(args.text("loss-agg-mode", "token-mean"), OptionStyle::Flag);
   return c;
 }
 

@@ -3,6 +3,7 @@
 // files. The protocol is in train/SERVE.md.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -102,10 +103,10 @@ PpoConfig read_ppo(const JsonFields& f) {
   if (!(p.clip_low >= 0 && p.clip_low < 1 && p.clip_high >= 0 && p.clip_c > 1)) {
     throw Error("clip ratios must be in [0, 1) (high: >= 0) and clip_ratio_c above 1");
   }
-  p.kl_type = parse_kl_type(f.text("kl_loss_type", "low_var_kl"));
+  p.kl_type = parse_kl_type(f.text("kl_loss_type", "low_var_kl"), OptionStyle::Field);
   p.kl_coef = static_cast<float>(f.number("kl_loss_coef", 0.0));
   p.entropy_coeff = static_cast<float>(f.number("entropy_coeff", 0.0));
-  p.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"));
+  p.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"), OptionStyle::Field);
   return p;
 }
 
@@ -172,28 +173,38 @@ std::vector<std::string> fields_of(const std::string& op) {
   return k;
 }
 
+// All or nothing: the new models and learners replace the session's only once all loaded.
 void load(Session& s, const JsonFields& f) {
-  s.reset();
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed", 1));
-  s.policy_dir = f.text("policy");
-  s.policy = Qwen2Model::load(s.policy_dir, s.be);
-  if (f.has("reference")) s.reference = Qwen2Model::load(f.text("reference"), s.be);
-  const JsonFields actor = f.object("actor_optim");
-  actor.only(kOptimFields);
-  s.actor = std::make_unique<Learner>(*s.policy, read_adamw(actor), read_schedule(actor, 1e-6),
-                                      seed);
+  const JsonFields actor_optim = f.object("actor_optim"), critic_optim = f.object("critic_optim");
+  actor_optim.only(kOptimFields);
+  critic_optim.only(kOptimFields);
+  Session next{s.be, s.run, f.text("policy"), f.has("critic") ? f.text("critic") : "",
+               nullptr, nullptr, nullptr, nullptr, nullptr};
+  next.policy = Qwen2Model::load(next.policy_dir, s.be);
+  if (f.has("reference")) next.reference = Qwen2Model::load(f.text("reference"), s.be);
+  next.actor = std::make_unique<Learner>(*next.policy, read_adamw(actor_optim),
+                                         read_schedule(actor_optim, 1e-6), seed);
   if (f.has("critic")) {
-    s.critic_dir = f.text("critic");
-    s.critic = Qwen2Model::load(s.critic_dir, s.be, Head::Value);
-    const JsonFields critic = f.object("critic_optim");
-    critic.only(kOptimFields);
-    s.critic_learner = std::make_unique<Learner>(*s.critic, read_adamw(critic),
-                                                 read_schedule(critic, 1e-5), seed + 1);
+    next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value);
+    next.critic_learner = std::make_unique<Learner>(
+        *next.critic, read_adamw(critic_optim), read_schedule(critic_optim, 1e-5), seed + 1);
   }
+  s.reset();
+  s.policy_dir = next.policy_dir;
+  s.critic_dir = next.critic_dir;
+  s.policy = std::move(next.policy);
+  s.reference = std::move(next.reference);
+  s.critic = std::move(next.critic);
+  s.actor = std::move(next.actor);
+  s.critic_learner = std::move(next.critic_learner);
 }
 
 // fp32 weights and every learner's state: loading them resumes bit-exactly.
 void save_checkpoint(Session& s, const std::string& dir, bool overwrite) {
+  if (!overwrite && std::filesystem::exists(dir)) {
+    throw Error(dir + ": already exists (set \"overwrite\": true to replace it)");
+  }
   OutputFolder out(dir, overwrite);
   const auto save_model = [&](Qwen2Model& m, const std::string& source, const char* name) {
     OutputFolder part(out.dir() + "/" + name, false);
@@ -209,12 +220,21 @@ void save_checkpoint(Session& s, const std::string& dir, bool overwrite) {
   out.commit();
 }
 
+// All or nothing: every file is read and checked before anything changes.
 void load_checkpoint(Session& s, const std::string& dir) {
-  s.model("policy").reload_weights(dir + "/policy");
-  s.actor_learner().load_state(dir, "actor");
+  Qwen2Model& policy = s.model("policy");
+  const Learner::State actor = s.actor_learner().read_state(dir, "actor");
+  policy.check_weights(dir + "/policy");
+  Learner::State critic;
+  if (s.critic) {
+    critic = s.critic_learner->read_state(dir, "critic");
+    s.critic->check_weights(dir + "/critic");
+  }
+  policy.reload_weights(dir + "/policy");
+  s.actor->restore_state(actor);
   if (s.critic) {
     s.critic->reload_weights(dir + "/critic");
-    s.critic_learner->load_state(dir, "critic");
+    s.critic_learner->restore_state(critic);
   }
 }
 
@@ -241,16 +261,17 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
     Learner& actor = s.actor_learner();
     ActorUpdateOptions opt{read_ppo(f), read_batching(f), read_run(f, s.run)};
     const BatchFile b = open_batch(f, actor.model());
+    // Without a KL term the reference log-probs are optional (kl_loss is then null).
+    const bool with_ref = opt.ppo.kl_coef != 0 || b.file->find("ref_log_probs") != nullptr;
     const RolloutTokens tokens{b.tensor("response_mask"), b.tensor("old_log_probs"),
-                               opt.ppo.kl_coef != 0 ? b.tensor("ref_log_probs")
-                                                    : std::vector<float>(b.batch.ids.size()),
+                               with_ref ? b.tensor("ref_log_probs") : std::vector<float>{},
                                b.tensor("advantages")};
     const ActorMetrics m = update_actor(actor, b.batch, tokens, opt);
     r.set("pg_loss", m.pg_loss);
     r.set("pg_clipfrac", m.pg_clipfrac);
     r.set("ppo_kl", m.ppo_kl);
     r.set("entropy", m.entropy);
-    r.set("kl_loss", m.kl_loss);
+    r.set("kl_loss", with_ref ? json::Value(m.kl_loss) : json::Value());
     r.set("grad_norm", m.grad_norm);
     r.set("lr", static_cast<double>(m.lr));
     r.set("tokens", static_cast<int64_t>(m.tokens));
@@ -262,7 +283,7 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
     CriticUpdateOptions opt;
     opt.cliprange_value = static_cast<float>(f.number("cliprange_value", 0.5));
     if (!(opt.cliprange_value >= 0)) throw Error("'cliprange_value' must be >= 0");
-    opt.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"));
+    opt.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"), OptionStyle::Field);
     opt.batching = read_batching(f);
     opt.run = s.run;
     const BatchFile b = open_batch(f, critic.model());

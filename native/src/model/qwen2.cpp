@@ -57,7 +57,7 @@ std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& ba
   return model;
 }
 
-void Qwen2Model::reload_weights(const std::string& dir) {
+void Qwen2Model::check_config(const std::string& dir) const {
   const ModelConfig c = load_model_config(dir);
   const ModelConfig& o = config_;
   const bool same = c.model_type == o.model_type && c.vocab_size == o.vocab_size &&
@@ -74,12 +74,19 @@ void Qwen2Model::reload_weights(const std::string& dir) {
   if (c.rope_theta != o.rope_theta || c.rms_norm_eps != o.rms_norm_eps) {
     throw Error(dir + "/config.json: rope_theta or rms_norm_eps differs from the loaded model");
   }
+}
+
+void Qwen2Model::check_weights(const std::string& dir) const {
+  check_config(dir);
+  check_tensors(SafetensorsSet::open_dir(dir), false);
+}
+
+void Qwen2Model::reload_weights(const std::string& dir) {
+  check_config(dir);
   load_weights(dir, false);
 }
 
-void Qwen2Model::load_weights(const std::string& dir, bool fresh_value_head) {
-  const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
-  // Every check comes before the first write, so a bad folder leaves the weights intact.
+void Qwen2Model::check_tensors(const SafetensorsSet& weights, bool fresh_value_head) const {
   std::set<std::string> expected;
   const auto value_head = [](const std::string& name) { return name.rfind("score.", 0) == 0; };
   for (const ParamTensor& t : layout_.tensors()) {
@@ -103,6 +110,12 @@ void Qwen2Model::load_weights(const std::string& dir, bool fresh_value_head) {
                   "' is not part of the model config.json describes");
     }
   }
+}
+
+void Qwen2Model::load_weights(const std::string& dir, bool fresh_value_head) {
+  const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
+  // Every check comes before the first write, so a bad folder leaves the weights intact.
+  check_tensors(weights, fresh_value_head);
   // Converted one tensor at a time, so loading never holds a second full copy.
   std::vector<float> staging;
   for (const ParamTensor& t : layout_.tensors()) {

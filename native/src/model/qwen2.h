@@ -36,6 +36,8 @@ class Qwen2Model {
   // Replaces the weights with those of another folder of the same architecture. Throws
   // (with the current weights intact) when its config or tensors do not match.
   void reload_weights(const std::string& dir);
+  // The checks reload_weights makes before it writes anything, alone.
+  void check_weights(const std::string& dir) const;
   ~Qwen2Model();
   Qwen2Model(const Qwen2Model&) = delete;
   Qwen2Model& operator=(const Qwen2Model&) = delete;
@@ -88,6 +90,8 @@ class Qwen2Model {
   struct Activations;
   // fresh_value_head: a value head missing from `dir` stays as it is (zeros at load).
   void load_weights(const std::string& dir, bool fresh_value_head);
+  void check_config(const std::string& dir) const;
+  void check_tensors(const SafetensorsSet& weights, bool fresh_value_head) const;
   Qwen2Model(ModelConfig config, Backend& backend, Head head);
   void require_head(Head head, const char* what) const;
   // Rows of the predicted positions of `batch`, and the row before each (its input).

@@ -13,7 +13,9 @@ ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutToken
     const Batch part = select_rows(batch, rows);
     PpoObjective objective(part, select_rows(tokens.response_mask, rows, T),
                            select_rows(tokens.old_log_probs, rows, T),
-                           select_rows(tokens.ref_log_probs, rows, T),
+                           tokens.ref_log_probs.empty()
+                               ? std::vector<float>{}
+                               : select_rows(tokens.ref_log_probs, rows, T),
                            select_rows(tokens.advantages, rows, T), opt.ppo);
     model.zero_grad();
     const MiniBatching& mb = opt.batching;

@@ -31,23 +31,30 @@ void AdamW::save(const std::string& path) const {
                            {"adamw.step", DType::I64, {1}, &steps}});
 }
 
-void AdamW::load(const std::string& path) {
+AdamW::State AdamW::read(const std::string& path) const {
   const std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
-  std::vector<float> host(n_);
-  for (const auto& [name, dst] : {std::pair<const char*, float*>{"adamw.m", m_}, {"adamw.v", v_}}) {
+  State state;
+  for (const auto& [name, dst] :
+       {std::pair<const char*, std::vector<float>*>{"adamw.m", &state.m}, {"adamw.v", &state.v}}) {
     const TensorView* t = file->find(name);
     if (t == nullptr || t->dtype != DType::F32) {
       throw Error(path + ": tensor '" + name + "' is missing or not F32");
     }
-    check_f32(*t, {static_cast<int64_t>(n_)});
-    read_f32(*t, {static_cast<int64_t>(n_)}, host.data());
-    be_.upload(dst, host.data(), n_);
+    dst->resize(n_);
+    read_f32(*t, {static_cast<int64_t>(n_)}, dst->data());
   }
   const TensorView* step = file->find("adamw.step");
   if (step == nullptr) throw Error(path + ": tensor 'adamw.step' is missing");
   const std::vector<int64_t> s = read_i64(*step);
   if (s.size() != 1 || s[0] < 0) throw Error(path + ": tensor 'adamw.step' must hold one count");
-  steps_ = static_cast<int>(s[0]);
+  state.steps = static_cast<int>(s[0]);
+  return state;
+}
+
+void AdamW::restore(const State& state) {
+  be_.upload(m_, state.m.data(), n_);
+  be_.upload(v_, state.v.data(), n_);
+  steps_ = state.steps;
 }
 
 double AdamW::step(float* params, const float* grads, float lr) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -26,11 +27,17 @@ class AdamW {
 
   // Updates taken so far (bias correction's step count).
   int steps() const { return steps_; }
-  // The moments and step count, as `<prefix>m`, `<prefix>v` (F32) and `<prefix>step` (I64)
-  // of a safetensors file, and back: a resumed run continues bit-exactly.
+  // The moments and step count, as `adamw.m`, `adamw.v` (F32) and `adamw.step` (I64) of a
+  // safetensors file, and back: a resumed run continues bit-exactly.
+  struct State {
+    std::vector<float> m, v;
+    int steps = 0;
+  };
   void save(const std::string& path) const;
-  // Throws sr1::Error naming the file when its tensors do not match this optimizer.
-  void load(const std::string& path);
+  // Reads (and checks) a saved state without applying it; throws sr1::Error naming the
+  // file when its tensors do not match this optimizer.
+  State read(const std::string& path) const;
+  void restore(const State& state);
 
  private:
   Backend& be_;

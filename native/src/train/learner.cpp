@@ -11,7 +11,7 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
       optimizer_(model.be(), model.param_buffer_size(), adamw),
       schedule_(schedule),
       rng_(seed) {
-  schedule_.validate();
+  schedule_.validate(OptionStyle::Field);
 }
 
 double Learner::step(float* lr) {
@@ -29,13 +29,17 @@ void Learner::save_state(const std::string& dir, const std::string& name) const 
   if (!rng) throw Error(path + ": cannot write");
 }
 
-void Learner::load_state(const std::string& dir, const std::string& name) {
-  optimizer_.load(dir + "/" + name + ".optimizer.safetensors");
+Learner::State Learner::read_state(const std::string& dir, const std::string& name) const {
+  State state{optimizer_.read(dir + "/" + name + ".optimizer.safetensors"), {}};
   const std::string path = dir + "/" + name + ".rng.txt";
   std::ifstream in(path);
-  std::mt19937_64 rng;
-  if (!(in >> rng)) throw Error(path + ": missing or not a generator state");
-  rng_ = rng;
+  if (!(in >> state.rng)) throw Error(path + ": missing or not a generator state");
+  return state;
+}
+
+void Learner::restore_state(const State& state) {
+  optimizer_.restore(state.optimizer);
+  rng_ = state.rng;
 }
 
 }  // namespace sr1

@@ -25,7 +25,14 @@ class Learner {
 
   // `<dir>/<name>.optimizer.safetensors` and `<dir>/<name>.rng.txt`
   void save_state(const std::string& dir, const std::string& name) const;
-  void load_state(const std::string& dir, const std::string& name);
+  // Loading reads and checks everything first (read_state), so that a checkpoint can be
+  // restored all or nothing; restore_state then cannot fail.
+  struct State {
+    AdamW::State optimizer;
+    std::mt19937_64 rng;
+  };
+  State read_state(const std::string& dir, const std::string& name) const;
+  void restore_state(const State& state);
 
  private:
   Qwen2Model& model_;

@@ -7,19 +7,20 @@
 
 namespace sr1 {
 
-KlType parse_kl_type(const std::string& name) {
+KlType parse_kl_type(const std::string& name, OptionStyle style) {
   if (name == "kl" || name == "k1") return KlType::K1;
   if (name == "abs") return KlType::Abs;
   if (name == "mse" || name == "k2") return KlType::K2;
   if (name == "low_var_kl" || name == "k3") return KlType::K3;
-  throw UsageError("--kl-loss-type: '" + name + "' is not one of low_var_kl, kl, mse, abs");
+  throw UsageError(option_name("kl-loss-type", style) + ": '" + name +
+                   "' is not one of low_var_kl, kl, mse, abs");
 }
 
-LossAgg parse_loss_agg(const std::string& name) {
+LossAgg parse_loss_agg(const std::string& name, OptionStyle style) {
   if (name == "token-mean") return LossAgg::TokenMean;
   if (name == "seq-mean-token-sum") return LossAgg::SeqMeanTokenSum;
   if (name == "seq-mean-token-mean") return LossAgg::SeqMeanTokenMean;
-  throw UsageError("--loss-agg-mode: '" + name +
+  throw UsageError(option_name("loss-agg-mode", style) + ": '" + name +
                    "' is not one of token-mean, seq-mean-token-sum, seq-mean-token-mean");
 }
 
@@ -101,6 +102,9 @@ PpoObjective::PpoObjective(const Batch& batch, const std::vector<float>& respons
     }
   }
   weight_ = aggregation_weights(config_.agg, loss_token, batch.B, batch.T);
+  if (config_.kl_coef != 0.0f && ref_.empty()) {
+    throw Error("a KL loss (kl_loss_coef > 0) needs the reference log-probs");
+  }
 }
 
 void PpoObjective::coefficients(const int32_t* index, int n, const float* logprob,
@@ -115,9 +119,11 @@ void PpoObjective::coefficients(const int32_t* index, int n, const float* logpro
     const TokenTerm pg = ppo_clipped_surrogate(logprob[r], old_[i], adv_[i], config_, &clipped);
     double dlogp = pg.dlogp;
     pg_ += w * pg.value;
-    const TokenTerm kl = kl_penalty(config_.kl_type, logprob[r], ref_[i]);  // reported always
-    kl_ += w * kl.value;
-    dlogp += config_.kl_coef * kl.dlogp;
+    if (has_kl()) {  // reported whenever the reference is known, whatever its weight
+      const TokenTerm kl = kl_penalty(config_.kl_type, logprob[r], ref_[i]);
+      kl_ += w * kl.value;
+      dlogp += config_.kl_coef * kl.dlogp;
+    }
     entropy_ += w * entropy[r];
     ppo_kl_sum_ += static_cast<double>(old_[i]) - logprob[r];
     clipped_ += clipped;

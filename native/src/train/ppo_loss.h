@@ -18,14 +18,16 @@
 
 #include "model/batch.h"
 #include "model/objective.h"
+#include "util/error.h"
 
 namespace sr1 {
 
 enum class KlType { K1, Abs, K2, K3 };  // verl: kl, abs, mse, low_var_kl
 enum class LossAgg { TokenMean, SeqMeanTokenSum, SeqMeanTokenMean };
 
-KlType parse_kl_type(const std::string& name);    // throws UsageError listing the names
-LossAgg parse_loss_agg(const std::string& name);  // throws UsageError listing the names
+// Throw UsageError naming the option (--kl-loss-type / --loss-agg-mode) and the choices.
+KlType parse_kl_type(const std::string& name, OptionStyle style);
+LossAgg parse_loss_agg(const std::string& name, OptionStyle style);
 
 struct PpoConfig {
   float clip_low = 0.2f, clip_high = 0.2f;  // eps_low, eps_high
@@ -57,6 +59,7 @@ std::vector<double> aggregation_weights(LossAgg agg, const std::vector<uint8_t>&
 // [B*T] arrays aligned as the batch (position t holds token t's values).
 class PpoObjective final : public TokenObjective {
  public:
+  // ref_logp may be empty when config.kl_coef is 0 (no KL term, kl_loss unknown).
   PpoObjective(const Batch& batch, const std::vector<float>& response_mask,
                std::vector<float> old_logp, std::vector<float> ref_logp,
                std::vector<float> advantages, PpoConfig config);
@@ -69,6 +72,8 @@ class PpoObjective final : public TokenObjective {
   void coefficients(const int32_t* index, int n, const float* logprob, const float* entropy,
                     float* coef, float* ent_coef) override;
 
+  // Whether kl_loss is known (ref_logp was given; without it there is no KL term).
+  bool has_kl() const { return !ref_.empty(); }
   // Valid after the backward pass has visited every loss token.
   double pg_loss() const { return pg_; }
   double kl_loss() const { return kl_; }

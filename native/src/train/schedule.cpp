@@ -7,17 +7,19 @@
 
 namespace sr1 {
 
-void LrSchedule::validate() const {
+void LrSchedule::validate(OptionStyle style) const {
+  const auto name = [&](const char* flag) { return option_name(flag, style); };
   if (kind != "constant" && kind != "linear-warmup" && kind != "cosine") {
-    throw UsageError("--lr-schedule: unknown schedule '" + kind +
+    throw UsageError(name("lr-schedule") + ": unknown schedule '" + kind +
                      "' (expected constant, linear-warmup or cosine)");
   }
   if (kind == "constant" && warmup_steps > 0) {
-    throw UsageError("--warmup-steps: the constant schedule has no warmup (use linear-warmup)");
+    throw UsageError(name("warmup-steps") +
+                     ": the constant schedule has no warmup (use linear-warmup)");
   }
-  if (warmup_steps < 0) throw UsageError("--warmup-steps must be 0 or more");
+  if (warmup_steps < 0) throw UsageError(name("warmup-steps") + " must be 0 or more");
   if (min_lr_ratio < 0 || min_lr_ratio > 1) {
-    throw UsageError("--min-lr-ratio must be between 0 and 1");
+    throw UsageError(name("min-lr-ratio") + " must be between 0 and 1");
   }
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 #include <string>
 
+#include "util/error.h"
+
 namespace sr1 {
 
 struct LrSchedule {
@@ -14,7 +16,7 @@ struct LrSchedule {
   float min_lr_ratio = 0.0f;
 
   // Throws sr1::UsageError naming the option for an unknown kind or inconsistent values.
-  void validate() const;
+  void validate(OptionStyle style = OptionStyle::Flag) const;
   float at(int step) const;
 };
 

@@ -15,4 +15,14 @@ struct UsageError : Error {
   explicit UsageError(const std::string& message) : Error(message) {}
 };
 
+// How a message names an option: as a command-line flag (--warmup-steps) or as a JSON field
+// of a stdio protocol ('warmup_steps'). Options are spelt as flags in the code.
+enum class OptionStyle { Flag, Field };
+inline std::string option_name(const std::string& flag, OptionStyle style) {
+  if (style == OptionStyle::Flag) return "--" + flag;
+  std::string field = flag;
+  for (char& c : field) c = c == '-' ? '_' : c;
+  return "'" + field + "'";
+}
+
 }  // namespace sr1
