@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "train/minibatch.h"
 #include "util/error.h"
 
 namespace sr1 {
@@ -14,19 +15,6 @@ std::vector<int> step_rows(int step, int batch_size, int B) {
     rows[r] = static_cast<int>((static_cast<long>(step) * batch_size + r) % B);
   }
   return rows;
-}
-
-Batch pick_rows(const Batch& data, const std::vector<int>& rows) {
-  Batch out;
-  out.B = static_cast<int>(rows.size());
-  out.T = data.T;
-  for (int r : rows) {
-    const Batch one = data.rows(r, r + 1);
-    out.ids.insert(out.ids.end(), one.ids.begin(), one.ids.end());
-    out.mask.insert(out.mask.end(), one.mask.begin(), one.mask.end());
-    out.positions.insert(out.positions.end(), one.positions.begin(), one.positions.end());
-  }
-  return out;
 }
 
 }  // namespace
@@ -50,7 +38,7 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
     const auto start = std::chrono::steady_clock::now();
     model.be().reset_peak_bytes();
     const std::vector<int> rows = step_rows(s, batch_size, data.B);
-    const Batch batch = pick_rows(data, rows);
+    const Batch batch = select_rows(data, rows);
     // coef = 1/tokens on each target token: the loss is the token mean over the whole step,
     // whatever the micro-batch split.
     std::vector<float> coef(batch.ids.size(), 0.0f);
