@@ -89,9 +89,12 @@ void Qwen2Model::reload_weights(const std::string& dir) {
 void Qwen2Model::check_tensors(const SafetensorsSet& weights, bool fresh_value_head) const {
   std::set<std::string> expected;
   const auto value_head = [](const std::string& name) { return name.rfind("score.", 0) == 0; };
+  // A fresh value head means a folder with none of it (a causal LM's), not a partial one.
+  bool any_value_head = false;
+  for (const std::string& name : weights.names()) any_value_head |= value_head(name);
   for (const ParamTensor& t : layout_.tensors()) {
     const TensorView* view = weights.find(t.name);
-    if (view == nullptr && fresh_value_head && value_head(t.name)) continue;
+    if (view == nullptr && fresh_value_head && !any_value_head && value_head(t.name)) continue;
     if (view == nullptr) {
       throw Error(weights.source() + ": tensor '" + t.name +
                   "' is missing (the model in config.json has it)");
