@@ -2,7 +2,12 @@ import { existsSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ServeEngineConfig } from "../config/schemas/serve-engine.js";
 import { CliError, InputError } from "../runtime/errors.js";
-import { listenError, WILDCARD_HOSTS } from "../runtime/http-server.js";
+import {
+  drainOnSignal,
+  listenError,
+  onStopSignals,
+  WILDCARD_HOSTS,
+} from "../runtime/http-server.js";
 import { Detokenizer } from "./detokenizer.js";
 import { type EngineDied, NativeEngine } from "./native-engine.js";
 import { EngineServer } from "./server.js";
@@ -61,13 +66,7 @@ export async function serveEngine(
     err(`${signal}: stopping while the model loads`);
     loading.abort();
   };
-  const signalHandler = (signal: NodeJS.Signals) => onSignal(signal);
-  process.on("SIGINT", signalHandler);
-  process.on("SIGTERM", signalHandler);
-  const removeSignals = () => {
-    process.off("SIGINT", signalHandler);
-    process.off("SIGTERM", signalHandler);
-  };
+  const removeSignals = onStopSignals((signal) => onSignal(signal));
   // Announced only once the handlers are in place: a signal sent on seeing this line stops
   // the load cleanly instead of killing the process.
   err(`loading ${model} on ${config.device}; ${server.url}/health answers 503 until it is ready`);
@@ -108,22 +107,10 @@ export async function serveEngine(
       `${detokenizer ? "tokenizer.json loaded" : "no tokenizer"}, loaded in ${seconds.toFixed(1)} s)`,
   );
 
+  // A signal drains the server (300 s for requests in flight); a second cuts them, which
+  // aborts their sequences.
   const died = await new Promise<EngineDied | null>((resolveStop) => {
-    let signals = 0;
-    onSignal = (signal) => {
-      signals++;
-      if (signals === 1) {
-        const n = server.inFlight;
-        err(
-          `${signal}: stopping; ${n === 0 ? "no requests" : `${n} request${n === 1 ? "" : "s"}`} ` +
-            "in flight to finish (again to stop at once)",
-        );
-        void server.close().then(() => resolveStop(null));
-      } else {
-        err(`${signal}: closing all connections now`);
-        void server.closeNow();
-      }
-    };
+    onSignal = drainOnSignal(server, err, () => resolveStop(null));
     engine.onDeath((death) => {
       err("the native engine is gone: answering what is in flight, then stopping");
       // Requests in flight have their 500; the others are cut.

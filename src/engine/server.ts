@@ -2,9 +2,10 @@
  * The HTTP side of `searchr1 serve-engine`: SGLang's `/generate` protocol (the subset RL
  * code uses) and its control routes, in front of the native engine process.
  *
- * Built on `node:http` as the retrieval server is (src/retrieval/server.ts), for the same
- * reasons: body limits (413, and the connection lives on), keep-alive longer than clients'
- * pools, and draining on SIGTERM (stop accepting, let requests in flight finish, close idle
+ * Built on `node:http` as the retrieval server is (src/retrieval/server.ts), and on the same
+ * server shell (JsonHttpServer, src/runtime/http-server.ts), for the same reasons: body
+ * limits (413, and the connection lives on), keep-alive longer than clients' pools, and
+ * draining on SIGTERM (stop accepting, let requests in flight finish, close idle
  * connections). The server listens before the model is loaded: `/health` answers 503 until
  * the engine is ready, and every other route answers 503 too.
  *
@@ -13,24 +14,9 @@
  * last lines of its stderr.
  */
 import { existsSync, statSync } from "node:fs";
-import {
-  createServer,
-  type IncomingMessage,
-  type OutgoingHttpHeaders,
-  type Server,
-  type ServerResponse,
-} from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { join, resolve } from "node:path";
-import {
-  ClientGone,
-  HttpError,
-  onClientError,
-  pathOf,
-  readJsonBody,
-  settleBody,
-  typeOf,
-} from "../runtime/http-server.js";
+import { HttpError, JsonHttpServer, readJsonBody, typeOf } from "../runtime/http-server.js";
 import { packageVersion } from "../runtime/package-root.js";
 import type { Detokenizer } from "./detokenizer.js";
 import { parseGenerateRequest } from "./generate-request.js";
@@ -53,16 +39,13 @@ export interface EngineServerOptions {
   log?: (line: string) => void;
 }
 
-/** Idle keep-alive connections are kept this long: longer than clients' pools keep them. */
-const KEEP_ALIVE_MS = 65_000;
-
 type Route = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
-export class EngineServer {
-  private readonly server: Server;
-  private readonly log: (line: string) => void;
-  private active = 0;
-  private closing: Promise<void> | null = null;
+/**
+ * `url` is `http://host:port`; `close()` gives requests in flight 300 s, and a connection
+ * cut after that (or by `closeNow`) aborts its sequences in the engine.
+ */
+export class EngineServer extends JsonHttpServer {
   private engine: NativeEngine | null = null;
   private detokenizer: Detokenizer | null = null;
   private nextRid = 1;
@@ -72,17 +55,16 @@ export class EngineServer {
   private readonly routes: Record<string, { methods: string[]; run: Route }>;
 
   private constructor(private readonly options: EngineServerOptions) {
-    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
-    this.server = createServer({ noDelay: true, keepAlive: true }, (req, res) =>
-      this.onRequest(req, res),
-    );
-    this.server.keepAliveTimeout = KEEP_ALIVE_MS;
-    this.server.headersTimeout = 60_000;
-    // Generation can take long: no limit on how long an answer takes.
-    this.server.requestTimeout = 0;
-    this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
-      onClientError(err, socket),
-    );
+    super({
+      name: "serve-engine",
+      host: options.host,
+      port: options.port,
+      urlPath: "",
+      // Generation can take long: no limit on how long an answer takes.
+      requestTimeoutMs: 0,
+      graceMs: 300_000,
+      log: options.log,
+    });
     const get = ["GET", "HEAD"];
     this.routes = {
       "/generate": { methods: ["POST", "PUT"], run: (q, s) => this.generate(q, s) },
@@ -99,13 +81,7 @@ export class EngineServer {
   /** Starts listening; rejects with the listen error (EADDRINUSE, EACCES, ...). */
   static async listen(options: EngineServerOptions): Promise<EngineServer> {
     const s = new EngineServer(options);
-    await new Promise<void>((resolve, reject) => {
-      s.server.once("error", reject);
-      s.server.listen(options.port, options.host, () => {
-        s.server.off("error", reject);
-        resolve();
-      });
-    });
+    await s.start();
     return s;
   }
 
@@ -115,69 +91,13 @@ export class EngineServer {
     this.detokenizer = detokenizer;
   }
 
-  get port(): number {
-    return (this.server.address() as AddressInfo).port;
-  }
-
-  /** `http://host:port` (the bound host; IPv6 in brackets). */
-  get url(): string {
-    const host = this.options.host.includes(":") ? `[${this.options.host}]` : this.options.host;
-    return `http://${host}:${this.port}`;
-  }
-
-  /** Requests being answered now. */
-  get inFlight(): number {
-    return this.active;
-  }
-
-  /**
-   * Stops accepting connections, lets requests in flight finish (their responses say
-   * `Connection: close`), closes idle keep-alive connections, and resolves when every
-   * connection is gone. After `graceMs` the remaining connections are cut (which aborts
-   * their sequences).
-   */
-  close(graceMs = 300_000): Promise<void> {
-    if (this.closing) return this.closing;
-    this.closing = new Promise<void>((resolve) => {
-      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
-      timer.unref();
-      this.server.close(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-      this.server.closeIdleConnections();
-    });
-    return this.closing;
-  }
-
-  /** Cuts every connection now (a second Ctrl-C); their sequences are aborted. */
-  closeNow(): Promise<void> {
-    const closing = this.close();
-    this.server.closeAllConnections();
-    return closing;
-  }
-
-  private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    this.active++;
-    const path = pathOf(req.url);
-    res.once("close", () => {
-      this.active--;
-      if (path === "/generate") {
+  protected async route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if (path === "/generate") {
+      res.once("close", () => {
         const code = res.headersSent ? `${Math.floor(res.statusCode / 100)}xx` : "none";
         this.answered[code] = (this.answered[code] ?? 0) + 1;
-      }
-      // A connection that turned idle after its last response: close it while draining.
-      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
-    });
-    this.route(req, res, path)
-      .catch((err: unknown) => this.fail(req, res, err))
-      .catch((err: unknown) => {
-        this.log(`searchr1 serve-engine: ${(err as Error)?.stack ?? String(err)}`);
-        res.destroy();
       });
-  }
-
-  private async route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    }
     const route = this.routes[path];
     if (!route) {
       throw new HttpError(
@@ -253,7 +173,7 @@ export class EngineServer {
     const state = stateFields({
       engine: await this.stats(engine),
       tokensPerSecond: engine.throughput(),
-      httpInFlight: this.active,
+      httpInFlight: this.inFlight,
       generateRequests: this.answered,
     });
     this.sendJson(res, 200, {
@@ -270,7 +190,7 @@ export class EngineServer {
       kv_blocks: info.kv_blocks,
       eos_token_ids: info.eos_token_ids,
       ...this.options.settings,
-      http_requests_in_flight: this.active,
+      http_requests_in_flight: this.inFlight,
       ...state,
       // SGLang's field for the same figures.
       internal_states: [state],
@@ -282,7 +202,7 @@ export class EngineServer {
     const text = prometheusText({
       engine: await this.stats(engine),
       tokensPerSecond: engine.throughput(),
-      httpInFlight: this.active,
+      httpInFlight: this.inFlight,
       generateRequests: this.answered,
     });
     this.writeHead(res, 200, {
@@ -359,26 +279,6 @@ export class EngineServer {
     this.sendJson(res, 200, request.single ? outputs[0] : outputs);
   }
 
-  private writeHead(res: ServerResponse, status: number, headers: OutgoingHttpHeaders): void {
-    if (this.closing) headers.Connection = "close";
-    res.writeHead(status, headers);
-  }
-
-  private sendJson(
-    res: ServerResponse,
-    status: number,
-    value: unknown,
-    extra: Record<string, string> = {},
-  ): void {
-    const text = JSON.stringify(value);
-    this.writeHead(res, status, {
-      ...extra,
-      "Content-Type": "application/json",
-      "Content-Length": Buffer.byteLength(text),
-    });
-    res.end(text);
-  }
-
   /** The error shape of every route: `{"error": message}` (plus route-specific fields). */
   private sendError(
     res: ServerResponse,
@@ -390,30 +290,9 @@ export class EngineServer {
     this.sendJson(res, status, { error: message, ...fields }, headers);
   }
 
-  private async fail(req: IncomingMessage, res: ServerResponse, err: unknown): Promise<void> {
-    if (err instanceof ClientGone || res.destroyed) return;
-    if (res.headersSent) {
-      this.log(`searchr1 serve-engine: error while answering: ${(err as Error)?.message}`);
-      res.destroy();
-      return;
-    }
-    let status = 500;
-    let message: string;
-    let headers: Record<string, string> = {};
-    if (err instanceof HttpError) {
-      status = err.status;
-      message = err.message;
-      headers = { ...err.headers };
-    } else if (err instanceof EngineDied) {
-      message = err.message;
-    } else {
-      message = `internal error: ${(err as Error)?.message ?? String(err)}`;
-      this.log(`searchr1 serve-engine: ${(err as Error)?.stack ?? String(err)}`);
-    }
-    // A body this server will not read is dropped first (up to a limit), so that a client
-    // still sending it gets to read the answer.
-    if (!(await settleBody(req, res, headers))) return;
-    this.sendError(res, status, message, {}, headers);
+  /** A dead engine is answered 500 with its message (not logged as an internal error). */
+  protected override serverError(err: unknown): string {
+    return err instanceof EngineDied ? err.message : super.serverError(err);
   }
 }
 

@@ -1,5 +1,10 @@
 import type { ServeRetrieverConfig } from "../config/schemas/serve-retriever.js";
-import { listenError, WILDCARD_HOSTS } from "../runtime/http-server.js";
+import {
+  drainOnSignal,
+  listenError,
+  onStopSignals,
+  WILDCARD_HOSTS,
+} from "../runtime/http-server.js";
 import { openRetriever } from "./open-retriever.js";
 import { RetrievalServer } from "./server.js";
 
@@ -52,28 +57,14 @@ export async function serveRetriever(
       `(loaded in ${seconds.toFixed(1)} s)`,
   );
 
+  // A signal drains the server (30 s for requests in flight); a second cuts them.
   await new Promise<void>((resolve) => {
-    let signals = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      signals++;
-      if (signals === 1) {
-        const n = server.inFlight;
-        err(
-          `${signal}: stopping; ${n === 0 ? "no requests" : `${n} request${n === 1 ? "" : "s"}`} ` +
-            "in flight to finish (again to stop at once)",
-        );
-        void server.close().then(() => {
-          process.off("SIGINT", onSignal);
-          process.off("SIGTERM", onSignal);
-          resolve();
-        });
-      } else {
-        err(`${signal}: closing all connections now`);
-        void server.closeNow();
-      }
-    };
-    process.on("SIGINT", onSignal);
-    process.on("SIGTERM", onSignal);
+    const removeSignals = onStopSignals(
+      drainOnSignal(server, err, () => {
+        removeSignals();
+        resolve();
+      }),
+    );
   });
   await opened.close();
   err("retriever stopped");

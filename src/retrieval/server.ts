@@ -7,28 +7,14 @@
  * stops being read (`max_body_mb`: answer 413 and keep serving), keep-alive (trainers
  * hold ~120 pooled connections; an idle timeout shorter than theirs makes requests race
  * a closing socket), and draining on SIGTERM (stop accepting, let in-flight requests
- * finish, close idle keep-alive connections).
+ * finish, close idle keep-alive connections). The server shell that does all of this is
+ * shared with serve-engine: JsonHttpServer in src/runtime/http-server.ts.
  *
  * Documents are the corpus rows' JSON text, embedded verbatim: the response carries the
  * row object exactly as it is in the corpus file, as Search-R1's dense path returns it.
  */
-import {
-  createServer,
-  type IncomingMessage,
-  type OutgoingHttpHeaders,
-  type Server,
-  type ServerResponse,
-} from "node:http";
-import type { AddressInfo, Socket } from "node:net";
-import {
-  ClientGone,
-  drained,
-  HttpError,
-  onClientError,
-  pathOf,
-  readJsonBody,
-  settleBody,
-} from "../runtime/http-server.js";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { drained, HttpError, JsonHttpServer, readJsonBody } from "../runtime/http-server.js";
 import type { CorpusStore } from "./corpus-store.js";
 import type { CorpusInfo } from "./open-retriever.js";
 import type { Hit, Retriever } from "./retriever.js";
@@ -53,101 +39,31 @@ export interface RetrievalServerOptions {
   log?: (line: string) => void;
 }
 
-/** Idle keep-alive connections are kept this long: longer than clients' pools keep them. */
-const KEEP_ALIVE_MS = 65_000;
 /** Documents read and written at a time: bounds the memory a big response takes. */
 const WRITE_DOCS = 4096;
 
-export class RetrievalServer {
-  private readonly server: Server;
-  private readonly log: (line: string) => void;
-  private active = 0;
-  private closing: Promise<void> | null = null;
-
+/** `url` is the `/retrieve` URL clients use; `close()` gives requests in flight 30 s. */
+export class RetrievalServer extends JsonHttpServer {
   private constructor(private readonly options: RetrievalServerOptions) {
-    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
-    this.server = createServer({ noDelay: true, keepAlive: true }, (req, res) =>
-      this.onRequest(req, res),
-    );
-    this.server.keepAliveTimeout = KEEP_ALIVE_MS;
-    this.server.headersTimeout = 60_000;
-    this.server.requestTimeout = 300_000;
-    this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
-      onClientError(err, socket),
-    );
+    super({
+      name: "serve-retriever",
+      host: options.host,
+      port: options.port,
+      urlPath: "/retrieve",
+      requestTimeoutMs: 300_000,
+      graceMs: 30_000,
+      log: options.log,
+    });
   }
 
   /** Starts listening; rejects with the listen error (EADDRINUSE, EACCES, ...). */
   static async listen(options: RetrievalServerOptions): Promise<RetrievalServer> {
     const s = new RetrievalServer(options);
-    await new Promise<void>((resolve, reject) => {
-      s.server.once("error", reject);
-      s.server.listen(options.port, options.host, () => {
-        s.server.off("error", reject);
-        resolve();
-      });
-    });
+    await s.start();
     return s;
   }
 
-  get port(): number {
-    return (this.server.address() as AddressInfo).port;
-  }
-
-  /** The `/retrieve` URL clients use (the bound host; IPv6 in brackets). */
-  get url(): string {
-    const host = this.options.host.includes(":") ? `[${this.options.host}]` : this.options.host;
-    return `http://${host}:${this.port}/retrieve`;
-  }
-
-  /** Requests being answered now. */
-  get inFlight(): number {
-    return this.active;
-  }
-
-  /**
-   * Stops accepting connections, lets requests in flight finish (their responses say
-   * `Connection: close`), closes idle keep-alive connections, and resolves when every
-   * connection is gone. After `graceMs` the remaining connections are cut.
-   */
-  close(graceMs = 30_000): Promise<void> {
-    if (this.closing) return this.closing;
-    this.closing = new Promise<void>((resolve) => {
-      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
-      timer.unref();
-      this.server.close(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-      this.server.closeIdleConnections();
-    });
-    return this.closing;
-  }
-
-  /** Cuts every connection now (a second Ctrl-C). */
-  closeNow(): Promise<void> {
-    const closing = this.close();
-    this.server.closeAllConnections();
-    return closing;
-  }
-
-  private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    this.active++;
-    res.once("close", () => {
-      this.active--;
-      // A connection that turned idle after its last response: close it while draining.
-      if (this.closing) setImmediate(() => this.server.closeIdleConnections());
-    });
-    this.route(req, res)
-      .catch((err: unknown) => this.fail(req, res, err))
-      .catch((err: unknown) => {
-        this.log(`searchr1 serve-retriever: ${(err as Error)?.stack ?? String(err)}`);
-        res.destroy();
-      });
-  }
-
-  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const path = pathOf(req.url);
+  protected async route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     if (path === "/retrieve") {
       if (req.method !== "POST") {
         throw new HttpError(405, `${req.method} /retrieve: use POST with a JSON body`, {
@@ -160,7 +76,7 @@ export class RetrievalServer {
       if (req.method !== "GET" && req.method !== "HEAD") {
         throw new HttpError(405, `${req.method} /health: use GET`, { Allow: "GET, HEAD" });
       }
-      return this.sendJson(res, 200, JSON.stringify(this.health()));
+      return this.sendJson(res, 200, this.health());
     }
     throw new HttpError(
       404,
@@ -209,7 +125,7 @@ export class RetrievalServer {
     const groups = groupQueries(hits);
     if (groups.length === 1) {
       const text = `{"result":[${await this.renderGroup(hits, scores)}]}`;
-      return this.sendJson(res, 200, text);
+      return this.sendJsonText(res, 200, text);
     }
     this.writeHead(res, 200, { "Content-Type": "application/json" });
     for (const [i, [from, to]] of groups.entries()) {
@@ -234,45 +150,6 @@ export class RetrievalServer {
         return `[${docs.join(",")}]`;
       })
       .join(",");
-  }
-
-  private writeHead(res: ServerResponse, status: number, headers: OutgoingHttpHeaders): void {
-    if (this.closing) headers.Connection = "close";
-    res.writeHead(status, headers);
-  }
-
-  private sendJson(res: ServerResponse, status: number, text: string, extra = {}): void {
-    this.writeHead(res, status, {
-      ...extra,
-      "Content-Type": "application/json",
-      "Content-Length": Buffer.byteLength(text),
-    });
-    res.end(text);
-  }
-
-  private async fail(req: IncomingMessage, res: ServerResponse, err: unknown): Promise<void> {
-    if (err instanceof ClientGone || res.destroyed) return;
-    if (res.headersSent) {
-      // Mid-way through a streamed answer: the client sees a truncated response.
-      this.log(`searchr1 serve-retriever: error while answering: ${(err as Error)?.message}`);
-      res.destroy();
-      return;
-    }
-    let status = 500;
-    let message: string;
-    let headers: Record<string, string> = {};
-    if (err instanceof HttpError) {
-      status = err.status;
-      message = err.message;
-      headers = { ...err.headers };
-    } else {
-      message = `internal error: ${(err as Error)?.message ?? String(err)}`;
-      this.log(`searchr1 serve-retriever: ${(err as Error)?.stack ?? String(err)}`);
-    }
-    // A body this server will not read is dropped first (up to a limit), so that a client
-    // still sending it gets to read the answer.
-    if (!(await settleBody(req, res, headers))) return;
-    this.sendJson(res, status, JSON.stringify({ error: message }), headers);
   }
 }
 

@@ -2,10 +2,19 @@
  * The pieces of a JSON-over-HTTP server that `serve-retriever` and `serve-engine` share:
  * errors answered as `{"error": "<message naming the field>"}`, a body read up to a limit
  * (413 as soon as it is known to be too large), a refused body read and dropped so the
- * client gets its answer, malformed HTTP answered in JSON, and listen errors as one line.
+ * client gets its answer, malformed HTTP answered in JSON, and listen errors as one line;
+ * the server itself ({@link JsonHttpServer}: listening, requests in flight, draining) and
+ * what SIGINT/SIGTERM do to it ({@link drainOnSignal}).
  */
-import { type IncomingMessage, type ServerResponse, STATUS_CODES } from "node:http";
-import type { Socket } from "node:net";
+import {
+  createServer,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type Server,
+  type ServerResponse,
+  STATUS_CODES,
+} from "node:http";
+import type { AddressInfo, Socket } from "node:net";
 import { UsageError } from "./errors.js";
 
 /** An error answered to the client: status, a message naming the field, extra headers. */
@@ -202,4 +211,225 @@ export function listenError(
   return new UsageError(
     `cannot listen on ${where}: ${why[e.code ?? ""] ?? e.message ?? String(e)}`,
   );
+}
+
+/** Idle keep-alive connections are kept this long: longer than clients' pools keep them. */
+const KEEP_ALIVE_MS = 65_000;
+
+export interface JsonHttpServerOptions {
+  /** The command, named in logged failures ("serve-engine"). */
+  name: string;
+  host: string;
+  /** 0 = any free port (read it back from `port`). */
+  port: number;
+  /** What `url` adds to `http://host:port` ("" or e.g. "/retrieve"). */
+  urlPath: string;
+  /** How long one request may take, in ms; 0 = no limit. */
+  requestTimeoutMs: number;
+  /** How long `close()` lets requests in flight run before it cuts their connections. */
+  graceMs: number;
+  /** Where unexpected failures are reported; default stderr. */
+  log?: (line: string) => void;
+}
+
+/**
+ * A JSON-over-HTTP server on `node:http`: keep-alive longer than clients' pools, malformed
+ * HTTP answered in JSON, the requests in flight counted, errors answered as
+ * `{"error": message}` (a refused body dropped first), and draining: `close()` stops
+ * accepting, lets requests in flight finish (their responses say `Connection: close`),
+ * closes keep-alive connections as they turn idle, and cuts the rest after a grace period.
+ * Subclasses answer requests in `route`.
+ */
+export abstract class JsonHttpServer {
+  protected readonly log: (line: string) => void;
+  private readonly server: Server;
+  private active = 0;
+  private stopping: Promise<void> | null = null;
+
+  protected constructor(private readonly shell: JsonHttpServerOptions) {
+    this.log = shell.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.server = createServer({ noDelay: true, keepAlive: true }, (req, res) =>
+      this.onRequest(req, res),
+    );
+    this.server.keepAliveTimeout = KEEP_ALIVE_MS;
+    this.server.headersTimeout = 60_000;
+    this.server.requestTimeout = shell.requestTimeoutMs;
+    this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
+      onClientError(err, socket),
+    );
+  }
+
+  /** Answers one request (`path` without query string); a throw is answered by `fail`. */
+  protected abstract route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void>;
+
+  /** Starts listening; rejects with the listen error (EADDRINUSE, EACCES, ...). */
+  protected start(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.shell.port, this.shell.host, () => {
+        this.server.off("error", reject);
+        resolve();
+      });
+    });
+  }
+
+  get port(): number {
+    return (this.server.address() as AddressInfo).port;
+  }
+
+  /** `http://host:port` and the URL path (the bound host; IPv6 in brackets). */
+  get url(): string {
+    const host = this.shell.host.includes(":") ? `[${this.shell.host}]` : this.shell.host;
+    return `http://${host}:${this.port}${this.shell.urlPath}`;
+  }
+
+  /** Requests being answered now. */
+  get inFlight(): number {
+    return this.active;
+  }
+
+  /** `close` was called: the server is draining. */
+  protected get closing(): boolean {
+    return this.stopping !== null;
+  }
+
+  /**
+   * Stops accepting connections, lets requests in flight finish (their responses say
+   * `Connection: close`), closes idle keep-alive connections, and resolves when every
+   * connection is gone. After `graceMs` (the server's grace by default) the remaining
+   * connections are cut.
+   */
+  close(graceMs = this.shell.graceMs): Promise<void> {
+    if (this.stopping) return this.stopping;
+    this.stopping = new Promise<void>((resolve) => {
+      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
+    return this.stopping;
+  }
+
+  /** Cuts every connection now (a second Ctrl-C). */
+  closeNow(): Promise<void> {
+    const closing = this.close();
+    this.server.closeAllConnections();
+    return closing;
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    this.active++;
+    res.once("close", () => {
+      this.active--;
+      // A connection that turned idle after its last response: close it while draining.
+      if (this.stopping) setImmediate(() => this.server.closeIdleConnections());
+    });
+    this.route(req, res, pathOf(req.url))
+      .catch((err: unknown) => this.fail(req, res, err))
+      .catch((err: unknown) => {
+        this.log(`searchr1 ${this.shell.name}: ${(err as Error)?.stack ?? String(err)}`);
+        res.destroy();
+      });
+  }
+
+  /** The message answered with 500 for an error other than HttpError; logged by default. */
+  protected serverError(err: unknown): string {
+    this.log(`searchr1 ${this.shell.name}: ${(err as Error)?.stack ?? String(err)}`);
+    return `internal error: ${(err as Error)?.message ?? String(err)}`;
+  }
+
+  private async fail(req: IncomingMessage, res: ServerResponse, err: unknown): Promise<void> {
+    if (err instanceof ClientGone || res.destroyed) return;
+    if (res.headersSent) {
+      // Mid-way through an answer: the client sees a truncated response.
+      this.log(`searchr1 ${this.shell.name}: error while answering: ${(err as Error)?.message}`);
+      res.destroy();
+      return;
+    }
+    let status = 500;
+    let message: string;
+    let headers: Record<string, string> = {};
+    if (err instanceof HttpError) {
+      status = err.status;
+      message = err.message;
+      headers = { ...err.headers };
+    } else {
+      message = this.serverError(err);
+    }
+    // A body this server will not read is dropped first (up to a limit), so that a client
+    // still sending it gets to read the answer.
+    if (!(await settleBody(req, res, headers))) return;
+    this.sendJson(res, status, { error: message }, headers);
+  }
+
+  /** Writes the status and headers; while draining, says `Connection: close`. */
+  protected writeHead(res: ServerResponse, status: number, headers: OutgoingHttpHeaders): void {
+    if (this.stopping) headers.Connection = "close";
+    res.writeHead(status, headers);
+  }
+
+  /** Answers `value` as JSON. */
+  protected sendJson(
+    res: ServerResponse,
+    status: number,
+    value: unknown,
+    extra: Record<string, string> = {},
+  ): void {
+    this.sendJsonText(res, status, JSON.stringify(value), extra);
+  }
+
+  /** Answers JSON text already written. */
+  protected sendJsonText(
+    res: ServerResponse,
+    status: number,
+    text: string,
+    extra: Record<string, string> = {},
+  ): void {
+    this.writeHead(res, status, {
+      ...extra,
+      "Content-Type": "application/json",
+      "Content-Length": Buffer.byteLength(text),
+    });
+    res.end(text);
+  }
+}
+
+/** Installs `handler` for SIGINT and SIGTERM; returns what removes it. */
+export function onStopSignals(handler: (signal: NodeJS.Signals) => void): () => void {
+  process.on("SIGINT", handler);
+  process.on("SIGTERM", handler);
+  return () => {
+    process.off("SIGINT", handler);
+    process.off("SIGTERM", handler);
+  };
+}
+
+/**
+ * What SIGINT/SIGTERM do to a serving server: the first drains it (`close()` with its
+ * grace: requests in flight finish) and calls `closed` once it is closed; another cuts
+ * every connection at once.
+ */
+export function drainOnSignal(
+  server: Pick<JsonHttpServer, "inFlight" | "close" | "closeNow">,
+  err: (line: string) => void,
+  closed: () => void,
+): (signal: NodeJS.Signals) => void {
+  let signals = 0;
+  return (signal) => {
+    signals++;
+    if (signals === 1) {
+      const n = server.inFlight;
+      err(
+        `${signal}: stopping; ${n === 0 ? "no requests" : `${n} request${n === 1 ? "" : "s"}`} ` +
+          "in flight to finish (again to stop at once)",
+      );
+      void server.close().then(closed);
+    } else {
+      err(`${signal}: closing all connections now`);
+      void server.closeNow();
+    }
+  };
 }

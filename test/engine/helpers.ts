@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { type CliResult, type RunningCli, startCli } from "../helpers/cli.js";
-import { type Reply, request } from "../retrieval/helpers.js";
+import { type CliResult, type RunningCli, startServing } from "../helpers/cli.js";
+import { type Reply, request } from "../helpers/http.js";
 
 export { type Reply, request };
 
@@ -46,45 +46,16 @@ export interface RunningEngine {
  * child process and resolves once it prints the URL it serves at (the model is loaded);
  * rejects with its output if it exits first.
  */
-export function startEngine(
+export async function startEngine(
   args: string[],
   options: { env?: Record<string, string>; timeoutMs?: number } = {},
 ): Promise<RunningEngine> {
-  const timeoutMs = options.timeoutMs ?? 60_000;
-  const cli = startCli(["serve-engine", "--port", "0", ...ENGINE_ARGS, ...args], {
-    env: options.env,
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      cli.child.kill("SIGKILL");
-      reject(new Error(`serve-engine did not start in ${timeoutMs} ms: ${cli.output.stderr}`));
-    }, timeoutMs);
-    const onData = () => {
-      const m = /^serving .* at (http:\/\/\S+) \(/m.exec(cli.output.stderr);
-      if (!m) return;
-      clearTimeout(timer);
-      cli.child.stderr?.off("data", onData);
-      resolve({
-        base: m[1] as string,
-        cli,
-        stop: () => {
-          if (cli.child.exitCode === null) cli.child.kill("SIGTERM");
-          return cli.result;
-        },
-      });
-    };
-    cli.child.stderr?.on("data", onData);
-    cli.result.then(
-      (r) => {
-        clearTimeout(timer);
-        reject(new Error(`serve-engine exited (${r.code}) before serving: ${r.stderr}`));
-      },
-      (err) => {
-        clearTimeout(timer);
-        reject(err);
-      },
-    );
-  });
+  const { url, cli, stop } = await startServing(
+    ["serve-engine", "--port", "0", ...ENGINE_ARGS, ...args],
+    /^serving .* at (http:\/\/\S+) \(/m,
+    { env: options.env, timeoutMs: options.timeoutMs ?? 60_000 },
+  );
+  return { base: url, cli, stop };
 }
 
 /** POST /generate with a JSON value (or a raw string as is). */

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, startCli } from "../helpers/cli.js";
+import { expectJsonError } from "../helpers/http.js";
 import {
   ENGINE_ARGS,
   GREEDY,
@@ -219,11 +220,7 @@ describe("routes", () => {
 
 describe("bad requests: 4xx with a JSON error naming the field, and the server keeps serving", () => {
   async function expectError(reply: Promise<Reply>, status: number, mention: string) {
-    const r = await reply;
-    expect(r.status).toBe(status);
-    expect(r.headers["content-type"]).toBe("application/json");
-    expect(typeof r.json.error).toBe("string");
-    expect(r.json.error).toContain(mention);
+    const r = await expectJsonError(reply, status, mention);
     await expectAlive();
     return r;
   }

@@ -55,3 +55,56 @@ export function startCli(
   });
   return { child, output, result };
 }
+
+export interface ServingCli {
+  /** The URL the server printed (the first group of `serving`). */
+  url: string;
+  cli: RunningCli;
+  /** SIGTERM, then the exit code and output. */
+  stop(): Promise<CliResult>;
+}
+
+/**
+ * Starts a serving command (`args[0]`, e.g. serve-retriever) as a child process and resolves
+ * once its stderr matches `serving`, whose first group is the URL it serves at; rejects with
+ * its output if it exits first or does not start in `timeoutMs`.
+ */
+export function startServing(
+  args: string[],
+  serving: RegExp,
+  options: { env?: Record<string, string>; timeoutMs: number },
+): Promise<ServingCli> {
+  const name = args[0];
+  const cli = startCli(args, { env: options.env });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      cli.child.kill("SIGKILL");
+      reject(new Error(`${name} did not start in ${options.timeoutMs} ms: ${cli.output.stderr}`));
+    }, options.timeoutMs);
+    const onData = () => {
+      const m = serving.exec(cli.output.stderr);
+      if (!m) return;
+      clearTimeout(timer);
+      cli.child.stderr?.off("data", onData);
+      resolve({
+        url: m[1] as string,
+        cli,
+        stop: () => {
+          if (cli.child.exitCode === null) cli.child.kill("SIGTERM");
+          return cli.result;
+        },
+      });
+    };
+    cli.child.stderr?.on("data", onData);
+    cli.result.then(
+      (r) => {
+        clearTimeout(timer);
+        reject(new Error(`${name} exited (${r.code}) before serving: ${r.stderr}`));
+      },
+      (err) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
+  });
+}

@@ -1,8 +1,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import http from "node:http";
+import type http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { type CliResult, type RunningCli, runCli, startCli } from "../helpers/cli.js";
+import { type CliResult, type RunningCli, runCli, startServing } from "../helpers/cli.js";
+import { type Reply, request } from "../helpers/http.js";
 
 /**
  * Known rows at the start of every generated corpus, so tests can assert exact documents
@@ -126,95 +127,21 @@ export interface RunningRetriever {
  * Starts `searchr1 serve-retriever` with `args` (add `--port 0`) as a child process and
  * resolves once it prints the URL it serves at; rejects with its output if it exits first.
  */
-export function startRetrieverServer(
+export async function startRetrieverServer(
   args: string[],
   timeoutMs = 20_000,
 ): Promise<RunningRetriever> {
-  const cli = startCli(["serve-retriever", ...args]);
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      cli.child.kill("SIGKILL");
-      reject(new Error(`serve-retriever did not start in ${timeoutMs} ms: ${cli.output.stderr}`));
-    }, timeoutMs);
-    const onData = () => {
-      const m = /serving \S+ retrieval over .* at (http:\/\/\S+\/retrieve)/.exec(cli.output.stderr);
-      if (!m) return;
-      clearTimeout(timer);
-      cli.child.stderr?.off("data", onData);
-      const url = m[1] as string;
-      resolve({
-        url,
-        base: url.replace(/\/retrieve$/, ""),
-        cli,
-        stop: () => {
-          if (cli.child.exitCode === null) cli.child.kill("SIGTERM");
-          return cli.result;
-        },
-      });
-    };
-    cli.child.stderr?.on("data", onData);
-    cli.result.then(
-      (r) => {
-        clearTimeout(timer);
-        reject(new Error(`serve-retriever exited (${r.code}) before serving: ${r.stderr}`));
-      },
-      (err) => {
-        clearTimeout(timer);
-        reject(err);
-      },
-    );
-  });
+  const { url, cli, stop } = await startServing(
+    ["serve-retriever", ...args],
+    /serving \S+ retrieval over .* at (http:\/\/\S+\/retrieve)/,
+    { timeoutMs },
+  );
+  return { url, base: url.replace(/\/retrieve$/, ""), cli, stop };
 }
 
 // ---- HTTP clients for the retrieval server
 
-export interface Reply {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: test code reads arbitrary JSON answers
-  json: any;
-}
-
-/**
- * One HTTP request with node:http (full control over the body: a string, raw bytes, or
- * pieces sent chunked without a Content-Length). Resolves with the parsed JSON answer.
- */
-export function request(
-  base: string,
-  method: string,
-  path: string,
-  body?: string | Buffer | (string | Buffer)[],
-  options: { agent?: http.Agent; headers?: http.OutgoingHttpHeaders } = {},
-): Promise<Reply> {
-  const url = new URL(path, base);
-  const headers: http.OutgoingHttpHeaders = { ...options.headers };
-  if (body !== undefined && !Array.isArray(body)) {
-    headers["Content-Type"] ??= "application/json";
-    headers["Content-Length"] = Buffer.byteLength(body);
-  }
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, { method, headers, agent: options.agent }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("error", reject);
-      res.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
-        let json: unknown;
-        try {
-          json = text ? JSON.parse(text) : undefined;
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
-      });
-    });
-    req.on("error", reject);
-    if (Array.isArray(body)) for (const piece of body) req.write(piece);
-    else if (body !== undefined) req.write(body);
-    req.end();
-  });
-}
+export { type Reply, request };
 
 /** POST /retrieve with a JSON value (or a raw string as is). */
 export function retrieve(

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Bm25Engine, loadShared } from "../../src/retrieval/bm25/engine.js";
 import { readMeta } from "../../src/retrieval/bm25/format.js";
 import { runCli } from "../helpers/cli.js";
+import { expectJsonError } from "../helpers/http.js";
 import {
   buildTestIndex,
   DUPLICATE_CONTENTS,
@@ -271,11 +272,7 @@ describe("clients read the answer as Search-R1 and verl do", () => {
 
 describe("bad requests: a JSON error naming the field, and the server keeps serving", () => {
   async function expectError(reply: Promise<Reply>, status: number, mention: string) {
-    const r = await reply;
-    expect(r.status).toBe(status);
-    expect(r.headers["content-type"]).toBe("application/json");
-    expect(typeof r.json.error).toBe("string");
-    expect(r.json.error).toContain(mention);
+    const r = await expectJsonError(reply, status, mention);
     await expectAlive();
     return r;
   }
