@@ -36,6 +36,8 @@ esac
 
 # The benchmark runs even when a test fails, so one session on a GPU gives both reports.
 tests=0
-npx vitest run test/native/cuda.test.ts || tests=$?
+# cuda.test.ts: the training backend, grad --loss ppo and serve; engine/cuda.test.ts: the
+# inference engine (paged KV cache and attention), each against the CPU.
+npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts || tests=$?
 npm run bench:native -- --gpu "$@"
 [ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"
