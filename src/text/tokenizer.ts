@@ -1,0 +1,110 @@
+/**
+ * A model's tokenizer, from its own `tokenizer.json`, through Hugging Face's `tokenizers`
+ * (the Rust library behind transformers' fast tokenizers, so byte-level BPE and
+ * SentencePiece-style vocabularies encode and decode exactly as in Python). The one place
+ * that loads a model's tokenizer: the engine's detokenizer and the agent both come here.
+ *
+ * Special tokens are added as transformers 5 adds them: exactly what the tokenizer.json's
+ * post-processor adds (Qwen2: none; Llama 2 and 3: BOS). transformers 5 ignores
+ * `add_bos_token`/`add_eos_token` in tokenizer_config.json when a tokenizer.json exists, and
+ * so does this (transformers 4's Llama tokenizers rebuilt the post-processor from them).
+ */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { Tokenizer } from "tokenizers";
+import { InputError } from "../runtime/errors.js";
+
+export interface EncodeOptions {
+  /**
+   * Whether the tokenizer.json's post-processor adds its special tokens (transformers'
+   * `add_special_tokens`, default true there). A chat prompt is encoded without them: the
+   * template already wrote them as text (apply_chat_template does the same).
+   */
+  addSpecialTokens: boolean;
+}
+
+export interface LoadOptions {
+  /** What a missing tokenizer.json means for the caller, after "<path>: no such file; ". */
+  missing?: string;
+}
+
+const MISSING =
+  "expected the model's tokenizer.json beside its config.json (transformers' " +
+  "save_pretrained writes it)";
+
+export class TextTokenizer {
+  private constructor(
+    private readonly backend: Tokenizer,
+    /** The tokenizer.json file. */
+    readonly path: string,
+  ) {}
+
+  /**
+   * Loads `<dir>/tokenizer.json`; an InputError naming the file when it is missing or not
+   * one the library can read. Padding and truncation stored in the file are switched off,
+   * as transformers does for a call without `padding`/`truncation`.
+   */
+  static load(dir: string, options: LoadOptions = {}): TextTokenizer {
+    const path = join(dir, "tokenizer.json");
+    if (!existsSync(path)) {
+      throw new InputError(`${path}: no such file; ${options.missing ?? MISSING}`);
+    }
+    let backend: Tokenizer;
+    try {
+      backend = Tokenizer.fromFile(path);
+    } catch (err) {
+      throw new InputError(
+        `${path}: not a tokenizer.json the tokenizers library can read (${err})`,
+      );
+    }
+    backend.disableTruncation();
+    backend.disablePadding();
+    return new TextTokenizer(backend, path);
+  }
+
+  /** Tokens the tokenizer knows (added tokens included): `len(tokenizer)` in transformers. */
+  get vocabSize(): number {
+    return this.backend.getVocabSize(true);
+  }
+
+  /** `tokenizer.encode(text, add_special_tokens=...)`. */
+  async encode(text: string, options: EncodeOptions): Promise<number[]> {
+    const encoding = await this.backend.encode(text, null, {
+      addSpecialTokens: options.addSpecialTokens,
+    });
+    return encoding.getIds();
+  }
+
+  /** `encode` of each text, in one call to the library (it spreads them over its threads). */
+  async encodeBatch(texts: readonly string[], options: EncodeOptions): Promise<number[][]> {
+    if (texts.length === 0) return [];
+    const encodings = await this.backend.encodeBatch(texts as string[], {
+      addSpecialTokens: options.addSpecialTokens,
+    });
+    return encodings.map((e) => e.getIds());
+  }
+
+  /**
+   * The library's `decode(ids, skip_special_tokens)`. (transformers 5 skips
+   * `clean_up_tokenization_spaces` for BPE models such as Qwen's and Llama's, so they agree;
+   * for WordPiece ones it would also clean up spaces, which this never does.)
+   */
+  decode(ids: readonly number[], skipSpecialTokens: boolean): Promise<string> {
+    return this.backend.decode(ids as number[], skipSpecialTokens);
+  }
+
+  /** `decode` of each id list, in one call to the library. */
+  decodeBatch(ids: readonly (readonly number[])[], skipSpecialTokens: boolean): Promise<string[]> {
+    return this.backend.decodeBatch(ids as number[][], skipSpecialTokens);
+  }
+
+  /** The id of a token (added tokens included), or null when the vocabulary lacks it. */
+  tokenToId(token: string): number | null {
+    return this.backend.tokenToId(token) ?? null;
+  }
+
+  /** The token string of an id, or null when out of range. */
+  idToToken(id: number): string | null {
+    return this.backend.idToToken(id) ?? null;
+  }
+}
