@@ -1,16 +1,14 @@
 /**
- * Text from token ids with the model's own `tokenizer.json` (Hugging Face `tokenizers`, the
- * Rust library behind transformers' fast tokenizers, so byte-level BPE and SentencePiece-
- * style vocabularies decode exactly as in Python), and stop strings checked token by token.
+ * Text from token ids with the model's own `tokenizer.json` (loaded by src/text: Hugging Face
+ * `tokenizers`, the Rust library behind transformers' fast tokenizers, so byte-level BPE and
+ * SentencePiece-style vocabularies decode exactly as in Python), and stop strings checked
+ * token by token.
  *
  * Decoding calls made in the same turn of the event loop go to the library as one
  * `decodeBatch` (one call per decode step of the engine, however many sequences check stop
  * strings), which costs a fraction of separate calls.
  */
-import { existsSync } from "node:fs";
-import { join } from "node:path";
-import { Tokenizer } from "tokenizers";
-import { InputError } from "../runtime/errors.js";
+import { TextTokenizer } from "../text/tokenizer.js";
 
 interface Pending {
   ids: number[];
@@ -22,34 +20,27 @@ export class Detokenizer {
   private readonly queued: [Pending[], Pending[]] = [[], []];
   private flushing = false;
 
-  private constructor(
-    private readonly tokenizer: Tokenizer,
-    /** The tokenizer.json file. */
-    readonly path: string,
-  ) {}
+  private constructor(private readonly tokenizer: TextTokenizer) {}
 
   /** Loads `<dir>/tokenizer.json`; an InputError naming the file when it is missing or bad. */
   static load(dir: string): Detokenizer {
-    const path = join(dir, "tokenizer.json");
-    if (!existsSync(path)) {
-      throw new InputError(
-        `${path}: no such file; serve-engine decodes text and checks stop strings with the ` +
-          "model's tokenizer.json (copy it into the model folder, or serve token ids only " +
-          "with --skip-tokenizer-init)",
-      );
-    }
-    try {
-      return new Detokenizer(Tokenizer.fromFile(path), path);
-    } catch (err) {
-      throw new InputError(
-        `${path}: not a tokenizer.json the tokenizers library can read (${err})`,
-      );
-    }
+    return new Detokenizer(
+      TextTokenizer.load(dir, {
+        missing:
+          "serve-engine decodes text and checks stop strings with the model's tokenizer.json " +
+          "(copy it into the model folder, or serve token ids only with --skip-tokenizer-init)",
+      }),
+    );
+  }
+
+  /** The tokenizer.json file. */
+  get path(): string {
+    return this.tokenizer.path;
   }
 
   /** Tokens the tokenizer knows (added tokens included). */
   get vocabSize(): number {
-    return this.tokenizer.getVocabSize(true);
+    return this.tokenizer.vocabSize;
   }
 
   /** The text of `ids`, as `tokenizer.decode(ids, skip_special_tokens)` gives it. */
