@@ -297,40 +297,51 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // One task per (row, query head): scores against every cached position of its sequence
-  // block by block, then the softmax-weighted sum of the values (as attention_forward).
+  // One task per (row, kv head): the query heads of the group share each cached key and
+  // value as it is read, block by block; then each head's softmax-weighted sum of the values
+  // (as attention_forward).
   void paged_attention(XPtr xout, XPtr xqkv, XPtr xk, XPtr xv, const int32_t* block_tables,
                        const int32_t* seq, const int32_t* pos, const PagedShape& s) override {
     float* out = F(xout);
     const float *qkv = F(xqkv), *kc = F(xk), *vc = F(xv);
-    const int NH = s.num_heads, hd = s.head_dim, BS = s.block_size;
-    const int group = NH / s.num_kv_heads;
+    const int NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim, BS = s.block_size;
+    const int group = NH / NKV;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 #pragma omp parallel
     {
-      std::vector<float> p;
-#pragma omp for collapse(2) schedule(dynamic, 4)
+      std::vector<float> p;  // [group, keys] scores, then probabilities
+#pragma omp for collapse(2) schedule(dynamic, 2)
       for (int r = 0; r < s.rows; r++) {
-        for (int h = 0; h < NH; h++) {
-          const float* q = qkv + static_cast<size_t>(r) * s.qkv_dim() + h * hd;
+        for (int g = 0; g < NKV; g++) {
+          const float* q = qkv + static_cast<size_t>(r) * s.qkv_dim() + g * group * hd;
           const int32_t* table = block_tables + static_cast<size_t>(seq[r]) * s.max_blocks;
-          const int keys = pos[r] + 1, g = h / group;
-          p.resize(keys);
-          float mx = kNoKeys;
+          const int keys = pos[r] + 1;
+          p.resize(static_cast<size_t>(group) * keys);
           for (int j = 0; j < keys; j++) {
-            p[j] = dot(q, kc + cache_offset(table[j / BS], g, j % BS, s), hd) * scale;
-            mx = std::max(mx, p[j]);
+            const float* k = kc + cache_offset(table[j / BS], g, j % BS, s);
+            for (int h = 0; h < group; h++) {
+              p[static_cast<size_t>(h) * keys + j] = dot(q + h * hd, k, hd) * scale;
+            }
           }
-          float sum = 0;
-          for (int j = 0; j < keys; j++) {
-            p[j] = std::exp(p[j] - mx);
-            sum += p[j];
+          float* o = out + (static_cast<size_t>(r) * NH + g * group) * hd;
+          std::memset(o, 0, static_cast<size_t>(group) * hd * sizeof(float));
+          for (int h = 0; h < group; h++) {
+            float* ph = p.data() + static_cast<size_t>(h) * keys;
+            float mx = kNoKeys;
+            for (int j = 0; j < keys; j++) mx = std::max(mx, ph[j]);
+            float sum = 0;
+            for (int j = 0; j < keys; j++) {
+              ph[j] = std::exp(ph[j] - mx);
+              sum += ph[j];
+            }
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < keys; j++) ph[j] *= inv;
           }
-          float* o = out + (static_cast<size_t>(r) * NH + h) * hd;
-          std::memset(o, 0, hd * sizeof(float));
-          const float inv = 1.0f / sum;
           for (int j = 0; j < keys; j++) {
-            axpy(o, p[j] * inv, vc + cache_offset(table[j / BS], g, j % BS, s), hd);
+            const float* v = vc + cache_offset(table[j / BS], g, j % BS, s);
+            for (int h = 0; h < group; h++) {
+              axpy(o + h * hd, p[static_cast<size_t>(h) * keys + j], v, hd);
+            }
           }
         }
       }
