@@ -88,6 +88,8 @@ export interface EngineStats {
   prompt_tokens: number;
   generated_tokens: number;
   decode_steps: number;
+  kv_full_steps: number;
+  preemptions: number;
   weight_version: string;
 }
 

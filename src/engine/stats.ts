@@ -29,6 +29,8 @@ export function stateFields(f: ServerFigures): Record<string, number | string> {
     prompt_tokens: e.prompt_tokens,
     generated_tokens: e.generated_tokens,
     decode_steps: e.decode_steps,
+    kv_full_steps: e.kv_full_steps,
+    preemptions: e.preemptions,
     tokens_per_second: round(f.tokensPerSecond),
     weight_version: e.weight_version,
   };
@@ -78,6 +80,15 @@ export function prometheusText(f: ServerFigures): string {
   ]);
   metric("generated_tokens_total", "counter", "Output tokens sampled.", [["", e.generated_tokens]]);
   metric("decode_steps_total", "counter", "Decode steps run.", [["", e.decode_steps]]);
+  metric(
+    "kv_full_steps_total",
+    "counter",
+    "Steps in which the KV cache was full (a sequence waited for room or was preempted).",
+    [["", e.kv_full_steps]],
+  );
+  metric("preemptions_total", "counter", "Running sequences preempted to free KV cache room.", [
+    ["", e.preemptions],
+  ]);
   metric("tokens_per_second", "gauge", "Output tokens per second over the last 10 s.", [
     ["", round(f.tokensPerSecond)],
   ]);

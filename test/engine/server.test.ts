@@ -447,14 +447,6 @@ describe("a KV cache too small for the load", () => {
       const info = await serverInfo(s.base);
       expect(info.kv_blocks_total).toBeLessThan(20);
       const load = cases.filter((c) => c.prompt_ids.length <= 45);
-      let sawQueue = false;
-      const watching = (async () => {
-        for (let i = 0; i < 200 && !sawQueue; i++) {
-          const now = await serverInfo(s.base);
-          sawQueue = now.queued_requests > 0;
-          await sleep(10);
-        }
-      })();
       const replies = await Promise.all(
         [0, 1, 2].flatMap(() =>
           load.map((c) =>
@@ -466,12 +458,15 @@ describe("a KV cache too small for the load", () => {
           ),
         ),
       );
-      await watching;
       replies.forEach((outs, i) => {
         const c = load[i % load.length] as GreedyCase;
         for (const o of outs) expect(o.output_ids).toEqual(c.output_ids);
       });
-      expect(sawQueue).toBe(true);
+      // The cache was full at times: sequences waited for room (or were preempted and
+      // recomputed), and every answer is still the reference.
+      const after = await serverInfo(s.base);
+      expect(after.kv_full_steps).toBeGreaterThan(0);
+      expect(after.queued_requests).toBe(0);
       // A sequence that could never fit is refused, naming the input.
       const tooBig = await generate(s.base, {
         input_ids: byName("len70").prompt_ids,

@@ -225,6 +225,7 @@ bool Engine::admit(Sequence& s, std::unordered_set<uint64_t>& pending) {
 
 std::vector<Engine::Planned> Engine::plan() {
   std::vector<Planned> out;
+  bool full = false;
   // Decoding sequences first, one token each; preempt the newest when blocks run out.
   for (size_t i = 0; i < running_.size(); i++) {
     Sequence& s = *running_[i];
@@ -233,6 +234,8 @@ std::vector<Engine::Planned> Engine::plan() {
     while (!grow(s, s.computed + 1)) {
       Sequence* victim = running_.back().get();
       preempt(*victim);
+      totals_.preemptions++;
+      full = true;
       if (victim == &s) {
         preempted_self = true;
         break;
@@ -269,6 +272,7 @@ std::vector<Engine::Planned> Engine::plan() {
     const int n = std::min(budget, s.length() - s.computed);
     if (!grow(s, s.computed + n)) {
       release(s);
+      full = true;
       break;  // no room: later arrivals wait too, so the queue keeps its order
     }
     if (!s.admitted_once) {
@@ -287,6 +291,7 @@ std::vector<Engine::Planned> Engine::plan() {
     out.push_back(Planned{&s, n});
     budget -= n;
   }
+  totals_.kv_full_steps += full;
   return out;
 }
 

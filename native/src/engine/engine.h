@@ -62,6 +62,9 @@ struct EngineStats {
   int running = 0, queued = 0;
   int kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
   uint64_t prompt_tokens = 0, prefix_hit_tokens = 0, generated_tokens = 0, decode_steps = 0;
+  // Steps in which the KV cache was full: a queued sequence had to wait for room, or a
+  // running one was preempted (preemptions counts those).
+  uint64_t kv_full_steps = 0, preemptions = 0;
 };
 
 class Engine {

@@ -71,7 +71,9 @@ json::Value stats_object(const EngineStats& s) {
                               {"prompt_tokens", u(s.prompt_tokens)},
                               {"prefix_hit_tokens", u(s.prefix_hit_tokens)},
                               {"generated_tokens", u(s.generated_tokens)},
-                              {"decode_steps", u(s.decode_steps)}});
+                              {"decode_steps", u(s.decode_steps)},
+                              {"kv_full_steps", u(s.kv_full_steps)},
+                              {"preemptions", u(s.preemptions)}});
 }
 
 }  // namespace sr1
