@@ -7,6 +7,12 @@
  *   --steps K       timed steps per run, after one warm-up step (default 5)
  *   --threads N     CPU threads for both sides (default: all cores)
  *   --python PATH   the Python with torch (default /usr/bin/python3; with --gpu, python3)
+ *   --rl            benchmark a GRPO actor update (PPO + KL loss, backward, AdamW) in
+ *                   `searchr1-trainer serve` instead, padded and with padding removed
+ *                   (bench/native/rl.ts says what it measures); with it (--steps default 3):
+ *     --seq T                the batch's padded length (default 512; 16 sequences)
+ *     --budget N             real tokens per micro-batch (default 4 × T)
+ *     --attention sdpa|eager the torch side's attention (default sdpa)
  *   --gpu           benchmark the CUDA backend instead, against PyTorch on the same GPU
  *                   (bench/native/gpu.ts says what it measures); with it:
  *     --micro-batch-size N   sequences per forward/backward on both sides (default 8: all)
@@ -35,30 +41,9 @@ import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
 import { gpuBench } from "./gpu.js";
-import { type Shape, STEP_FLAGS } from "./step.js";
+import { rlBench } from "./rl.js";
+import { CPU_SHAPES as SHAPES, type Shape, STEP_FLAGS, shapeArgs } from "./step.js";
 
-const SHAPES: Shape[] = [
-  {
-    name: "~10M",
-    vocab: 8192,
-    hidden: 256,
-    intermediate: 1024,
-    layers: 8,
-    heads: 8,
-    kvHeads: 2,
-    tied: true,
-  },
-  {
-    name: "~50M",
-    vocab: 16384,
-    hidden: 512,
-    intermediate: 2048,
-    layers: 8,
-    heads: 8,
-    kvHeads: 2,
-    tied: false,
-  },
-];
 const BATCH = 4;
 const SEQ = 256;
 /** Largest relative step-1 loss / grad-norm difference still taken as the same computation. */
@@ -73,6 +58,10 @@ const { values: opts } = parseArgs({
     "micro-batch-size": { type: "string" },
     recompute: { type: "boolean", default: false },
     "peak-tflops": { type: "string" },
+    rl: { type: "boolean", default: false },
+    seq: { type: "string" },
+    budget: { type: "string" },
+    attention: { type: "string" },
   },
 });
 
@@ -86,7 +75,7 @@ function positiveInt(name: string, value: string | undefined, fallback: number):
   return n;
 }
 
-const timedSteps = positiveInt("steps", opts.steps, 5);
+const timedSteps = positiveInt("steps", opts.steps, opts.rl ? 3 : 5);
 const threads = positiveInt("threads", opts.threads, availableParallelism());
 const python = opts.python ?? "/usr/bin/python3";
 const script = join(packageRoot(), "bench", "native", "torch_step.py");
@@ -229,19 +218,7 @@ function benchShape(trainer: string, shape: Shape): Result {
         "make",
         "--out",
         work,
-        "--vocab",
-        String(shape.vocab),
-        "--hidden",
-        String(shape.hidden),
-        "--intermediate",
-        String(shape.intermediate),
-        "--layers",
-        String(shape.layers),
-        "--heads",
-        String(shape.heads),
-        "--kv-heads",
-        String(shape.kvHeads),
-        ...(shape.tied ? ["--tied"] : []),
+        ...shapeArgs(shape),
         "--batch",
         String(BATCH),
         "--seq",
@@ -364,6 +341,10 @@ function positiveNumber(name: string, value: string | undefined): number | undef
 }
 
 if (opts.gpu) {
+  if (opts.rl) {
+    console.error("bench:native: --rl and --gpu are separate benchmarks");
+    process.exit(2);
+  }
   if (opts.threads !== undefined) {
     console.error("bench:native: --threads is for the CPU benchmark, not --gpu");
     process.exit(2);
@@ -385,5 +366,27 @@ if (opts.gpu) {
       process.exit(2);
     }
   }
-  main();
+  if (opts.rl) {
+    const attention = opts.attention ?? "sdpa";
+    if (attention !== "sdpa" && attention !== "eager") {
+      console.error(`bench:native: --attention expects sdpa or eager, got ${attention}`);
+      process.exit(2);
+    }
+    await rlBench({
+      steps: timedSteps,
+      threads,
+      python,
+      seq: positiveInt("seq", opts.seq, 512),
+      budget: opts.budget === undefined ? undefined : positiveInt("budget", opts.budget, 0),
+      attention,
+    });
+  } else {
+    for (const rlOnly of ["seq", "budget", "attention"] as const) {
+      if (opts[rlOnly] !== undefined) {
+        console.error(`bench:native: --${rlOnly} needs --rl`);
+        process.exit(2);
+      }
+    }
+    main();
+  }
 }

@@ -17,6 +17,12 @@ parameter names included, computing in `dtype`:
   * Attention: sdpa=False, Hugging Face's eager code: matmul, / sqrt(head_dim), + additive
     causal mask (-inf above the diagonal), softmax, matmul. sdpa=True:
     torch.nn.functional.scaled_dot_product_attention(is_causal=True).
+  * forward(input_ids, attention_mask): with a padding mask ([B, T], 1 = real token; left,
+    right or both), as Hugging Face runs a padded batch: position ids = real tokens before
+    the token (verl's compute_position_id_with_mask), and each query attends to the real
+    keys at or before it (the additive mask holds finfo.min, not -inf, as Hugging Face's
+    does; SDPA gets it as a boolean mask). A padded query, which would see no key, attends
+    to itself, so nothing turns into NaN; its output is never used.
   * recompute=True: torch.utils.checkpoint (use_reentrant=False) around each decoder layer.
 """
 
@@ -86,7 +92,8 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.nh * self.hd, H, False)
 
     def forward(self, x, cos, sin, mask):
-        """mask: the additive causal mask for eager attention, None for SDPA's."""
+        """mask: the additive mask for eager attention; for SDPA, None (causal) or the
+        boolean mask of the keys each query may see."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)  # [B,NH,T,hd]
         k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)  # [B,NKV,T,hd]
@@ -98,6 +105,8 @@ class Attention(nn.Module):
         v = v.repeat_interleave(self.nh // self.nkv, dim=1)
         if mask is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif mask.dtype == torch.bool:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd) + mask
             out = scores.softmax(-1) @ v  # [B,NH,T,hd]
@@ -148,15 +157,26 @@ class Qwen2ForCausalLM(nn.Module):
         self.lm_head = None if tied else Linear(cfg["hidden_size"], cfg["vocab_size"], False)
         self.dtype, self.sdpa, self.recompute = dtype, sdpa, recompute
 
-    def forward(self, input_ids):
+    def forward(self, input_ids, attention_mask=None):
         m = self.model
         T, dev = input_ids.shape[1], input_ids.device
         inv_freq = 1.0 / m.theta ** (torch.arange(0, m.hd, 2, device=dev).float() / m.hd)
-        freqs = torch.outer(torch.arange(T, device=dev).float(), inv_freq)  # [T,hd/2]
+        if attention_mask is None:
+            freqs = torch.outer(torch.arange(T, device=dev).float(), inv_freq)  # [T,hd/2]
+            mask = None if self.sdpa else torch.full((T, T), float("-inf"), device=dev).triu(1)
+        else:
+            real = attention_mask.bool()
+            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B,T]
+            freqs = (positions.float()[..., None] * inv_freq)[:, None]  # [B,1,T,hd/2]
+            causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+            eye = torch.eye(T, dtype=torch.bool, device=dev)
+            allowed = (causal & real[:, None, None, :]) | eye  # [B,1,T,T]
+            mask = allowed if self.sdpa else torch.zeros(
+                allowed.shape, dtype=self.dtype, device=dev).masked_fill(
+                ~allowed, torch.finfo(self.dtype).min)
         emb = torch.cat((freqs, freqs), dim=-1)
-        # [T,hd], broadcast over [B,NH,T,hd]
+        # [T,hd] or [B,1,T,hd], broadcast over [B,NH,T,hd]
         cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
-        mask = None if self.sdpa else torch.full((T, T), float("-inf"), device=dev).triu(1)
         wte = m.embed_tokens.weight.to(self.dtype)  # one cast serves the lookup and a tied head
         x = F.embedding(input_ids, wte)
         for layer in m.layers:

@@ -7,7 +7,8 @@
   torch_step.py train --model DIR --data FILE --steps N --threads N
                       [--lr X] [--weight-decay X] [--max-grad-norm X]
 
-check  prints {"torch", "python", "blas"} as JSON (exit 3 when torch is missing).
+check  prints {"torch", "python", "blas"} as JSON (exit 3 when torch is missing); blas is
+       the libblas.so it loaded (Debian's torch) or its build's BLAS_INFO (mkl for pip's).
 make   writes a random fp32 Qwen2 folder DIR/model (config.json + model.safetensors) and a
        batch DIR/data.safetensors (input_ids I64 [B, T], every token real), both seeded, so
        the native trainer and this script read the very same files; prints {"params": N}.
@@ -53,12 +54,15 @@ from torch_qwen2 import read_safetensors  # noqa: E402
 def check(_args):
     # The BLAS torch's matmuls run on: Debian's torch links the libblas.so.3 alternative,
     # OpenBLAS (.../openblas-pthread/) or the slow reference BLAS (.../blas/).
+    # pip's wheels link MKL statically: their build's BLAS_INFO says so.
     maps = open("/proc/self/maps").read() if os.path.exists("/proc/self/maps") else ""
     blas = {line.split()[-1] for line in maps.splitlines() if "/libblas.so" in line}
+    info = [w.split("=", 1)[1].rstrip(",") for w in torch.__config__.show().split()
+            if w.startswith("BLAS_INFO=")]
     print(json.dumps({
         "torch": torch.__version__,
         "python": sys.version.split()[0],
-        "blas": " ".join(sorted(blas)) or "unknown",
+        "blas": " ".join(sorted(blas)) or " ".join(info) or "unknown",
     }))
 
 
