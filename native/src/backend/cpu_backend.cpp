@@ -151,7 +151,6 @@ class CpuBackend final : public Backend {
                       int OC) override {
     float* out = F(xout);
     const float *inp = F(xinp), *w = F(xw), *bias = F(xbias);
-    if (N <= kFewRows) return matmul_few_rows(out, inp, w, bias, N, C, OC);
     if (bias != nullptr) {
 #pragma omp parallel for schedule(static)
       for (int n = 0; n < N; n++) std::memcpy(out + static_cast<size_t>(n) * OC, bias,
@@ -493,27 +492,6 @@ class CpuBackend final : public Backend {
  private:
   // XPtrs of this backend hold floats.
   static float* F(XPtr x) { return static_cast<float*>(x.p); }
-
-  // A decode step multiplies a handful of rows by each weight matrix. sgemm would repack
-  // the whole matrix for them on every call (measured: over half of a small model's decode
-  // time); instead each weight row is streamed once, in tiles of kTile rows that stay in L1
-  // while every input row passes over them.
-  static constexpr int kFewRows = 32, kTile = 8;
-  static void matmul_few_rows(float* out, const float* inp, const float* w, const float* bias,
-                              int N, int C, int OC) {
-    const int tiles = (OC + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static)
-    for (int tile = 0; tile < tiles; tile++) {
-      const int o0 = tile * kTile, o1 = std::min(OC, o0 + kTile);
-      for (int n = 0; n < N; n++) {
-        const float* x = inp + static_cast<size_t>(n) * C;
-        float* y = out + static_cast<size_t>(n) * OC;
-        for (int o = o0; o < o1; o++) {
-          y[o] = dot(x, w + static_cast<size_t>(o) * C, C) + (bias != nullptr ? bias[o] : 0.0f);
-        }
-      }
-    }
-  }
 
   // Element offset of (block, kv head, position in block) in a layer's paged cache.
   static size_t cache_offset(int block, int g, int off, const PagedShape& s) {
