@@ -13,6 +13,10 @@ class TokenObjective {
   virtual ~TokenObjective() = default;
   // Whether L depends on the entropies (then ent_coef is filled and back-propagated).
   virtual bool uses_entropy() const { return false; }
+  // Whether L depends on the token at position `index` at all. The head skips the others
+  // (an RL loss reads only response tokens: the prompt's rows cost the vocabulary-sized
+  // matmuls for nothing) unless the caller asked for every log-prob.
+  virtual bool wants(int32_t index) const { return true; }
   // For n predicted tokens at positions index[r] (b * T + t of the batch) with their current
   // logprob[r] and entropy[r], fills coef[r] and, when uses_entropy(), ent_coef[r].
   virtual void coefficients(const int32_t* index, int n, const float* logprob,
@@ -23,6 +27,7 @@ class TokenObjective {
 class WeightedLogprobs final : public TokenObjective {
  public:
   explicit WeightedLogprobs(const float* weights) : w_(weights) {}
+  bool wants(int32_t index) const override { return w_[index] != 0.0f; }
   void coefficients(const int32_t* index, int n, const float*, const float*, float* coef,
                     float*) override {
     for (int r = 0; r < n; r++) coef[r] = w_[index[r]];

@@ -304,6 +304,7 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective*
     for (int t = 1; t < batch.T; t++) {
       if (!batch.predicted(b, t)) continue;
       const int i = b * batch.T + t;
+      if (objective != nullptr && logprobs == nullptr && !objective->wants(i)) continue;
       rows.push_back(i - 1);
       targets.push_back(batch.ids[i]);
       out_index.push_back(i);

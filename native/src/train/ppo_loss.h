@@ -69,6 +69,9 @@ class PpoObjective final : public TokenObjective {
   void use_source(const int32_t* source) { source_ = source; }
 
   bool uses_entropy() const override { return config_.entropy_coeff != 0.0f; }
+  bool wants(int32_t index) const override {
+    return weight_[source_ != nullptr ? source_[index] : index] != 0.0;
+  }
   void coefficients(const int32_t* index, int n, const float* logprob, const float* entropy,
                     float* coef, float* ent_coef) override;
 
