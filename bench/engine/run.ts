@@ -58,17 +58,11 @@ import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { type Shape as NativeShape, shapeArgs } from "../native/step.js";
 
-interface Shape {
+/** bench:native's shape, with the engine bench's own fields. */
+interface Shape extends NativeShape {
   key: string;
-  name: string;
-  vocab: number;
-  hidden: number;
-  intermediate: number;
-  layers: number;
-  heads: number;
-  kvHeads: number;
-  tied: boolean;
   grpoNewTokens: number;
 }
 
@@ -485,26 +479,9 @@ async function benchShape(exe: string, shape: Shape, root: string): Promise<Shap
   mkdirSync(work, { recursive: true });
   const model = join(work, "model");
   log(`${shape.name}: writing a random fp32 model to ${model} ...`);
-  const made = JSON.parse(
-    runPython([
-      "make",
-      "--out",
-      model,
-      "--vocab",
-      String(shape.vocab),
-      "--hidden",
-      String(shape.hidden),
-      "--intermediate",
-      String(shape.intermediate),
-      "--layers",
-      String(shape.layers),
-      "--heads",
-      String(shape.heads),
-      "--kv-heads",
-      String(shape.kvHeads),
-      ...(shape.tied ? ["--tied"] : []),
-    ]),
-  ) as { params: number };
+  const made = JSON.parse(runPython(["make", "--out", model, ...shapeArgs(shape)])) as {
+    params: number;
+  };
   const ws = workloads(shape);
   const workFile = join(work, "workloads.json");
   writeFileSync(

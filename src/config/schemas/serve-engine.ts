@@ -1,13 +1,13 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
+import { listenFields, maxBodyField } from "./server-fields.js";
 
 export const serveEngineSchema = z.strictObject({
   model: z
     .string()
     .min(1)
     .describe("Hugging Face model folder: config.json, safetensors, tokenizer.json"),
-  host: z.string().min(1).default("127.0.0.1").describe("address to bind"),
-  port: z.number().int().min(0).max(65535).default(30000).describe("TCP port (0 = any free port)"),
+  ...listenFields(30000),
   device: z
     .enum(["auto", "cpu", "cuda"])
     .default("auto")
@@ -48,11 +48,7 @@ export const serveEngineSchema = z.strictObject({
     .boolean()
     .default(false)
     .describe("serve token ids only, without tokenizer.json: text is empty, stop strings refused"),
-  max_body_mb: z
-    .number()
-    .positive()
-    .default(64)
-    .describe("largest request body in MiB (more: 413)"),
+  max_body_mb: maxBodyField(64),
 });
 
 export type ServeEngineConfig = z.infer<typeof serveEngineSchema>;

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
+import { listenFields, maxBodyField } from "./server-fields.js";
 
 export const serveRetrieverSchema = z.strictObject({
   retriever: z
@@ -14,8 +15,7 @@ export const serveRetrieverSchema = z.strictObject({
     .positive()
     .default(3)
     .describe("documents per query when a request omits topk"),
-  host: z.string().min(1).default("127.0.0.1").describe("address to bind"),
-  port: z.number().int().min(0).max(65535).default(8000).describe("TCP port (0 = any free port)"),
+  ...listenFields(8000),
   threads: z
     .number()
     .int()
@@ -35,11 +35,7 @@ export const serveRetrieverSchema = z.strictObject({
     .positive()
     .default(1000)
     .describe("largest topk a request may ask for (more: 400)"),
-  max_body_mb: z
-    .number()
-    .positive()
-    .default(16)
-    .describe("largest request body in MiB (more: 413)"),
+  max_body_mb: maxBodyField(16),
 });
 
 export type ServeRetrieverConfig = z.infer<typeof serveRetrieverSchema>;
