@@ -22,6 +22,13 @@ export class InputError extends CliError {
   }
 }
 
+/** A server the command depends on (engine, retriever, trainer) failed or refused: names it. Exit 1. */
+export class ServiceError extends CliError {
+  constructor(message: string) {
+    super(message, 1);
+  }
+}
+
 /** Bad options or configuration: names the key, where it came from and what was expected. Exit 2. */
 export class UsageError extends CliError {
   constructor(message: string) {

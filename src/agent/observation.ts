@@ -1,0 +1,47 @@
+/**
+ * The text the environment answers a turn with, exactly as Search-R1 writes it
+ * (reference search-r1.md §5.2 steps 5–7; the original's `execute_predictions` and
+ * `_passages2string`). These strings are the protocol between a trained model and its
+ * environment: a model trained with the original expects them byte for byte.
+ */
+
+/** A retrieved document as the retriever returns it (`contents` = `"Title"\ntext`). */
+export interface Passage {
+  id?: string;
+  contents: string;
+}
+
+/** What an invalid action (no `<search>` or `<answer>` pair) is answered with. */
+export const INVALID_ACTION_MESSAGE =
+  "\nMy previous action is invalid. If I want to search, I should put the query between " +
+  "<search> and </search>. If I want to give the final answer, I should put the answer " +
+  "between <answer> and </answer>. Let me try again.\n";
+
+/**
+ * `Doc i(Title: <first line>) <rest>\n` per document, i from 1, no space before "(": the
+ * title keeps the corpus's quotes, as `_passages2string` does with `contents.split("\n")`.
+ */
+export function passagesToString(passages: readonly Passage[]): string {
+  let out = "";
+  passages.forEach((passage, i) => {
+    const [title, ...rest] = passage.contents.split("\n");
+    out += `Doc ${i + 1}(Title: ${title}) ${rest.join("\n")}\n`;
+  });
+  return out;
+}
+
+/** The observation after a search: the documents inside `<information>`, stripped. */
+export function informationBlock(passages: readonly Passage[]): string {
+  return `\n\n<information>${pyStrip(passagesToString(passages))}</information>\n\n`;
+}
+
+/** Python's `str.strip()` with no argument: Unicode whitespace, as the original strips. */
+export function pyStrip(text: string): string {
+  return text.replace(PY_WHITESPACE_START, "").replace(PY_WHITESPACE_END, "");
+}
+
+// str.isspace(): JavaScript's \s has U+FEFF, which Python's lacks, and lacks \x1c-\x1f, \x85.
+const PY_SPACE =
+  "\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+const PY_WHITESPACE_START = new RegExp(`^[${PY_SPACE}]+`, "u");
+const PY_WHITESPACE_END = new RegExp(`[${PY_SPACE}]+$`, "u");

@@ -1,0 +1,42 @@
+/**
+ * What the agent asks of an inference engine, whichever one serves it: the native engine
+ * or SGLang (`POST /generate`), or vLLM (`POST /v1/completions`). Token ids in, token ids
+ * and their log-probs out: the agent never re-encodes generated text.
+ */
+
+export interface Sampling {
+  /** 0 = greedy. */
+  temperature: number;
+  topP: number;
+  /** -1 = off. */
+  topK: number;
+}
+
+export interface TurnRequest {
+  inputIds: readonly number[];
+  maxNewTokens: number;
+  sampling: Sampling;
+  /** Generation ends at the first token whose decoded text completes one of these. */
+  stop: readonly string[];
+  /** Seeds the sampler (the same request then gives the same tokens); null = unseeded. */
+  seed: number | null;
+}
+
+export interface TurnOutput {
+  /** Every generated token, the one that completed a stop string included. */
+  outputIds: number[];
+  /** log p of each output token (the engine's), or null when the engine gave none. */
+  logprobs: number[] | null;
+  /** `stop` (a stop string or the EOS token), `length`, or `abort`. */
+  finish: "stop" | "length" | "abort";
+  /** The stop string or token id that ended generation, when `finish` is `stop`. */
+  matched: string | number | null;
+  /** The engine's weight version, where it reports one. */
+  weightVersion: string | null;
+}
+
+export interface EngineClient {
+  /** The engine's base URL (no path). */
+  readonly url: string;
+  generate(request: TurnRequest, signal?: AbortSignal): Promise<TurnOutput>;
+}

@@ -1,0 +1,107 @@
+import { join } from "node:path";
+import { execa, type ResultPromise } from "execa";
+import { ServiceError } from "./errors.js";
+import { packageRoot } from "./package-root.js";
+
+/**
+ * A `searchr1 serve-*` command run as a child process (`eval` and `train` start the engine
+ * and the retriever this way when no URL is given). It listens on a free port and is ready
+ * when it prints its `serving ... at <url>` line; its stderr is kept (the last lines) so a
+ * child that dies is reported with what it said.
+ */
+export class ChildServer {
+  private readonly tail: string[] = [];
+  private exited = false;
+  private stopping = false;
+  private deathListeners: ((message: string) => void)[] = [];
+
+  private constructor(
+    /** What the user calls it in messages: "engine", "retriever". */
+    readonly name: string,
+    private readonly child: ResultPromise,
+    readonly url: string,
+  ) {}
+
+  /**
+   * Runs `searchr1 <command> <args> --host 127.0.0.1 --port 0` and resolves once it serves.
+   * Rejects with a CliError carrying its last stderr lines when it exits first.
+   */
+  static async start(
+    name: string,
+    command: string,
+    args: readonly string[],
+    options: { onLine?: (line: string) => void; signal?: AbortSignal } = {},
+  ): Promise<ChildServer> {
+    const bin = join(packageRoot(), "bin", "searchr1");
+    const child = execa(
+      process.execPath,
+      [bin, command, ...args, "--host", "127.0.0.1", "--port", "0"],
+      {
+        stdin: "ignore",
+        stdout: "ignore",
+        stderr: "pipe",
+        reject: false,
+        cancelSignal: options.signal,
+        forceKillAfterDelay: 10_000,
+      },
+    );
+    const tail: string[] = [];
+    let server: ChildServer | null = null;
+    const url = await new Promise<string>((resolve, reject) => {
+      let buffered = "";
+      child.stderr?.setEncoding("utf8");
+      child.stderr?.on("data", (chunk: string) => {
+        buffered += chunk;
+        const lines = buffered.split("\n");
+        buffered = lines.pop() ?? "";
+        for (const line of lines) {
+          (server?.tail ?? tail).push(line);
+          const kept = server?.tail ?? tail;
+          if (kept.length > 20) kept.shift();
+          options.onLine?.(line);
+          const ready = /^serving .* at (https?:\/\/\S+) /.exec(line);
+          if (ready && !server) resolve(ready[1] as string);
+        }
+      });
+      void child.then((result) => {
+        if (!server) {
+          reject(
+            new ServiceError(
+              `the ${name} (searchr1 ${command}) exited before it was ready ` +
+                `(${result.exitCode ?? result.signal})${lastLines(tail)}`,
+            ),
+          );
+        }
+      });
+    });
+    server = new ChildServer(name, child, url);
+    server.tail.push(...tail);
+    void child.then((result) => {
+      server.exited = true;
+      if (server.stopping) return;
+      const message =
+        `the ${name} (searchr1 ${command}) died (${result.exitCode ?? result.signal})` +
+        lastLines(server.tail);
+      for (const listener of server.deathListeners) listener(message);
+    });
+    return server;
+  }
+
+  /** Called with a one-line-plus-stderr message if the child dies before `stop()`. */
+  onDeath(listener: (message: string) => void): void {
+    this.deathListeners.push(listener);
+  }
+
+  /** SIGTERM (the server drains and exits), then waits for it. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.exited) return;
+    this.child.kill("SIGTERM");
+    await this.child;
+  }
+}
+
+function lastLines(lines: readonly string[]): string {
+  const shown = lines.filter((l) => l.trim() !== "").slice(-8);
+  return shown.length ? `; its last lines:\n  ${shown.join("\n  ")}` : "";
+}
