@@ -159,6 +159,12 @@ export const trainSchema = z.strictObject({
         .max(1)
         .default(0)
         .describe("format reward: gold answer retrieved"),
+      search_r1_extract: z
+        .boolean()
+        .default(false)
+        .describe(
+          "score prompt + response as Search-R1 does, quirks included (a reply with no answer takes the prompt's example 'Beijing'); false = the response's last answer tag, format of the response alone",
+        ),
     })
     .prefault({}),
   trainer: z
