@@ -3,7 +3,7 @@
  * `<search>…</search>` or `<answer>…</answer>` pair of the turn's text (same tag on both
  * sides, content across lines), its content stripped. No pair is an invalid action.
  */
-import { pyStrip } from "./observation.js";
+import { pythonStrip } from "../text/python-string.js";
 
 export type Action =
   | { kind: "search"; content: string }
@@ -18,7 +18,7 @@ const ACTION = /<(search|answer)>([\s\S]*?)<\/\1>/;
 export function parseAction(text: string): Action {
   const match = ACTION.exec(text);
   if (!match) return { kind: "invalid", content: null };
-  return { kind: match[1] as "search" | "answer", content: pyStrip(match[2] as string) };
+  return { kind: match[1] as "search" | "answer", content: pythonStrip(match[2] as string) };
 }
 
 /**

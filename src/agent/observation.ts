@@ -4,6 +4,7 @@
  * `_passages2string`). These strings are the protocol between a trained model and its
  * environment: a model trained with the original expects them byte for byte.
  */
+import { pythonStrip } from "../text/python-string.js";
 
 /** A retrieved document as the retriever returns it (`contents` = `"Title"\ntext`). */
 export interface Passage {
@@ -32,16 +33,5 @@ export function passagesToString(passages: readonly Passage[]): string {
 
 /** The observation after a search: the documents inside `<information>`, stripped. */
 export function informationBlock(passages: readonly Passage[]): string {
-  return `\n\n<information>${pyStrip(passagesToString(passages))}</information>\n\n`;
+  return `\n\n<information>${pythonStrip(passagesToString(passages))}</information>\n\n`;
 }
-
-/** Python's `str.strip()` with no argument: Unicode whitespace, as the original strips. */
-export function pyStrip(text: string): string {
-  return text.replace(PY_WHITESPACE_START, "").replace(PY_WHITESPACE_END, "");
-}
-
-// str.isspace(): JavaScript's \s has U+FEFF, which Python's lacks, and lacks \x1c-\x1f, \x85.
-const PY_SPACE =
-  "\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
-const PY_WHITESPACE_START = new RegExp(`^[${PY_SPACE}]+`, "u");
-const PY_WHITESPACE_END = new RegExp(`[${PY_SPACE}]+$`, "u");

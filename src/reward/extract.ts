@@ -1,6 +1,6 @@
 // The answer a trajectory gives: the text of its last <answer>…</answer> (search-r1.md §6).
 
-import { pythonStrip } from "./normalize.js";
+import { pythonStrip } from "../text/python-string.js";
 
 /** re.finditer(r'<answer>(.*?)</answer>', s, re.DOTALL): lazy, so "<answer>a<answer>b</answer>" is one match, "a<answer>b". */
 const ANSWER = /<answer>(.*?)<\/answer>/gs;

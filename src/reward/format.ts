@@ -1,8 +1,9 @@
 // Search-R1 v0.3's format reward (qa_em_format.py, search-r1.md §6): a partial score for a
 // well-formed trajectory, so that early policies that answer wrongly still learn the protocol.
 
+import { isBlank } from "../text/python-string.js";
 import { type Golds, goldList } from "./metrics.js";
-import { isBlank, normalizeAnswer } from "./normalize.js";
+import { normalizeAnswer } from "./normalize.js";
 
 type State =
   | "start"

@@ -2,7 +2,8 @@
 // qa_em.py has them (em_check, subem_check), and SQuAD v1.1's token F1, which Search-R1 lacks
 // but QA evaluations (FlashRAG, the papers' tables) report beside EM.
 
-import { normalizeAnswer, pythonSplit } from "./normalize.js";
+import { pythonSplit } from "../text/python-string.js";
+import { normalizeAnswer } from "./normalize.js";
 
 /** Gold answers: ground_truth.target, or one bare string (Search-R1 accepts both). */
 export type Golds = readonly string[] | string;

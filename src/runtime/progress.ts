@@ -2,8 +2,8 @@ import cliProgress from "cli-progress";
 
 /** One unit of long work: a bar on a terminal, periodic plain lines otherwise. */
 export interface ProgressTask {
-  /** Sets the amount done so far (same unit as the total). */
-  update(done: number): void;
+  /** Sets the amount done so far (same unit as the total), and a short status such as "EM 0.41". */
+  update(done: number, detail?: string): void;
   /** Marks the task finished and prints its last state. */
   finish(): void;
 }
@@ -57,8 +57,8 @@ function ttyProgress(stream: NodeJS.WriteStream): Progress {
         {
           stream,
           format: withTotal
-            ? `${label} [{bar}] {percentage}% | {amount} | {rate}/s | ETA {eta_formatted}`
-            : `${label} {amount} | {rate}/s`,
+            ? `${label} [{bar}] {percentage}% | {amount} | {rate}/s | ETA {eta_formatted}{detail}`
+            : `${label} {amount} | {rate}/s{detail}`,
           hideCursor: true,
           clearOnComplete: false,
           etaBuffer: 50,
@@ -66,14 +66,15 @@ function ttyProgress(stream: NodeJS.WriteStream): Progress {
         cliProgress.Presets.shades_classic,
       );
       const started = Date.now();
-      const payload = (done: number) => ({
+      const payload = (done: number, detail?: string) => ({
         amount: formatAmount(done, unit),
         rate: formatAmount(done / Math.max((Date.now() - started) / 1000, 1e-3), unit),
+        detail: detail ? ` | ${detail}` : "",
       });
       bar.start(withTotal ? total : 1, 0, payload(0));
       return {
-        update(done) {
-          bar.update(withTotal ? Math.min(done, total) : 0, payload(done));
+        update(done, detail) {
+          bar.update(withTotal ? Math.min(done, total) : 0, payload(done, detail));
         },
         finish() {
           bar.stop();
@@ -92,17 +93,19 @@ function plainProgress(stream: NodeJS.WriteStream, intervalMs: number): Progress
       const started = Date.now();
       let last = started;
       let current = 0;
+      let status = "";
       const line = () => {
         const secs = (Date.now() - started) / 1000;
         const pct = total ? ` (${((100 * current) / total).toFixed(1)}%)` : "";
         const rate = formatAmount(current / Math.max(secs, 1e-3), unit);
         stream.write(
-          `${label}: ${formatAmount(current, unit)}${pct}, ${rate}/s, ${secs.toFixed(1)} s\n`,
+          `${label}: ${formatAmount(current, unit)}${pct}, ${rate}/s, ${secs.toFixed(1)} s${status}\n`,
         );
       };
       return {
-        update(done) {
+        update(done, detail) {
           current = done;
+          status = detail ? `, ${detail}` : "";
           const now = Date.now();
           if (now - last >= intervalMs) {
             last = now;

@@ -13,8 +13,9 @@ import {
   isValidSequence,
 } from "../../src/reward/format.js";
 import { emCheck, f1Score, subemCheck } from "../../src/reward/metrics.js";
-import { normalizeAnswer, pythonSplit, pythonStrip } from "../../src/reward/normalize.js";
+import { normalizeAnswer } from "../../src/reward/normalize.js";
 import { type RewardConfig, scoreTrajectory } from "../../src/reward/score.js";
+import { pythonSplit, pythonStrip } from "../../src/text/python-string.js";
 
 type Golds = string[] | string;
 interface Fixtures {

@@ -10,7 +10,19 @@ import {
 } from "./shared.js";
 
 export const evalSchema = z.strictObject({
-  model: modelSection,
+  model: modelSection
+    .extend({
+      // Required to evaluate; not to compare two finished runs (--compare).
+      path: z
+        .string()
+        .min(1)
+        .nullable()
+        .default(null)
+        .describe(
+          "Hugging Face model folder: config.json, safetensors, tokenizer (required to evaluate)",
+        ),
+    })
+    .prefault({}),
   data: z
     .strictObject({
       val_files: z
@@ -18,24 +30,53 @@ export const evalSchema = z.strictObject({
         .min(1)
         .default(["data/nq_hotpotqa/test.parquet"])
         .describe("test parquet files (searchr1 preprocess output)"),
-      val_batch_size: positiveInt().default(256).describe("prompts per batch"),
+      val_batch_size: positiveInt().default(256).describe("questions in flight at once"),
       max_samples: positiveInt()
         .nullable()
         .default(null)
-        .describe("cap per data source; null = all"),
+        .describe("first questions of each data source; null = all"),
+      limit: positiveInt().nullable().default(null).describe("first questions overall; null = all"),
+      sources: z
+        .array(z.string().min(1))
+        .nullable()
+        .default(null)
+        .describe("data sources to evaluate (e.g. nq,hotpotqa); null = all in the files"),
       ...lengthFields,
     })
     .prefault({}),
   rollout: z
     .strictObject({
       ...generationFields,
-      // Search-R1 meant validation to be greedy (its sampling there is a bug, §12.7).
-      temperature: generationFields.temperature.default(0).describe("0 = greedy decoding"),
+      // Search-R1 meant validation to be greedy; that it samples is a bug (§12.7).
+      do_sample: z
+        .boolean()
+        .default(false)
+        .describe(
+          "sample with temperature/top_p/top_k as Search-R1's validation does; false = greedy",
+        ),
+      seed: z.number().int().default(1).describe("sampling seed (question i uses seed + i)"),
+    })
+    .prefault({}),
+  reward: z
+    .strictObject({
+      search_r1_extract: z
+        .boolean()
+        .default(false)
+        .describe("extract the answer from prompt + response as the original (≥ 2 matches)"),
     })
     .prefault({}),
   retriever: retrieverSection.prefault({}),
   gpus: positiveInt().default(1).describe("GPUs to use"),
-  output_dir: z.string().min(1).default("eval").describe("report.json and report.md go here"),
+  output_dir: z
+    .string()
+    .min(1)
+    .default("eval")
+    .describe("report.json, report.md and trajectories.jsonl; a re-run resumes there"),
+  compare: z
+    .array(z.string().min(1))
+    .nullable()
+    .default(null)
+    .describe("two finished eval output folders to compare instead of evaluating"),
 });
 
 export type EvalConfig = z.infer<typeof evalSchema>;

@@ -58,10 +58,24 @@ export const generationFields = {
     .nullable()
     .default(null)
     .describe("use an already running engine at this URL instead of launching one"),
+  engine_device: z
+    .enum(["auto", "cpu", "cuda"])
+    .default("auto")
+    .describe("device of the native engine started for the run (not used with engine_url)"),
+  engine_threads: positiveInt()
+    .nullable()
+    .default(null)
+    .describe("CPU threads of the native engine started for the run; null = all cores"),
   max_turns: positiveInt().default(4).describe("search/answer actions per trajectory"),
   temperature: z.number().min(0).default(1).describe("sampling temperature (0 = greedy)"),
   top_p: z.number().gt(0).max(1).default(1).describe("nucleus sampling mass"),
   top_k: z.number().int().min(-1).default(-1).describe("-1 = no top-k cut"),
+  compat: z
+    .enum(["none", "search-r1-retokenize"])
+    .default("none")
+    .describe(
+      "search-r1-retokenize: decode, cut and re-encode each turn as the original did (drops EOS and log-probs)",
+    ),
   gpu_memory_utilization: z
     .number()
     .gt(0)

@@ -1,0 +1,257 @@
+import { appendFileSync, existsSync, mkdirSync, readFileSync, truncateSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { promptIds } from "../agent/prompt.js";
+import { RetrieverClient } from "../agent/retriever-client.js";
+import { type AgentSettings, rolloutAll } from "../agent/rollout.js";
+import type { EvalConfig } from "../config/schemas/eval.js";
+import { type QaItem, readQaItems } from "../data/qa-items.js";
+import { connectEngine } from "../engine/client/connect.js";
+import { InputError, ServiceError, UsageError } from "../runtime/errors.js";
+import type { Progress } from "../runtime/progress.js";
+import { writeFileAtomic } from "../runtime/write-atomic.js";
+import { ModelTokenizer } from "../text/model-tokenizer.js";
+import { type EvalRecord, toRecord } from "./record.js";
+import { type Report, reportMarkdown, summarize } from "./report.js";
+
+export const TRAJECTORIES = "trajectories.jsonl";
+
+/**
+ * `searchr1 eval`: runs the agent on every selected question (greedy unless do_sample),
+ * appends each scored trajectory to `trajectories.jsonl` as it finishes, and writes
+ * `report.json` and `report.md` from the whole file at the end. A re-run with the same
+ * output folder skips the questions already there, so an interrupted run resumes.
+ */
+export async function runEval(
+  config: EvalConfig,
+  progress: Progress,
+  signal: AbortSignal,
+): Promise<Report> {
+  if (config.model.path === null) {
+    throw new UsageError(
+      'missing required key "model.path": set it with --model (or use --compare)',
+    );
+  }
+  const model = resolve(config.model.path);
+  if (!existsSync(join(model, "config.json"))) {
+    throw new InputError(`${model}: not a Hugging Face model folder (no config.json) (--model)`);
+  }
+  const tokenizer = ModelTokenizer.load(config.model.tokenizer_path ?? model);
+  const items = selectItems(await readQaItems(config.data.val_files), config);
+
+  const out = resolve(config.output_dir);
+  mkdirSync(out, { recursive: true });
+  const file = join(out, TRAJECTORIES);
+  const previous = readRecords(file);
+  const todo = pendingItems(items, previous);
+  progress.log(
+    previous.length
+      ? `resuming in ${out}: ${items.length - todo.length} of ${items.length} questions already done`
+      : `evaluating ${items.length} questions into ${out}`,
+  );
+
+  if (todo.length > 0) {
+    await evaluate(
+      todo,
+      items.length - todo.length,
+      items.length,
+      config,
+      model,
+      tokenizer,
+      file,
+      progress,
+      signal,
+    );
+  }
+  const wanted = new Set(items.map((i) => `${i.dataSource}/${i.id}`));
+  const records = readRecords(file).filter((r) => wanted.has(`${r.data_source}/${r.id}`));
+  const report = summarize(records, reportConfig(config, model));
+  writeFileAtomic(join(out, "report.json"), `${JSON.stringify(report, null, 2)}\n`);
+  writeFileAtomic(join(out, "report.md"), reportMarkdown(report));
+  return report;
+}
+
+async function evaluate(
+  todo: QaItem[],
+  alreadyDone: number,
+  total: number,
+  config: EvalConfig,
+  model: string,
+  tokenizer: ModelTokenizer,
+  file: string,
+  progress: Progress,
+  signal: AbortSignal,
+): Promise<void> {
+  const { rollout, data } = config;
+  const settings: AgentSettings = {
+    maxTurns: rollout.max_turns,
+    maxStartLength: data.max_start_length,
+    maxPromptLength: data.max_prompt_length,
+    maxResponseLength: data.max_response_length,
+    maxObsLength: data.max_obs_length,
+    sampling: rollout.do_sample
+      ? { temperature: rollout.temperature, topP: rollout.top_p, topK: rollout.top_k }
+      : { temperature: 0, topP: 1, topK: -1 },
+    compat: rollout.compat,
+  };
+  const tasks = await Promise.all(
+    todo.map(async (item, i) => ({
+      promptIds: await promptIds(tokenizer, item.messages),
+      seed: rollout.do_sample ? rollout.seed + alreadyDone + i : null,
+    })),
+  );
+
+  // The engine child's death is reported with its own last words, not as a refused socket.
+  const stop = new AbortController();
+  let died: string | null = null;
+  const engine = await connectEngine(
+    {
+      kind: rollout.engine,
+      url: rollout.engine_url,
+      modelPath: model,
+      childArgs: [
+        "--device",
+        rollout.engine_device,
+        ...(rollout.engine_threads ? ["--threads", String(rollout.engine_threads)] : []),
+      ],
+    },
+    { signal },
+  );
+  engine.child?.onDeath((message) => {
+    died = message;
+    stop.abort();
+  });
+  const retriever = new RetrieverClient({
+    url: config.retriever.url,
+    topk: config.retriever.topk,
+    timeoutMs: config.retriever.timeout_s * 1000,
+    maxRetries: config.retriever.max_retries,
+    onRetry: (message) => progress.log(message),
+  });
+
+  const task = progress.task("eval", total, "questions");
+  let done = alreadyDone;
+  let em = 0;
+  let scored = 0;
+  try {
+    await rolloutAll(
+      tasks,
+      settings,
+      { engine: engine.client, retriever, tokenizer: tokenizer.tokenizer },
+      {
+        concurrency: data.val_batch_size,
+        signal: AbortSignal.any([signal, stop.signal]),
+        onDone: async (trajectory, i) => {
+          const record = await toRecord(
+            todo[i] as QaItem,
+            trajectory,
+            tokenizer.tokenizer,
+            config.reward,
+          );
+          // One write per line: an interruption leaves whole lines (a torn last line is dropped on resume).
+          appendFileSync(file, `${JSON.stringify(record)}\n`);
+          done++;
+          scored++;
+          em += record.em;
+          task.update(done, `EM ${(em / scored).toFixed(3)}`);
+        },
+      },
+    );
+    task.finish();
+  } catch (err) {
+    task.finish();
+    if (died) throw new ServiceError(died);
+    throw err;
+  } finally {
+    await engine.stop();
+  }
+}
+
+/** The questions of the chosen sources, max_samples per source, then the first `limit`. */
+function selectItems(items: QaItem[], config: EvalConfig): QaItem[] {
+  const { sources, max_samples, limit } = config.data;
+  let chosen = items;
+  if (sources) {
+    const present = new Set(items.map((i) => i.dataSource));
+    const unknown = sources.filter((s) => !present.has(s));
+    if (unknown.length) {
+      throw new UsageError(
+        `data.sources (--sources): ${unknown.join(", ")} not in ${config.data.val_files.join(", ")}; ` +
+          `they hold ${[...present].sort().join(", ")}`,
+      );
+    }
+    chosen = chosen.filter((i) => sources.includes(i.dataSource));
+  }
+  if (max_samples !== null) {
+    const seen = new Map<string, number>();
+    chosen = chosen.filter((i) => {
+      const n = (seen.get(i.dataSource) ?? 0) + 1;
+      seen.set(i.dataSource, n);
+      return n <= max_samples;
+    });
+  }
+  if (limit !== null) chosen = chosen.slice(0, limit);
+  if (chosen.length === 0)
+    throw new InputError("no questions selected: check data.sources, max_samples, limit");
+  return chosen;
+}
+
+/** The items without a record yet (a question asked twice needs two records). */
+function pendingItems(items: QaItem[], records: readonly EvalRecord[]): QaItem[] {
+  const have = new Map<string, number>();
+  for (const r of records) {
+    const key = `${r.data_source}/${r.id}`;
+    have.set(key, (have.get(key) ?? 0) + 1);
+  }
+  return items.filter((i) => {
+    const key = `${i.dataSource}/${i.id}`;
+    const n = have.get(key) ?? 0;
+    if (n > 0) have.set(key, n - 1);
+    return n === 0;
+  });
+}
+
+/**
+ * The records of a trajectories.jsonl; a last line cut short by an interruption is removed
+ * from the file (its question runs again). Any other bad line is an InputError.
+ */
+export function readRecords(file: string): EvalRecord[] {
+  if (!existsSync(file)) return [];
+  const text = readFileSync(file, "utf8");
+  const lines = text.split("\n");
+  const records: EvalRecord[] = [];
+  let offset = 0;
+  for (const [n, line] of lines.entries()) {
+    const last = n === lines.length - 1;
+    if (line.trim() !== "") {
+      try {
+        records.push(JSON.parse(line) as EvalRecord);
+      } catch {
+        if (!last) throw new InputError(`${file}:${n + 1}: not a JSON line of a searchr1 eval`);
+        truncateSync(file, Buffer.byteLength(text.slice(0, offset)));
+      }
+    }
+    offset += line.length + 1;
+  }
+  return records;
+}
+
+function reportConfig(config: EvalConfig, model: string): Record<string, unknown> {
+  return {
+    model,
+    data: config.data.val_files,
+    engine: config.rollout.engine_url ?? config.rollout.engine,
+    retriever: config.retriever.url,
+    topk: config.retriever.topk,
+    max_turns: config.rollout.max_turns,
+    sampling: config.rollout.do_sample
+      ? {
+          temperature: config.rollout.temperature,
+          top_p: config.rollout.top_p,
+          top_k: config.rollout.top_k,
+          seed: config.rollout.seed,
+        }
+      : "greedy",
+    compat: config.rollout.compat,
+    search_r1_extract: config.reward.search_r1_extract,
+  };
+}
