@@ -100,7 +100,18 @@ const cuda = JSON.parse(help([TRAINER, "info"])).cuda as { available: boolean; r
 type Rule =
   | { match: RegExp; skip: string }
   | { match: RegExp; notImplemented: string }
-  | { match: RegExp; server: string };
+  | { match: RegExp; server: string }
+  | { match: RegExp; agent: string; overrides: string[] };
+
+/** Budgets that fit the tiny test model (context 512) and two shared cores. */
+const AGENT_BUDGET = [
+  "rollout.engine_device=cpu",
+  "rollout.engine_threads=1",
+  "data.max_prompt_length=400",
+  "data.max_response_length=8",
+  "data.max_obs_length=32",
+  "rollout.max_turns=1",
+];
 
 const RULES: Rule[] = [
   {
@@ -112,9 +123,26 @@ const RULES: Rule[] = [
     skip: cuda.available ? "" : `needs a GPU (CUDA is not usable here: ${cuda.reason})`,
   },
   {
-    match: /^searchr1 (train|eval) /,
-    notImplemented:
-      "train and eval have not landed: the example must exit 2, 'not implemented yet'",
+    match: /^searchr1 train /,
+    notImplemented: "train has not landed: the example must exit 2, 'not implemented yet'",
+  },
+  {
+    match: /^searchr1 eval --compare /,
+    agent: "compares two finished runs (written here): nothing to serve, nothing appended",
+    overrides: [],
+  },
+  {
+    match: /^searchr1 eval /,
+    agent:
+      "needs a retriever (and an engine where it names one): the test serves BM25 over a " +
+      "small corpus and the tiny test model, points the example at them, and appends " +
+      "budgets that fit that model",
+    overrides: [...AGENT_BUDGET, "data.limit=2"],
+  },
+  {
+    match: /^searchr1 ask /,
+    agent: "as for eval",
+    overrides: AGENT_BUDGET,
   },
   {
     match: /^searchr1 serve-(retriever|engine) /,
@@ -134,10 +162,12 @@ const ABSOLUTE = /(^|[\s=])\/(data|models)\//g;
 interface Input {
   /** Matched against the example line (absolute paths already rooted in the folder). */
   when: RegExp;
-  make(dir: string): void | Promise<void>;
+  /** Gets the example's folder and its line. */
+  make(dir: string, line: string): void | Promise<void>;
 }
 
 const CORPUS = `${generateCorpus(300, 5).join("\n")}\n`;
+const AGENT_MODEL = fileURLToPath(new URL("./engine/fixtures/qwen-bpe/", import.meta.url));
 const copy = (from: string, to: string) => (dir: string) =>
   cpSync(from, join(dir, to), { recursive: true });
 
@@ -233,6 +263,70 @@ const INPUTS: Input[] = [
     when: /--data sft\.safetensors\b/,
     make: copy(join(NATIVE, "untied.case.safetensors"), "sft.safetensors"),
   },
+  // eval and ask: the tiny model with a chat template, a test parquet made by preprocess,
+  // and two finished eval runs to compare.
+  {
+    when: /^searchr1 (eval|ask) .*--model (\S*\/hf|quickstart\/trained|models\/Qwen2\.5-3B)\b/,
+    make: (d, line) => {
+      const m = /--model (\S+)/.exec(line) as RegExpExecArray;
+      cpSync(AGENT_MODEL, join(d, m[1] as string), { recursive: true });
+    },
+  },
+  {
+    // --data's default when an eval example names none
+    when: /^searchr1 eval (?!--compare)/,
+    make: (d) => {
+      flashrag(d);
+      const r = spawnSync(
+        process.execPath,
+        [
+          BIN,
+          "preprocess",
+          "nq",
+          "hotpotqa",
+          "--input",
+          "data/FlashRAG_datasets",
+          "--out",
+          "data/nq_hotpotqa",
+          "--splits",
+          "test",
+          "--quiet",
+        ],
+        { cwd: d, encoding: "utf8", env: ENV },
+      );
+      if (r.status !== 0) throw new Error(`setting up data/nq_hotpotqa: ${r.stderr}`);
+    },
+  },
+  {
+    when: /--compare eval\/base eval\/step1000\b/,
+    make: (d) => {
+      for (const [run, em] of [
+        ["base", 0],
+        ["step1000", 1],
+      ] as const) {
+        const record = (id: string) => ({
+          id,
+          data_source: "nq",
+          question: "q?",
+          golden_answers: ["a"],
+          prediction: em ? "a" : "b",
+          em,
+          subem: em,
+          f1: em,
+          response: "",
+          turns: [],
+          searches: 1,
+          invalid_actions: 0,
+          response_tokens: 5,
+          finish_reason: "answer",
+        });
+        put(
+          join(d, "eval", run, "trajectories.jsonl"),
+          jsonl([record("test_0"), record("test_1")]),
+        );
+      }
+    },
+  },
   // config: a train config of the user's own, with the one key that has no default.
   {
     when: /--config run\.yaml\b/,
@@ -291,6 +385,48 @@ async function runServer(line: string, cwd: string): Promise<Run> {
   return run;
 }
 
+/** A BM25 retriever and an engine serving the tiny model, shared by the agent examples. */
+let servers: Promise<{ retriever: string; engine: string }> | null = null;
+const serverChildren: ChildProcess[] = [];
+afterAll(() => {
+  for (const child of serverChildren) child.kill("SIGTERM");
+});
+
+function agentServers(): Promise<{ retriever: string; engine: string }> {
+  servers ??= (async () => {
+    const dir = join(root, "agent-servers");
+    mkdirSync(dir);
+    buildIndex("corpus.jsonl", "idx")(dir);
+    const start = (args: string[], ready: RegExp) =>
+      new Promise<string>((resolve, reject) => {
+        const child = spawn(process.execPath, [BIN, ...args, "--port", "0"], {
+          cwd: dir,
+          env: ENV,
+        });
+        serverChildren.push(child);
+        let output = "";
+        child.stderr.setEncoding("utf8").on("data", (d: string) => {
+          output += d;
+          const m = ready.exec(output);
+          if (m) resolve(m[1] as string);
+        });
+        child.on("close", (code) => reject(new Error(`${args[0]} exited ${code}: ${output}`)));
+      });
+    const [retriever, engine] = await Promise.all([
+      start(
+        ["serve-retriever", "--index", "idx", "--corpus", "corpus.jsonl"],
+        /serving .* at (http:\/\/\S+\/retrieve) /,
+      ),
+      start(
+        ["serve-engine", "--model", AGENT_MODEL, "--device", "cpu", "--threads", "1"],
+        /serving .* at (http:\/\/\S+) /,
+      ),
+    ]);
+    return { retriever, engine };
+  })();
+  return servers;
+}
+
 function ruleFor(line: string): Rule | undefined {
   return RULES.find((r) => r.match.test(line) && !("skip" in r && r.skip === ""));
 }
@@ -301,10 +437,16 @@ async function runExample(line: string): Promise<Run & { rule?: Rule }> {
   mkdirSync(dir);
   const rooted = line.replace(ABSOLUTE, (_m, pre: string, top: string) => `${pre}${dir}/${top}/`);
   for (const input of INPUTS) {
-    if (input.when.test(rooted)) await input.make(dir);
+    if (input.when.test(rooted)) await input.make(dir, rooted);
   }
   const rule = ruleFor(line);
   if (rule && "server" in rule) return { ...(await runServer(rooted, dir)), rule };
+  if (rule && "agent" in rule && rule.overrides.length > 0) {
+    const { retriever, engine } = await agentServers();
+    const pointed = rooted.replace("http://127.0.0.1:30000", engine);
+    const args = [...rule.overrides, `retriever.url=${retriever}`].join(" ");
+    return { ...(await finish(shell(`${pointed} ${args}`, dir), { output: "" })), rule };
+  }
   return { ...(await finish(shell(rooted, dir), { output: "" })), rule };
 }
 

@@ -1,4 +1,5 @@
 import { Command } from "commander";
+import { register as ask } from "../../commands/ask.js";
 import { register as buildIndex } from "../../commands/build-index.js";
 import { register as config } from "../../commands/config.js";
 import { register as convertCkpt } from "../../commands/convert-ckpt.js";
@@ -27,6 +28,7 @@ export function buildProgram(): Command {
     serveEngine,
     train,
     evaluate,
+    ask,
     convertCkpt,
     config,
   ]) {

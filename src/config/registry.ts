@@ -1,4 +1,5 @@
 import type { CommandConfigSpec } from "./resolve.js";
+import { askSpec } from "./schemas/ask.js";
 import { buildIndexSpec } from "./schemas/build-index.js";
 import { convertCkptSpec } from "./schemas/convert-ckpt.js";
 import { downloadSpec } from "./schemas/download.js";
@@ -18,6 +19,7 @@ export const CONFIG_SPECS: Record<string, CommandConfigSpec> = Object.fromEntrie
     serveEngineSpec,
     trainSpec,
     evalSpec,
+    askSpec,
     convertCkptSpec,
   ].map((s) => [s.command, s as CommandConfigSpec]),
 );

@@ -1,12 +1,11 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync, truncateSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promptIds } from "../agent/prompt.js";
-import { RetrieverClient } from "../agent/retriever-client.js";
-import { type AgentSettings, rolloutAll } from "../agent/rollout.js";
+import { rolloutAll } from "../agent/rollout.js";
+import { AgentSession, agentSettings } from "../agent/session.js";
 import type { EvalConfig } from "../config/schemas/eval.js";
 import { type QaItem, readQaItems } from "../data/qa-items.js";
-import { connectEngine } from "../engine/client/connect.js";
-import { InputError, ServiceError, UsageError } from "../runtime/errors.js";
+import { InputError, UsageError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
 import { writeFileAtomic } from "../runtime/write-atomic.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
@@ -82,87 +81,49 @@ async function evaluate(
   signal: AbortSignal,
 ): Promise<void> {
   const { rollout, data } = config;
-  const settings: AgentSettings = {
-    maxTurns: rollout.max_turns,
-    maxStartLength: data.max_start_length,
-    maxPromptLength: data.max_prompt_length,
-    maxResponseLength: data.max_response_length,
-    maxObsLength: data.max_obs_length,
-    sampling: rollout.do_sample
+  const settings = agentSettings(
+    config,
+    rollout.do_sample
       ? { temperature: rollout.temperature, topP: rollout.top_p, topK: rollout.top_k }
       : { temperature: 0, topP: 1, topK: -1 },
-    compat: rollout.compat,
-  };
+  );
   const tasks = await Promise.all(
     todo.map(async (item, i) => ({
       promptIds: await promptIds(tokenizer, item.messages),
       seed: rollout.do_sample ? rollout.seed + alreadyDone + i : null,
     })),
   );
-
-  // The engine child's death is reported with its own last words, not as a refused socket.
-  const stop = new AbortController();
-  let died: string | null = null;
-  const engine = await connectEngine(
-    {
-      kind: rollout.engine,
-      url: rollout.engine_url,
-      modelPath: model,
-      childArgs: [
-        "--device",
-        rollout.engine_device,
-        ...(rollout.engine_threads ? ["--threads", String(rollout.engine_threads)] : []),
-      ],
-    },
-    { signal },
-  );
-  engine.child?.onDeath((message) => {
-    died = message;
-    stop.abort();
-  });
-  const retriever = new RetrieverClient({
-    url: config.retriever.url,
-    topk: config.retriever.topk,
-    timeoutMs: config.retriever.timeout_s * 1000,
-    maxRetries: config.retriever.max_retries,
-    onRetry: (message) => progress.log(message),
-  });
+  const session = await AgentSession.open(config, model, (line) => progress.log(line), signal);
 
   const task = progress.task("eval", total, "questions");
   let done = alreadyDone;
   let em = 0;
   let scored = 0;
   try {
-    await rolloutAll(
-      tasks,
-      settings,
-      { engine: engine.client, retriever, tokenizer: tokenizer.tokenizer },
-      {
-        concurrency: data.val_batch_size,
-        signal: AbortSignal.any([signal, stop.signal]),
-        onDone: async (trajectory, i) => {
-          const record = await toRecord(
-            todo[i] as QaItem,
-            trajectory,
-            tokenizer.tokenizer,
-            config.reward,
-          );
-          // One write per line: an interruption leaves whole lines (a torn last line is dropped on resume).
-          appendFileSync(file, `${JSON.stringify(record)}\n`);
-          done++;
-          scored++;
-          em += record.em;
-          task.update(done, `EM ${(em / scored).toFixed(3)}`);
-        },
+    await rolloutAll(tasks, settings, session.parts(tokenizer.tokenizer), {
+      concurrency: data.val_batch_size,
+      signal: session.signal,
+      onDone: async (trajectory, i) => {
+        const record = await toRecord(
+          todo[i] as QaItem,
+          trajectory,
+          tokenizer.tokenizer,
+          config.reward,
+        );
+        // One write per line: an interruption leaves whole lines (a torn last line is dropped on resume).
+        appendFileSync(file, `${JSON.stringify(record)}\n`);
+        done++;
+        scored++;
+        em += record.em;
+        task.update(done, `EM ${(em / scored).toFixed(3)}`);
       },
-    );
+    });
     task.finish();
   } catch (err) {
     task.finish();
-    if (died) throw new ServiceError(died);
-    throw err;
+    throw session.failure(err);
   } finally {
-    await engine.stop();
+    await session.close();
   }
 }
 

@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import {
   agentEnv,
+  decodingFields,
   generationFields,
   lengthFields,
   modelSection,
@@ -47,14 +48,7 @@ export const evalSchema = z.strictObject({
   rollout: z
     .strictObject({
       ...generationFields,
-      // Search-R1 meant validation to be greedy; that it samples is a bug (§12.7).
-      do_sample: z
-        .boolean()
-        .default(false)
-        .describe(
-          "sample with temperature/top_p/top_k as Search-R1's validation does; false = greedy",
-        ),
-      seed: z.number().int().default(1).describe("sampling seed (question i uses seed + i)"),
+      ...decodingFields,
     })
     .prefault({}),
   reward: z

@@ -85,6 +85,16 @@ export const generationFields = {
   tensor_parallel_size: positiveInt().default(1).describe("GPUs per engine replica"),
 };
 
+/** Decoding of eval and ask: greedy unless asked to sample (then seeded). */
+export const decodingFields = {
+  // Search-R1 meant validation to be greedy; that it samples is a bug (§12.7).
+  do_sample: z
+    .boolean()
+    .default(false)
+    .describe("sample with temperature/top_p/top_k as Search-R1's validation does; false = greedy"),
+  seed: z.number().int().default(1).describe("sampling seed (question i uses seed + i)"),
+};
+
 export const loggingFields = {
   logger: z
     .array(z.enum(["console", "jsonl", "plot"]))

@@ -1,0 +1,99 @@
+import type { z } from "zod";
+import type { generationFields, lengthFields, retrieverSection } from "../config/schemas/shared.js";
+import { type ConnectedEngine, connectEngine } from "../engine/client/connect.js";
+import { ServiceError } from "../runtime/errors.js";
+import { RetrieverClient } from "./retriever-client.js";
+import type { AgentParts, AgentSettings } from "./rollout.js";
+
+type Lengths = { [K in keyof typeof lengthFields]: z.infer<(typeof lengthFields)[K]> };
+type Generation = { [K in keyof typeof generationFields]: z.infer<(typeof generationFields)[K]> };
+
+/** The config sections the agent reads (shared by eval, ask and train). */
+export interface AgentConfig {
+  data: Lengths;
+  rollout: Generation;
+  retriever: z.infer<typeof retrieverSection>;
+}
+
+/** The turn budgets of a config; sampling as given (temperature 0 = greedy). */
+export function agentSettings(
+  config: AgentConfig,
+  sampling: AgentSettings["sampling"],
+): AgentSettings {
+  return {
+    maxTurns: config.rollout.max_turns,
+    maxStartLength: config.data.max_start_length,
+    maxPromptLength: config.data.max_prompt_length,
+    maxResponseLength: config.data.max_response_length,
+    maxObsLength: config.data.max_obs_length,
+    sampling,
+    compat: config.rollout.compat,
+  };
+}
+
+/**
+ * The engine (a running one, or the native engine started as a child) and the retriever
+ * client of one command. `signal` aborts when the child engine dies; `failure()` then says
+ * why in the engine's own words, which beats the refused sockets the requests see.
+ */
+export class AgentSession {
+  private died: string | null = null;
+  private readonly stop = new AbortController();
+  readonly signal: AbortSignal;
+
+  private constructor(
+    private readonly engine: ConnectedEngine,
+    readonly retriever: RetrieverClient,
+    signal: AbortSignal,
+  ) {
+    this.signal = AbortSignal.any([signal, this.stop.signal]);
+    engine.child?.onDeath((message) => {
+      this.died = message;
+      this.stop.abort();
+    });
+  }
+
+  static async open(
+    config: AgentConfig,
+    modelPath: string,
+    log: (line: string) => void,
+    signal: AbortSignal,
+  ): Promise<AgentSession> {
+    const { rollout } = config;
+    const engine = await connectEngine(
+      {
+        kind: rollout.engine,
+        url: rollout.engine_url,
+        modelPath,
+        childArgs: [
+          "--device",
+          rollout.engine_device,
+          ...(rollout.engine_threads ? ["--threads", String(rollout.engine_threads)] : []),
+        ],
+      },
+      { signal },
+    );
+    const retriever = new RetrieverClient({
+      url: config.retriever.url,
+      topk: config.retriever.topk,
+      timeoutMs: config.retriever.timeout_s * 1000,
+      maxRetries: config.retriever.max_retries,
+      onRetry: log,
+    });
+    return new AgentSession(engine, retriever, signal);
+  }
+
+  parts(tokenizer: AgentParts["tokenizer"]): AgentParts {
+    return { engine: this.engine.client, retriever: this.retriever, tokenizer };
+  }
+
+  /** The error to report for `err`: the engine's death when that is what happened. */
+  failure(err: unknown): unknown {
+    return this.died ? new ServiceError(this.died) : err;
+  }
+
+  /** Stops the child engine, if this session started one. */
+  close(): Promise<void> {
+    return this.engine.stop();
+  }
+}

@@ -1,0 +1,35 @@
+import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
+import {
+  agentEnv,
+  decodingFields,
+  generationFields,
+  lengthFields,
+  modelSection,
+  retrieverSection,
+} from "./shared.js";
+
+export const askSchema = z.strictObject({
+  question: z.string().min(1).describe("the question to answer"),
+  model: modelSection,
+  template: z
+    .string()
+    .min(1)
+    .default("search-r1")
+    .describe("prompt template: a built-in name (templates/*.txt) or a file with {question}"),
+  data: z.strictObject({ ...lengthFields }).prefault({}),
+  rollout: z.strictObject({ ...generationFields, ...decodingFields }).prefault({}),
+  retriever: retrieverSection.prefault({}),
+  json: z
+    .boolean()
+    .default(false)
+    .describe("print one JSON object (for scripts) instead of the turns"),
+});
+
+export type AskConfig = z.infer<typeof askSchema>;
+
+export const askSpec: CommandConfigSpec<typeof askSchema> = {
+  command: "ask",
+  schema: askSchema,
+  env: agentEnv,
+};

@@ -1,0 +1,108 @@
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { formatTurn } from "../../src/agent/ask.js";
+import { TextTokenizer } from "../../src/text/tokenizer.js";
+import { modelDir } from "../engine/helpers.js";
+import { startCli } from "../helpers/cli.js";
+import {
+  buildTestIndex,
+  type RunningRetriever,
+  startRetrieverServer,
+  type TestIndex,
+} from "../retrieval/helpers.js";
+import { type ScriptedEngine, startScriptedEngine } from "./scripted-engine.js";
+
+const MODEL = modelDir("qwen-bpe");
+const tokenizer = TextTokenizer.load(MODEL);
+const EOS = tokenizer.tokenToId("<|im_end|>") as number;
+
+let ix: TestIndex;
+let retriever: RunningRetriever;
+let engine: ScriptedEngine;
+
+beforeAll(async () => {
+  ix = buildTestIndex({ rows: 300 });
+  retriever = await startRetrieverServer([
+    "--index",
+    ix.index,
+    "--corpus",
+    ix.corpus,
+    "--port",
+    "0",
+  ]);
+  engine = await startScriptedEngine(tokenizer, EOS, (context) =>
+    context.includes("Doc 1(Title:")
+      ? { text: "<think> it says actor </think>\n<answer> an actor </answer>" }
+      : { text: "<think> I should look him up. </think>\n<search> Paul Walker </search>" },
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await engine?.close();
+  await retriever?.stop();
+  ix?.cleanup();
+});
+
+const ask = (extra: string[]) =>
+  startCli([
+    "ask",
+    "who played Brian",
+    "--model",
+    MODEL,
+    "--engine-url",
+    engine.url,
+    "--retriever-url",
+    retriever.url,
+    "data.max_obs_length=200",
+    ...extra,
+  ]).result;
+
+it("shows each turn: reasoning, query, document titles, then the answer (plain when piped)", async () => {
+  const r = await ask([]);
+  expect(r.code, r.stderr).toBe(0);
+  expect(r.stdout).toBe(
+    [
+      "turn 1",
+      "  <think> I should look him up. </think>",
+      "  search: Paul Walker",
+      '    1. "Paul Walker" [0]',
+      "turn 2",
+      "  <think> it says actor </think>",
+      "  answer: an actor",
+      "",
+    ].join("\n"),
+  );
+  // The question was normalised and put in the Search-R1 prompt, rendered with the chat template.
+  expect(engine.requests.at(-2)?.context).toContain(
+    "Question: who played Brian?\n<|im_end|>\n<|im_start|>assistant\n",
+  );
+});
+
+it("--json prints one object for scripts", async () => {
+  const r = await ask(["--json"]);
+  expect(r.code, r.stderr).toBe(0);
+  const out = JSON.parse(r.stdout);
+  expect(out.answer).toBe("an actor");
+  expect(out.question).toBe("who played Brian?");
+  expect(out.searches).toBe(1);
+  expect(out.finish_reason).toBe("answer");
+  expect(out.turns.map((t: { action: string }) => t.action)).toEqual(["search", "answer"]);
+  expect(out.response).toContain('<information>Doc 1(Title: "Paul Walker")');
+});
+
+it("colours a turn for a terminal", () => {
+  const text = formatTurn(
+    {
+      action: "answer",
+      query: "x",
+      text: "<answer> x </answer>",
+      tokens: 3,
+      finish: "stop",
+      documents: [],
+      observation: "",
+      observationTruncated: false,
+    },
+    0,
+    true,
+  );
+  expect(text).toBe("\x1b[1mturn 1\x1b[22m\n  \x1b[32manswer:\x1b[39m x");
+});
