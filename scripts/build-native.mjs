@@ -20,8 +20,9 @@ function run(args) {
   const r = spawnSync("cmake", args, { stdio: "inherit" });
   if (r.error?.code === "ENOENT") {
     console.error(
-      "searchr1: cmake was not found. The native core needs cmake, a C++17 compiler and " +
-        "OpenBLAS (Debian/Ubuntu: apt-get install cmake g++ libopenblas-dev).",
+      "searchr1: cmake was not found. The native core needs cmake and a C++17 compiler " +
+        "(Debian/Ubuntu: apt-get install cmake g++); OpenBLAS (libopenblas-dev) is " +
+        "optional and makes the CPU backend faster.",
     );
     process.exit(1);
   }

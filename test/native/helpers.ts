@@ -22,9 +22,15 @@ export interface TrainerResult {
   stderr: string;
 }
 
-/** Runs the real native searchr1-trainer (two threads keep CI machines responsive). */
-export function trainer(args: string[]): TrainerResult {
-  const r = spawnSync(nativeExecutable("searchr1-trainer"), args, {
+/**
+ * Runs the real native searchr1-trainer (two threads keep CI machines responsive); `exe`
+ * runs another build of it (portable-gemm.test.ts's).
+ */
+export function trainer(
+  args: string[],
+  exe: string = nativeExecutable("searchr1-trainer"),
+): TrainerResult {
+  const r = spawnSync(exe, args, {
     encoding: "utf8",
     timeout: 120_000,
     env: { ...process.env, OMP_NUM_THREADS: "2" },
@@ -33,8 +39,8 @@ export function trainer(args: string[]): TrainerResult {
 }
 
 /** Runs the trainer and fails the test with its stderr unless it exits 0. */
-export function trainerOk(args: string[]): TrainerResult {
-  const r = trainer(args);
+export function trainerOk(args: string[], exe?: string): TrainerResult {
+  const r = trainer(args, exe);
   if (r.code !== 0) throw new Error(`searchr1-trainer ${args[0]} exited ${r.code}: ${r.stderr}`);
   return r;
 }

@@ -1,6 +1,6 @@
-// The CPU backend: fp32 throughout (its XPtrs are floats), OpenMP over rows, OpenBLAS sgemm for the linear layers. It is the
+// The CPU backend: fp32 throughout (its XPtrs are floats), OpenMP over rows, sgemm (OpenBLAS,
+// or the portable kernel where the build has none) for the linear layers. It is the
 // readable reference the CUDA backend is tested against, so it favours plain loops.
-#include <cblas.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/rope_table.h"
+#include "backend/sgemm.h"
 #include "util/error.h"
 
 namespace sr1 {
@@ -156,8 +157,8 @@ class CpuBackend final : public Backend {
       for (int n = 0; n < N; n++) std::memcpy(out + static_cast<size_t>(n) * OC, bias,
                                               OC * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
-                bias != nullptr ? 1.0f : 0.0f, out, OC);
+    sgemm(Trans::No, Trans::Yes, N, OC, C, 1.0f, inp, C, w, C, bias != nullptr ? 1.0f : 0.0f,
+          out, OC);
   }
 
   void matmul_backward(XPtr xdinp, float* dw, float* dbias, XPtr xdout, XPtr xinp, XPtr xw,
@@ -165,12 +166,11 @@ class CpuBackend final : public Backend {
     float* dinp = F(xdinp);
     const float *dout = F(xdout), *inp = F(xinp), *w = F(xw);
     if (dinp != nullptr) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-                  accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+      sgemm(Trans::No, Trans::No, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f,
+            dinp, C);
     }
     if (dw != nullptr) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                  1.0f, dw, C);
+      sgemm(Trans::Yes, Trans::No, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
     if (dbias != nullptr) {
       column_sums(dbias, N, OC, [&](int n, float* local) {

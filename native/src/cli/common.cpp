@@ -1,6 +1,5 @@
 #include "cli/common.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "backend/sgemm.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -32,7 +32,7 @@ std::unique_ptr<Backend> open_backend(const Args& args) {
   if (args.has("threads")) {
     const int n = static_cast<int>(args.integer("threads", 0, 1));
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    set_sgemm_threads(n);
   }
   return make_backend(args.text("device", "auto"));
 }

@@ -1,0 +1,31 @@
+// sgemm's dispatch: OpenBLAS when CMake found it, else the portable kernel.
+#include "backend/sgemm.h"
+
+#ifdef SR1_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace sr1 {
+
+#ifdef SR1_HAVE_CBLAS
+
+void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc) {
+  const auto op = [](Trans t) { return t == Trans::Yes ? CblasTrans : CblasNoTrans; };
+  cblas_sgemm(CblasRowMajor, op(ta), op(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void set_sgemm_threads(int n) { openblas_set_num_threads(n); }
+const char* sgemm_library() { return "openblas"; }
+
+#else
+
+void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc) {
+  sgemm_portable(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void set_sgemm_threads(int) {}  // omp_set_num_threads, which the caller does, is enough
+const char* sgemm_library() { return "portable"; }
+
+#endif
+
+}  // namespace sr1

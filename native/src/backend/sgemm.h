@@ -1,0 +1,26 @@
+// The one matrix product the CPU backend needs, C = alpha * op(A) op(B) + beta * C on
+// row-major fp32 matrices (cblas_sgemm with CblasRowMajor). `sgemm` calls OpenBLAS where
+// the build found it (SR1_HAVE_CBLAS) and the portable kernel of sgemm_portable.cpp
+// otherwise, so that the native core builds on a machine with only a C++ compiler.
+#pragma once
+
+namespace sr1 {
+
+enum class Trans { No, Yes };  // op(X) = X or X^T
+
+// op(A) is M x K, op(B) is K x N, C is M x N; lda, ldb, ldc are the row strides of the
+// matrices as stored (A is K x M when transposed). beta == 0 overwrites C, NaNs included.
+void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc);
+
+// The portable kernel itself (compiled in every build: searchr1-gemm-check tests and times it).
+void sgemm_portable(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+// Threads for sgemm: OpenBLAS keeps its own pool; the portable kernel uses OpenMP's.
+void set_sgemm_threads(int n);
+
+// "openblas" or "portable": which one `sgemm` calls.
+const char* sgemm_library();
+
+}  // namespace sr1
