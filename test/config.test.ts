@@ -380,19 +380,25 @@ describe("train and eval schemas", () => {
     });
     expect(cfg.rollout).toMatchObject({ n: 5, max_turns: 4, temperature: 1, top_p: 1 });
     expect(cfg.retriever).toMatchObject({ url: "http://127.0.0.1:8000/retrieve", topk: 3 });
+    // Search-R1's scripts use 8 GPUs; this build trains on one, and says so for more.
     expect(cfg.trainer).toMatchObject({
-      gpus: 8,
+      gpus: 1,
       save_freq: 100,
       test_freq: 100,
       total_training_steps: 1005,
     });
   });
 
-  it("eval decodes greedily by default", () => {
-    const cfg = resolveConfig(CONFIG_SPECS.eval as CommandConfigSpec, {
-      overrides: ["model.path=m"],
-    }) as { rollout: { temperature: number } };
-    expect(cfg.rollout.temperature).toBe(0);
+  it("eval decodes greedily by default; --sample samples at the training temperature", () => {
+    const resolve = (overrides: string[]) =>
+      resolveConfig(CONFIG_SPECS.eval as CommandConfigSpec, {
+        overrides: ["model.path=m", ...overrides],
+      }) as { rollout: { do_sample: boolean; temperature: number } };
+    expect(resolve([]).rollout).toMatchObject({ do_sample: false });
+    expect(resolve(["rollout.do_sample=true"]).rollout).toMatchObject({
+      do_sample: true,
+      temperature: 1,
+    });
   });
 
   it("every command has a JSON Schema that forbids unknown keys", () => {

@@ -1,6 +1,8 @@
 import type { z } from "zod";
 import type { generationFields, lengthFields, retrieverSection } from "../config/schemas/shared.js";
 import { type ConnectedEngine, connectEngine } from "../engine/client/connect.js";
+import type { EngineClient } from "../engine/client/types.js";
+import { ChildServer } from "../runtime/child-server.js";
 import { ServiceError } from "../runtime/errors.js";
 import { RetrieverClient } from "./retriever-client.js";
 import type { AgentParts, AgentSettings } from "./rollout.js";
@@ -12,7 +14,8 @@ type Generation = { [K in keyof typeof generationFields]: z.infer<(typeof genera
 export interface AgentConfig {
   data: Lengths;
   rollout: Generation;
-  retriever: z.infer<typeof retrieverSection>;
+  /** train may name an index to serve instead of a URL. */
+  retriever: z.infer<typeof retrieverSection> & { index?: string | null; corpus?: string | null };
 }
 
 /** The turn budgets of a config; sampling as given (temperature 0 = greedy). */
@@ -42,15 +45,25 @@ export class AgentSession {
   readonly signal: AbortSignal;
 
   private constructor(
-    private readonly engine: ConnectedEngine,
+    private readonly connected: ConnectedEngine,
+    private readonly retrieverChild: ChildServer | null,
     readonly retriever: RetrieverClient,
     signal: AbortSignal,
   ) {
     this.signal = AbortSignal.any([signal, this.stop.signal]);
-    engine.child?.onDeath((message) => {
-      this.died = message;
-      this.stop.abort();
-    });
+    for (const child of [connected.child, retrieverChild]) {
+      child?.onDeath((message) => this.fail(message));
+    }
+  }
+
+  /** Stops the work in flight; `failure()` will report `message`. */
+  fail(message: string): void {
+    this.died ??= message;
+    this.stop.abort();
+  }
+
+  get engine(): EngineClient {
+    return this.connected.client;
   }
 
   static async open(
@@ -60,6 +73,21 @@ export class AgentSession {
     signal: AbortSignal,
   ): Promise<AgentSession> {
     const { rollout } = config;
+    const { index, corpus } = config.retriever;
+    const retrieverChild = index
+      ? await ChildServer.start(
+          "retriever",
+          "serve-retriever",
+          [
+            "--index",
+            index,
+            ...(corpus ? ["--corpus", corpus] : []),
+            "--topk",
+            String(config.retriever.topk),
+          ],
+          { signal },
+        )
+      : null;
     const engine = await connectEngine(
       {
         kind: rollout.engine,
@@ -74,17 +102,17 @@ export class AgentSession {
       { signal },
     );
     const retriever = new RetrieverClient({
-      url: config.retriever.url,
+      url: retrieverChild ? `${retrieverChild.url}` : config.retriever.url,
       topk: config.retriever.topk,
       timeoutMs: config.retriever.timeout_s * 1000,
       maxRetries: config.retriever.max_retries,
       onRetry: log,
     });
-    return new AgentSession(engine, retriever, signal);
+    return new AgentSession(engine, retrieverChild, retriever, signal);
   }
 
   parts(tokenizer: AgentParts["tokenizer"]): AgentParts {
-    return { engine: this.engine.client, retriever: this.retriever, tokenizer };
+    return { engine: this.connected.client, retriever: this.retriever, tokenizer };
   }
 
   /** The error to report for `err`: the engine's death when that is what happened. */
@@ -92,8 +120,8 @@ export class AgentSession {
     return this.died ? new ServiceError(this.died) : err;
   }
 
-  /** Stops the child engine, if this session started one. */
-  close(): Promise<void> {
-    return this.engine.stop();
+  /** Stops the children this session started. */
+  async close(): Promise<void> {
+    await Promise.all([this.connected.stop(), this.retrieverChild?.stop()]);
   }
 }

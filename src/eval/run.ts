@@ -1,7 +1,5 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync, truncateSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { promptIds } from "../agent/prompt.js";
-import { rolloutAll } from "../agent/rollout.js";
 import { AgentSession, agentSettings } from "../agent/session.js";
 import type { EvalConfig } from "../config/schemas/eval.js";
 import { type QaItem, readQaItems } from "../data/qa-items.js";
@@ -9,7 +7,8 @@ import { InputError, UsageError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
 import { writeFileAtomic } from "../runtime/write-atomic.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
-import { type EvalRecord, toRecord } from "./record.js";
+import { answerItems } from "./answer-items.js";
+import type { EvalRecord } from "./record.js";
 import { type Report, reportMarkdown, summarize } from "./report.js";
 
 export const TRAJECTORIES = "trajectories.jsonl";
@@ -87,12 +86,6 @@ async function evaluate(
       ? { temperature: rollout.temperature, topP: rollout.top_p, topK: rollout.top_k }
       : { temperature: 0, topP: 1, topK: -1 },
   );
-  const tasks = await Promise.all(
-    todo.map(async (item, i) => ({
-      promptIds: await promptIds(tokenizer, item.messages),
-      seed: rollout.do_sample ? rollout.seed + alreadyDone + i : null,
-    })),
-  );
   const session = await AgentSession.open(config, model, (line) => progress.log(line), signal);
 
   const task = progress.task("eval", total, "questions");
@@ -100,16 +93,13 @@ async function evaluate(
   let em = 0;
   let scored = 0;
   try {
-    await rolloutAll(tasks, settings, session.parts(tokenizer.tokenizer), {
+    await answerItems(todo, tokenizer, session.parts(tokenizer.tokenizer), {
+      settings,
       concurrency: data.val_batch_size,
+      seed: rollout.do_sample ? rollout.seed + alreadyDone : null,
+      reward: config.reward,
       signal: session.signal,
-      onDone: async (trajectory, i) => {
-        const record = await toRecord(
-          todo[i] as QaItem,
-          trajectory,
-          tokenizer.tokenizer,
-          config.reward,
-        );
+      onRecord: (record) => {
         // One write per line: an interruption leaves whole lines (a torn last line is dropped on resume).
         appendFileSync(file, `${JSON.stringify(record)}\n`);
         done++;

@@ -63,7 +63,11 @@ export const trainSchema = z.strictObject({
         .default(["data/nq_hotpotqa/test.parquet"])
         .describe("validation parquet files"),
       train_batch_size: positiveInt().default(512).describe("prompts per step"),
-      val_batch_size: positiveInt().default(256).describe("prompts per validation batch"),
+      val_batch_size: positiveInt().default(256).describe("validation questions in flight at once"),
+      val_max_samples: positiveInt()
+        .nullable()
+        .default(null)
+        .describe("first validation questions of each data source; null = all"),
       ...lengthFields,
       shuffle: z.boolean().default(true).describe("shuffle training prompts each epoch"),
       seed: z.number().int().default(1).describe("data order and sampling seed"),
@@ -134,7 +138,22 @@ export const trainSchema = z.strictObject({
       ...generationFields,
     })
     .prefault({}),
-  retriever: retrieverSection.prefault({}),
+  retriever: retrieverSection
+    .extend({
+      index: z
+        .string()
+        .min(1)
+        .nullable()
+        .default(null)
+        .describe("start serve-retriever on this BM25 index folder instead of using retriever.url"),
+      corpus: z
+        .string()
+        .min(1)
+        .nullable()
+        .default(null)
+        .describe("the corpus jsonl of retriever.index"),
+    })
+    .prefault({}),
   reward: z
     .strictObject({
       format_reward: z
@@ -169,8 +188,18 @@ export const trainSchema = z.strictObject({
     .prefault({}),
   trainer: z
     .strictObject({
-      gpus: positiveInt().default(8).describe("GPUs per node"),
-      nnodes: positiveInt().default(1).describe("nodes"),
+      gpus: positiveInt()
+        .default(1)
+        .describe("GPUs per node (this build trains on one device; more is refused)"),
+      nnodes: positiveInt().default(1).describe("nodes (one in this build)"),
+      device: z
+        .enum(["auto", "cpu", "cuda"])
+        .default("auto")
+        .describe("device of the native trainer (auto: CUDA when usable)"),
+      threads: positiveInt()
+        .nullable()
+        .default(null)
+        .describe("CPU threads of the native trainer; null = all cores"),
       total_epochs: positiveInt().default(15).describe("epochs when total_training_steps is null"),
       total_training_steps: positiveInt()
         .nullable()

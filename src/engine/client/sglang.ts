@@ -29,6 +29,20 @@ export class SglangClient implements EngineClient {
     const answer = await callEngine(`${this.url}/generate`, body, signal);
     return parseGenerateAnswer(answer, `${this.url}/generate`);
   }
+
+  /** The engine loads `modelPath` in place; its prefix cache is flushed and its weight version moves on. */
+  async updateWeightsFromDisk(modelPath: string): Promise<void> {
+    const url = `${this.url}/update_weights_from_disk`;
+    const answer = (await callEngine(url, { model_path: modelPath })) as {
+      success?: boolean;
+      message?: string;
+    };
+    if (answer?.success !== true) {
+      throw new ServiceError(
+        `engine ${url} did not load ${modelPath}: ${answer?.message ?? "no reason given"}`,
+      );
+    }
+  }
 }
 
 /** POSTs to an engine; failures become one-line errors that name the engine's URL. */

@@ -39,4 +39,9 @@ export interface EngineClient {
   /** The engine's base URL (no path). */
   readonly url: string;
   generate(request: TurnRequest, signal?: AbortSignal): Promise<TurnOutput>;
+  /**
+   * Loads new weights from a Hugging Face folder without restarting (SGLang's
+   * `/update_weights_from_disk`); absent where the engine has no such call.
+   */
+  updateWeightsFromDisk?(modelPath: string): Promise<void>;
 }
