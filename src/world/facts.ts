@@ -1,9 +1,10 @@
 /**
  * The facts of a tiny invented world, drawn from a seed: people born in cities, working for
  * organisations and mentored by other people; organisations based in cities; cities in
- * countries. People are split into train and test people, so that the test questions are
- * about people whose facts no training question reveals: a model can answer them only by
- * searching.
+ * countries. Some of the people's facts are held out: the test questions are the ones that
+ * need a held-out fact, which no training question (and so no demonstration or rewarded
+ * answer) states, so a model can answer them only by searching. Every person still has
+ * training questions: all names are tokens the model learns to write.
  */
 import { Rng } from "../runtime/rng.js";
 import { NameMaker } from "./names.js";
@@ -15,7 +16,10 @@ export interface WorldSizes {
   organisations: number;
   /** Extra passages that name people and cities but state none of the asked facts. */
   distractors: number;
-  /** Share of the people whose questions form the test split. */
+  /**
+   * Share of the people's facts (three each: birthplace, employer, mentor) held out; the
+   * questions that need one form the test split. At most one fact per person.
+   */
   testFraction: number;
 }
 
@@ -25,17 +29,22 @@ export const DEFAULT_SIZES: WorldSizes = {
   countries: 6,
   organisations: 16,
   distractors: 20,
-  testFraction: 0.15,
+  testFraction: 0.12,
 };
 
 export type Split = "train" | "test";
+
+/** The relations a person has, each a fact that can be held out. */
+export type PersonRelation = "born_in" | "works_for" | "mentor";
+const PERSON_RELATIONS: PersonRelation[] = ["born_in", "works_for", "mentor"];
 
 export interface Person {
   name: string;
   bornIn: string;
   worksFor: string;
   mentor: string;
-  split: Split;
+  /** The fact only test questions need, if any. */
+  heldOut: PersonRelation | null;
 }
 
 export interface City {
@@ -108,8 +117,10 @@ function checkSizes(s: WorldSizes): void {
   if (!Number.isInteger(s.distractors) || s.distractors < 0) {
     throw new RangeError(`world distractors: expected an integer >= 0, got ${s.distractors}`);
   }
-  if (!(s.testFraction > 0 && s.testFraction < 1)) {
-    throw new RangeError(`world testFraction: expected a number in (0, 1), got ${s.testFraction}`);
+  if (!(s.testFraction > 0 && s.testFraction <= 1 / 3)) {
+    throw new RangeError(
+      `world testFraction: expected a number in (0, 1/3] (one fact in three per person at most), got ${s.testFraction}`,
+    );
   }
 }
 
@@ -128,24 +139,22 @@ export function makeFacts(seed: number, sizes: WorldSizes = DEFAULT_SIZES): Worl
     basedIn: pick(rng, cities).name,
   }));
 
-  const testCount = Math.max(1, Math.round(sizes.people * sizes.testFraction));
   const personNames = Array.from({ length: sizes.people }, () => names.next("person"));
-  const trainNames = personNames.slice(0, sizes.people - testCount);
-  const people: Person[] = personNames.map((name, i) => {
-    const split: Split = i < trainNames.length ? "train" : "test";
-    // A train person's mentor is a train person: otherwise a training question ("where was
-    // the mentor of X born?") would reveal a test person's facts.
-    const pool = split === "train" ? trainNames : personNames;
-    let mentor = pick(rng, pool);
-    while (mentor === name) mentor = pick(rng, pool);
+  const people: Person[] = personNames.map((name) => {
+    let mentor = pick(rng, personNames);
+    while (mentor === name) mentor = pick(rng, personNames);
     return {
       name,
       bornIn: pick(rng, cities).name,
       worksFor: pick(rng, organisations).name,
       mentor,
-      split,
+      heldOut: null,
     };
   });
+  const heldOut = Math.max(1, Math.round(sizes.people * 3 * sizes.testFraction));
+  for (const person of shuffle(rng, [...people]).slice(0, heldOut)) {
+    person.heldOut = pick(rng, PERSON_RELATIONS);
+  }
 
   const distractors: Distractor[] = Array.from({ length: sizes.distractors }, (_, i) => {
     const city = cities[i % cities.length] as City;

@@ -2,7 +2,8 @@
  * Questions about the world's people: three 1-hop kinds (the answer is in the person's own
  * passage) and three 2-hop kinds (the answer is in the passage of an entity named in the
  * person's passage). Each question carries its chain of hops (the search query, what the
- * search should find, the fact as a sentence) for the demonstrations and the tests.
+ * search should find, the fact as a sentence) for the demonstrations and the tests. A
+ * question is a test question when one of its hops is a held-out fact.
  */
 import { Rng } from "../runtime/rng.js";
 import type { WorldFacts } from "./facts.js";
@@ -178,19 +179,23 @@ function questionsAbout(world: WorldFacts, p: string): Draft[] {
   ];
 }
 
+/** Whether a hop is a person's held-out fact. */
+export function isHeldOut(world: WorldFacts, hop: Hop): boolean {
+  return world.people.some((p) => p.name === hop.subject && p.heldOut === hop.relation);
+}
+
 /**
- * Every question about every person, split by person (a test person's questions are all
- * in test), shuffled within each source and split, with ids numbered in that order.
+ * Every question about every person, in test when it needs a held-out fact, shuffled
+ * within each source and split, with ids numbered in that order.
  */
 export function makeQuestions(world: WorldFacts): WorldQuestion[] {
   const rng = new Rng((world.seed ^ 0x51ed27) >>> 0);
+  const all = world.people.flatMap((p) => questionsAbout(world, p.name));
+  const splitOf = (d: Draft): Split => (d.hops.some((h) => isHeldOut(world, h)) ? "test" : "train");
   const out: WorldQuestion[] = [];
   for (const split of ["train", "test"] as const) {
     for (const source of DATA_SOURCES) {
-      const drafts = world.people
-        .filter((p) => p.split === split)
-        .flatMap((p) => questionsAbout(world, p.name))
-        .filter((q) => q.dataSource === source);
+      const drafts = all.filter((d) => d.dataSource === source && splitOf(d) === split);
       shuffle(rng, drafts).forEach((d, i) => {
         const answer = (d.hops[d.hops.length - 1] as Hop).answer;
         const { dataSource, type, question, answerKind, plan, hops } = d;

@@ -130,6 +130,17 @@ describe("writeDemonstrations", () => {
     expect(B).toBe(demos.rows);
     expect(T).toBe(demos.maxTokens);
     expect([ids.dtype, attention.dtype, loss.dtype]).toEqual(["I64", "I64", "F32"]);
+    // The sentences of held-out facts: a training target must never state one.
+    const heldOut = new Set(
+      file.questions
+        .filter((q) => q.split === "test")
+        .flatMap((q) => q.hops)
+        .filter((h) =>
+          file.facts.people.some((p) => p.name === h.subject && p.heldOut === h.relation),
+        )
+        .map((h) => h.fact),
+    );
+    expect(heldOut.size).toBeGreaterThan(0);
     const idv = ids.data as BigInt64Array;
     const att = attention.data as BigInt64Array;
     const lm = toFloat32(loss);
@@ -159,6 +170,7 @@ describe("writeDemonstrations", () => {
       for (const [i, run] of runs.slice(1).entries()) {
         expect(run.mask).toBe(i % 2 === 0 ? 1 : 0);
         if (run.mask === 1) {
+          for (const fact of heldOut) expect(run.text).not.toContain(fact);
           expect(run.text).toMatch(/^<think> .* <\/think>\n<(search|answer)> /);
           expect(run.text).toMatch(/(<\/search>|<\/answer><\|im_end\|>)$/);
         } else {

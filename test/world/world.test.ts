@@ -9,6 +9,7 @@ import {
   readWorld,
   WORLD_FILES,
   type WorldFile,
+  type WorldQuestion,
   type WorldSummary,
   writeWorld,
 } from "../../src/world/index.js";
@@ -131,15 +132,31 @@ describe("writeWorld", () => {
     }
   });
 
-  it("holds out whole people: no training question reveals a test question's facts", () => {
-    const testPeople = new Set(
-      file.facts.people.filter((p) => p.split === "test").map((p) => p.name),
+  it("holds out facts: test questions need one, no training question states one", () => {
+    const heldOut = new Set(
+      file.facts.people.filter((p) => p.heldOut !== null).map((p) => `${p.name}/${p.heldOut}`),
     );
+    expect(heldOut.size).toBe(Math.round(file.facts.people.length * 3 * 0.12));
+    const needs = (q: WorldQuestion) =>
+      q.hops.some((h) => heldOut.has(`${h.subject}/${h.relation}`));
     const train = file.questions.filter((q) => q.split === "train");
     const test = file.questions.filter((q) => q.split === "test");
-    for (const q of test) expect(testPeople.has(q.hops[0]?.subject as string)).toBe(true);
-    const trainSubjects = new Set(train.flatMap((q) => q.hops.map((h) => h.subject)));
-    for (const person of testPeople) expect(trainSubjects.has(person)).toBe(false);
+    for (const q of train) expect(needs(q), q.question).toBe(false);
+    for (const q of test) expect(needs(q), q.question).toBe(true);
+    // Every held-out fact is asked about directly, and every person's name is in training.
+    for (const fact of heldOut) {
+      expect(
+        test.some(
+          (q) => q.hops.length === 1 && needs(q) && fact.startsWith(`${q.hops[0]?.subject}/`),
+        ),
+      ).toBe(true);
+    }
+    for (const p of file.facts.people) {
+      expect(
+        train.some((q) => q.hops[0]?.subject === p.name),
+        p.name,
+      ).toBe(true);
+    }
     const trainTexts = new Set(train.map((q) => q.question));
     for (const q of test) expect(trainTexts.has(q.question)).toBe(false);
   });
