@@ -1,0 +1,171 @@
+// The commands and replies of `searchr1-trainer serve` (native/src/train/SERVE.md), typed.
+// Field names are the protocol's own (snake_case): these objects go on the wire as they are,
+// so there is no second naming to keep in step. Every optional field may be left out; the
+// trainer then uses its default (given in each comment). The unions list every spelling the
+// trainer accepts, aliases included, so nothing it takes is refused here.
+
+/** `actor_optim` / `critic_optim` of `load`. */
+export interface OptimFields {
+  /** Peak learning rate (actor 1e-6, critic 1e-5). */
+  lr?: number;
+  lr_schedule?: "constant" | "linear-warmup" | "cosine";
+  warmup_steps?: number;
+  /** Optimizer steps of the whole run (1); cosine decays over them. */
+  total_steps?: number;
+  min_lr_ratio?: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weight_decay?: number;
+  /** Gradient-norm clip (1.0); 0 = off. */
+  grad_clip?: number;
+}
+
+/** How an update cuts its batch: mini-batches (optimizer steps), micro-batches (memory). */
+export interface BatchingFields {
+  /** Sequences per optimizer step; 0 (default) = the whole batch. */
+  ppo_mini_batch_size?: number;
+  ppo_epochs?: number;
+  /** Real tokens per micro-batch; 0 (default) = the whole mini-batch. */
+  ppo_max_token_len_per_gpu?: number;
+  /** Shuffle the rows into mini-batches with the learner's seeded generator (true). */
+  shuffle?: boolean;
+  /** Drop each micro-batch's padding (true); same result up to float rounding. */
+  remove_padding?: boolean;
+}
+
+export type LossAggMode = "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean";
+export type KlLossType = "low_var_kl" | "k3" | "kl" | "k1" | "mse" | "k2" | "abs";
+/** export's dtype; matched without regard to case by the trainer. */
+export type ExportDtype =
+  | "bf16"
+  | "bfloat16"
+  | "fp16"
+  | "float16"
+  | "f16"
+  | "fp32"
+  | "float32"
+  | "f32";
+
+export interface LoadFields {
+  /** Hugging Face folder of the policy. */
+  policy: string;
+  /** The frozen reference policy's folder (needed for log_probs with model "reference"). */
+  reference?: string;
+  /** A critic checkpoint, or a causal LM folder (lm_head dropped, value head starting at 0). */
+  critic?: string;
+  actor_optim?: OptimFields;
+  critic_optim?: OptimFields;
+  /** Seeds the learners' shuffling generators (1). */
+  seed?: number;
+}
+
+export interface LogProbsFields {
+  /** Batch file: input_ids, attention_mask. */
+  batch: string;
+  /** Written with log_probs and entropy, F32 [B, T]. */
+  out: string;
+  model?: "policy" | "reference";
+  temperature?: number;
+}
+
+export interface ValuesFields {
+  batch: string;
+  /** Written with values, F32 [B, T]. */
+  out: string;
+}
+
+export interface UpdateActorFields extends BatchingFields {
+  /** Batch file with response_mask, old_log_probs, advantages (and ref_log_probs for KL). */
+  batch: string;
+  clip_ratio?: number;
+  clip_ratio_low?: number;
+  clip_ratio_high?: number;
+  /** Dual-clip bound for negative advantages (3). */
+  clip_ratio_c?: number;
+  kl_loss_type?: KlLossType;
+  kl_loss_coef?: number;
+  entropy_coeff?: number;
+  loss_agg_mode?: LossAggMode;
+  temperature?: number;
+}
+
+export interface UpdateCriticFields extends BatchingFields {
+  /** Batch file with response_mask, values (the rollout's), returns. */
+  batch: string;
+  cliprange_value?: number;
+  loss_agg_mode?: LossAggMode;
+}
+
+export interface ExportFields {
+  /** Hugging Face folder, replaced once complete. */
+  out: string;
+  dtype?: ExportDtype;
+}
+
+export interface SaveCheckpointFields {
+  dir: string;
+  overwrite?: boolean;
+}
+
+export interface LoadCheckpointFields {
+  dir: string;
+}
+
+/** A float the trainer computed; null when it was not finite (JSON has no NaN). */
+export type Metric = number | null;
+
+export interface LoadReply {
+  parameters: number;
+  device: string;
+}
+
+/** Means over the update's optimizer steps, the last learning rate and the counts. */
+export interface ActorMetrics {
+  pg_loss: Metric;
+  pg_clipfrac: Metric;
+  ppo_kl: Metric;
+  entropy: Metric;
+  /** null also when the batch had no ref_log_probs (no KL term). */
+  kl_loss: Metric;
+  grad_norm: Metric;
+  lr: Metric;
+  /** Loss tokens of the batch: predicted and in response_mask. */
+  tokens: number;
+  optimizer_steps: number;
+  micro_batches: number;
+  global_step: number;
+}
+
+export interface CriticMetrics {
+  vf_loss: Metric;
+  vf_clipfrac: Metric;
+  vpred_mean: Metric;
+  grad_norm: Metric;
+  lr: Metric;
+  optimizer_steps: number;
+  micro_batches: number;
+  global_step: number;
+}
+
+export interface StepReply {
+  global_step: number;
+}
+
+// biome-ignore lint/complexity/noBannedTypes: ops whose reply carries nothing but ok and id
+type Empty = {};
+
+/** Each op's fields and reply (besides `op`, `id` and `ok`). */
+export interface Ops {
+  load: { fields: LoadFields; reply: LoadReply };
+  log_probs: { fields: LogProbsFields; reply: Empty };
+  values: { fields: ValuesFields; reply: Empty };
+  update_actor: { fields: UpdateActorFields; reply: ActorMetrics };
+  update_critic: { fields: UpdateCriticFields; reply: CriticMetrics };
+  export: { fields: ExportFields; reply: Empty };
+  save_checkpoint: { fields: SaveCheckpointFields; reply: StepReply };
+  load_checkpoint: { fields: LoadCheckpointFields; reply: StepReply };
+  shutdown: { fields: Empty; reply: Empty };
+}
+
+export type Op = keyof Ops;
