@@ -1,22 +1,42 @@
 import type { Command } from "commander";
 import { defineCommand } from "../src/cli/define.js";
 import { trainSpec } from "../src/config/schemas/train.js";
+import { withInterrupt } from "../src/runtime/interrupt.js";
+import { createProgress } from "../src/runtime/progress.js";
+import { runDirOf, runTrain } from "../src/train/run.js";
+import { trainView } from "../src/train/view.js";
 
 export function register(program: Command): Command {
   return defineCommand(program, {
     spec: trainSpec,
-    description: "run GRPO or PPO with multi-turn search rollouts (not implemented yet)",
+    description:
+      "run GRPO or PPO with multi-turn search rollouts: the native trainer, the engine and the retriever as child processes; metrics, plots, checkpoints, resume",
     flags: [
       { flags: "--model <dir>", key: "model.path" },
       { flags: "--algorithm <name>", key: "algorithm.name" },
       { flags: "--gpus <n>", key: "trainer.gpus" },
       { flags: "--retriever-url <url>", key: "retriever.url" },
+      { flags: "--engine-url <url>", key: "rollout.engine_url" },
       { flags: "--output-dir <dir>", key: "trainer.output_dir" },
       { flags: "--resume <mode>", key: "trainer.resume" },
     ],
     examples: [
-      "searchr1 train --config run.yaml --gpus 8",
+      "searchr1 train --config templates/configs/search-r1-v0.2-grpo.yaml --model models/Qwen2.5-3B",
       "searchr1 train --model models/Qwen2.5-3B actor.lr=1e-6 data.train_batch_size=512 rollout.n=5",
     ],
+    run: async (config) => {
+      const tty = process.stderr.isTTY === true;
+      const view = trainView(createProgress(), tty);
+      try {
+        const dir = await withInterrupt(
+          (signal) => runTrain(config, view, signal),
+          `interrupted; the checkpoints in ${runDirOf(config)} are intact: run the same command to resume`,
+        );
+        view.finish();
+        process.stdout.write(`done: ${dir} (metrics.jsonl, plots/, global_step_*/)\n`);
+      } finally {
+        view.finish();
+      }
+    },
   });
 }

@@ -81,3 +81,13 @@ function toItem(row: Record<string, unknown>, where: string): Omit<QaItem, "key"
     uid: typeof extra.uid === "string" ? extra.uid : null,
   };
 }
+
+/** The first `n` questions of each data source, in order. */
+export function firstPerSource(items: readonly QaItem[], n: number): QaItem[] {
+  const seen = new Map<string, number>();
+  return items.filter((item) => {
+    const count = (seen.get(item.dataSource) ?? 0) + 1;
+    seen.set(item.dataSource, count);
+    return count <= n;
+  });
+}

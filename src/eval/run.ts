@@ -2,7 +2,7 @@ import { appendFileSync, existsSync, mkdirSync, readFileSync, truncateSync } fro
 import { join, resolve } from "node:path";
 import { AgentSession, agentSettings } from "../agent/session.js";
 import type { EvalConfig } from "../config/schemas/eval.js";
-import { type QaItem, readQaItems } from "../data/qa-items.js";
+import { firstPerSource, type QaItem, readQaItems } from "../data/qa-items.js";
 import { InputError, UsageError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
 import { writeFileAtomic } from "../runtime/write-atomic.js";
@@ -132,14 +132,7 @@ function selectItems(items: QaItem[], config: EvalConfig): QaItem[] {
     }
     chosen = chosen.filter((i) => sources.includes(i.dataSource));
   }
-  if (max_samples !== null) {
-    const seen = new Map<string, number>();
-    chosen = chosen.filter((i) => {
-      const n = (seen.get(i.dataSource) ?? 0) + 1;
-      seen.set(i.dataSource, n);
-      return n <= max_samples;
-    });
-  }
+  if (max_samples !== null) chosen = firstPerSource(chosen, max_samples);
   if (limit !== null) chosen = chosen.slice(0, limit);
   if (chosen.length === 0)
     throw new InputError("no questions selected: check data.sources, max_samples, limit");

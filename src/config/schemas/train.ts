@@ -83,9 +83,9 @@ export const trainSchema = z.strictObject({
         .default(0.285)
         .describe("linear warmup over this fraction of the training steps"),
       lr_scheduler: z
-        .enum(["constant", "cosine", "linear"])
+        .enum(["constant", "cosine"])
         .default("constant")
-        .describe("after warmup"),
+        .describe("after the linear warmup: constant, or cosine decay to 0"),
       weight_decay: z.number().min(0).default(0.01).describe("AdamW decoupled weight decay"),
       betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]).describe("AdamW betas"),
       grad_clip: z.number().positive().default(1).describe("global gradient-norm clip"),

@@ -1,0 +1,259 @@
+import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { stringify } from "yaml";
+import { AgentSession, agentSettings } from "../agent/session.js";
+import type { TrainConfig } from "../config/schemas/train.js";
+import { firstPerSource, type QaItem, readQaItems } from "../data/qa-items.js";
+import { answerItems } from "../eval/answer-items.js";
+import { summarize } from "../eval/report.js";
+import { adaptiveKlController, fixedKlController } from "../rl/kl-controller.js";
+import { InputError, UsageError } from "../runtime/errors.js";
+import { writeFileAtomic } from "../runtime/write-atomic.js";
+import { ModelTokenizer } from "../text/model-tokenizer.js";
+import { TrainerProcess } from "../trainer/process.js";
+import type { OptimFields } from "../trainer/protocol.js";
+import {
+  type ControllerState,
+  checkpointDir,
+  completeCheckpoint,
+  latestCheckpoint,
+  readCheckpoint,
+} from "./checkpoints.js";
+import { DataOrder } from "./data-order.js";
+import { MetricsLog, type MetricsRow } from "./metrics-log.js";
+import { writePlots } from "./plots.js";
+import { pushWeights, type StepContext, trainStep } from "./step.js";
+
+/** What a run shows as it goes (a live view on a terminal, plain lines otherwise). */
+export interface TrainView {
+  log(line: string): void;
+  phase(step: number, total: number, phase: string): void;
+  stepDone(row: MetricsRow, total: number): void;
+}
+
+/** Where a run writes: `<output_dir>/<project>/<experiment>`. */
+export function runDirOf(config: TrainConfig): string {
+  const { output_dir, project_name, experiment_name } = config.trainer;
+  return resolve(output_dir, project_name, experiment_name);
+}
+
+/**
+ * `searchr1 train`: starts the trainer, the engine and (from retriever.index) the retriever
+ * as child processes, resumes from the latest checkpoint when there is one, validates before
+ * training and every test_freq steps, runs the steps, checkpoints every save_freq steps, and
+ * keeps metrics.jsonl and the plots up to date. A child that dies stops the run with its
+ * last words; the checkpoints on disk stay as they were.
+ */
+export async function runTrain(
+  config: TrainConfig,
+  view: TrainView,
+  signal: AbortSignal,
+): Promise<string> {
+  check(config);
+  const model = resolve(config.model.path);
+  const tokenizer = ModelTokenizer.load(config.model.tokenizer_path ?? model);
+  const train = await readQaItems(config.data.train_files);
+  const val = config.data.val_files.length ? await readQaItems(config.data.val_files) : [];
+  const validation =
+    config.data.val_max_samples === null ? val : firstPerSource(val, config.data.val_max_samples);
+  const order = new DataOrder(
+    train,
+    config.data.train_batch_size,
+    config.data.seed,
+    config.data.shuffle,
+  );
+  if (order.batchesPerEpoch === 0) {
+    throw new InputError(
+      `data.train_batch_size is ${config.data.train_batch_size} but ${config.data.train_files.join(", ")} ` +
+        `hold ${train.length} questions: lower it`,
+    );
+  }
+  const totalSteps =
+    config.trainer.total_training_steps ?? config.trainer.total_epochs * order.batchesPerEpoch;
+
+  const runDir = runDirOf(config);
+  mkdirSync(runDir, { recursive: true });
+  writeFileAtomic(join(runDir, "config.yaml"), stringify(config));
+  const resumed = resumePoint(config, runDir);
+  const metrics = new MetricsLog(join(runDir, "metrics.jsonl"));
+  metrics.truncateAfter(resumed?.state.step ?? null);
+  const exportsDir = existsSync("/dev/shm")
+    ? join("/dev/shm", `searchr1-${process.pid}`)
+    : join(runDir, "weights");
+  mkdirSync(exportsDir, { recursive: true });
+
+  view.log(
+    `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${config.rollout.n}`,
+  );
+  const trainer = await TrainerProcess.start({
+    device: config.trainer.device,
+    threads: config.trainer.threads,
+    onLine: (line) => view.log(`trainer: ${line}`),
+    signal,
+  });
+  let session: AgentSession | null = null;
+  try {
+    const ppo = config.algorithm.name === "ppo";
+    const needRef = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
+    const miniBatches = Math.ceil(config.data.train_batch_size / config.actor.ppo_mini_batch_size);
+    const optimizerSteps = totalSteps * miniBatches * config.actor.ppo_epochs;
+    await trainer.load({
+      policy: model,
+      reference: needRef ? model : undefined,
+      critic: ppo ? resolve(config.critic.model_path ?? model) : undefined,
+      actor_optim: optim(
+        config.actor,
+        config.actor.lr_warmup_steps_ratio,
+        optimizerSteps,
+        config.actor.lr_scheduler,
+      ),
+      critic_optim: ppo
+        ? optim(config.critic, config.critic.lr_warmup_steps_ratio, optimizerSteps, "constant")
+        : undefined,
+      seed: config.data.seed,
+    });
+    if (resumed) {
+      await trainer.loadCheckpoint({ dir: resumed.dir });
+      view.log(`resuming from ${resumed.dir} (step ${resumed.state.step})`);
+    }
+    session = await AgentSession.open(config, model, (line) => view.log(line), signal);
+    trainer.onDeath((err) => session?.fail(err.message));
+
+    let currentStep = resumed?.state.step ?? 0;
+    const ctx: StepContext = {
+      config,
+      tokenizer,
+      session,
+      trainer,
+      order,
+      kl: resumed
+        ? klController(config, resumed.state.klCoef)
+        : klController(config, config.algorithm.kl_coef),
+      exportsDir,
+      onPhase: (phase) => view.phase(currentStep, totalSteps, phase),
+    };
+    // The engine serves the base model; a resumed run's policy is the checkpoint's.
+    if (resumed) await pushWeights(ctx, currentStep);
+
+    const validate = async (step: number): Promise<Record<string, number>> => {
+      if (validation.length === 0) return {};
+      view.phase(step, totalSteps, "validate");
+      const records = await answerItems(
+        validation,
+        tokenizer,
+        (session as AgentSession).parts(tokenizer.tokenizer),
+        {
+          settings: agentSettings(config, { temperature: 0, topP: 1, topK: -1 }),
+          concurrency: config.data.val_batch_size,
+          seed: null,
+          reward: config.reward,
+          signal: (session as AgentSession).signal,
+        },
+      );
+      const dir = join(runDir, "validation");
+      mkdirSync(dir, { recursive: true });
+      writeFileAtomic(
+        join(dir, `step_${step}.jsonl`),
+        records.map((r) => `${JSON.stringify(r)}\n`).join(""),
+      );
+      const report = summarize(records, {});
+      return {
+        ...Object.fromEntries(
+          Object.entries(report.sources).map(([s, v]) => [`val/em/${s}`, v.em]),
+        ),
+        "val/em/mean": report.average.em,
+        "val/searches/mean": report.average.searches,
+      };
+    };
+
+    try {
+      if (currentStep === 0 && config.trainer.val_before_train) {
+        const row = { step: 0, ...(await validate(0)) };
+        metrics.append(row);
+        view.stepDone(row, totalSteps);
+      }
+      while (currentStep < totalSteps) {
+        const step = currentStep + 1;
+        currentStep = step;
+        const row = await trainStep(ctx, step);
+        const last = step === totalSteps;
+        if (step % config.trainer.test_freq === 0 || last) Object.assign(row, await validate(step));
+        if (step % config.trainer.save_freq === 0 || last) {
+          view.phase(step, totalSteps, "checkpoint");
+          const dir = checkpointDir(runDir, step);
+          await trainer.saveCheckpoint({ dir, overwrite: true });
+          completeCheckpoint(runDir, { step, klCoef: ctx.kl.value } satisfies ControllerState);
+        }
+        metrics.append(row);
+        if (config.trainer.logger.includes("plot"))
+          await writePlots(metrics.rows(), join(runDir, "plots"));
+        view.stepDone(row, totalSteps);
+      }
+    } catch (err) {
+      throw session.failure(err);
+    }
+  } finally {
+    await session?.close();
+    await trainer.shutdown();
+    rmSync(exportsDir, { recursive: true, force: true });
+  }
+  return runDir;
+}
+
+/** What this build refuses up front, each naming its key. */
+function check(config: TrainConfig): void {
+  if (config.trainer.gpus > 1 || config.trainer.nnodes > 1) {
+    throw new UsageError(
+      `trainer.gpus=${config.trainer.gpus}, trainer.nnodes=${config.trainer.nnodes}: this build trains on ` +
+        "one device (multi-GPU training arrives later); set --gpus 1",
+    );
+  }
+  if (config.rollout.engine === "vllm") {
+    throw new UsageError(
+      "rollout.engine=vllm: train pushes new weights into the engine after every step, which " +
+        "a vLLM server offers only in its dev mode; use the native engine or SGLang",
+    );
+  }
+  if (!existsSync(join(resolve(config.model.path), "config.json"))) {
+    throw new InputError(
+      `${resolve(config.model.path)}: not a Hugging Face model folder (no config.json) (model.path)`,
+    );
+  }
+}
+
+function resumePoint(config: TrainConfig, runDir: string) {
+  const { resume } = config.trainer;
+  if (resume === "disable") return null;
+  if (resume === "auto") return latestCheckpoint(runDir);
+  return readCheckpoint(resolve(resume), true);
+}
+
+function klController(config: TrainConfig, value: number) {
+  const { algorithm } = config;
+  return algorithm.kl_ctrl === "adaptive"
+    ? adaptiveKlController(value, algorithm.target_kl, algorithm.kl_horizon)
+    : fixedKlController(value);
+}
+
+function optim(
+  section: {
+    lr: number;
+    weight_decay: number;
+    grad_clip: number;
+    betas?: readonly [number, number];
+  },
+  warmupRatio: number,
+  totalSteps: number,
+  schedule: "constant" | "cosine",
+): OptimFields {
+  const warmup = Math.floor(warmupRatio * totalSteps);
+  return {
+    lr: section.lr,
+    lr_schedule: schedule === "cosine" ? "cosine" : warmup > 0 ? "linear-warmup" : "constant",
+    warmup_steps: warmup,
+    total_steps: totalSteps,
+    weight_decay: section.weight_decay,
+    grad_clip: section.grad_clip,
+    ...(section.betas ? { beta1: section.betas[0], beta2: section.betas[1] } : {}),
+  };
+}
