@@ -2,7 +2,12 @@ import { CliError } from "./errors.js";
 
 /**
  * Runs work that honours an AbortSignal, aborting it on the first Ctrl-C / SIGTERM so it
- * can remove its temporary files; exits 130 after it has cleaned up.
+ * can remove its temporary files and stop its children; exits 130 after it has cleaned up.
+ * A second signal exits at once.
+ *
+ * The handler stays installed (`on`, not `once`) while the work runs: execa's exit hook
+ * (signal-exit) re-raises a signal that no other listener handles, and a `once` listener is
+ * already gone when that hook looks, which killed the process before it could clean up.
  */
 export async function withInterrupt<T>(
   work: (signal: AbortSignal) => Promise<T>,
@@ -10,9 +15,12 @@ export async function withInterrupt<T>(
   message = "interrupted; nothing was written",
 ): Promise<T> {
   const controller = new AbortController();
-  const onSignal = () => controller.abort();
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
+  const onSignal = () => {
+    if (controller.signal.aborted) process.exit(130);
+    controller.abort();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
   try {
     return await work(controller.signal);
   } catch (err) {

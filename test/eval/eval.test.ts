@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parquetWriteFile } from "hyparquet-writer";
@@ -9,6 +9,7 @@ import { TextTokenizer } from "../../src/text/tokenizer.js";
 import { startScriptedEngine } from "../agent/scripted-engine.js";
 import { modelDir } from "../engine/helpers.js";
 import { type CliResult, runCli, startCli } from "../helpers/cli.js";
+import { preprocessQa } from "../helpers/qa-data.js";
 import {
   buildTestIndex,
   type RunningRetriever,
@@ -61,27 +62,10 @@ let retriever: RunningRetriever;
 
 beforeAll(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-eval-"));
-  for (const [source, rows] of Object.entries(QUESTIONS)) {
-    mkdirSync(path.join(dir, "flashrag", source), { recursive: true });
-    writeFileSync(
-      path.join(dir, "flashrag", source, "test.jsonl"),
-      `${rows.map((r) => JSON.stringify(r)).join("\n")}\n`,
-    );
-  }
-  const pre = runCli([
-    "preprocess",
-    "nq",
-    "hotpotqa",
-    "--input",
-    path.join(dir, "flashrag"),
-    "--out",
-    path.join(dir, "data"),
-    "--splits",
-    "test",
-    "--quiet",
-  ]);
-  expect(pre.code, pre.stderr).toBe(0);
-  data = path.join(dir, "data", "test.parquet");
+  data = preprocessQa(dir, {
+    nq: { test: QUESTIONS.nq },
+    hotpotqa: { test: QUESTIONS.hotpotqa },
+  }).test;
   ix = buildTestIndex({ rows: 300 });
   retriever = await startRetrieverServer([
     "--index",
