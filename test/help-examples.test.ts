@@ -124,7 +124,20 @@ const RULES: Rule[] = [
   },
   {
     match: /^searchr1 train /,
-    notImplemented: "train has not landed: the example must exit 2, 'not implemented yet'",
+    agent:
+      "as for eval, with one step of two prompts on the tiny model and one GPU (the recipes " +
+      "ask for 8, which this build refuses)",
+    overrides: [
+      ...AGENT_BUDGET,
+      "trainer.gpus=1",
+      "trainer.device=cpu",
+      "trainer.threads=1",
+      "trainer.total_training_steps=1",
+      "data.train_batch_size=2",
+      "rollout.n=2",
+      "actor.ppo_mini_batch_size=2",
+      "data.val_max_samples=1",
+    ],
   },
   {
     match: /^searchr1 eval --compare /,
@@ -266,15 +279,15 @@ const INPUTS: Input[] = [
   // eval and ask: the tiny model with a chat template, a test parquet made by preprocess,
   // and two finished eval runs to compare.
   {
-    when: /^searchr1 (eval|ask) .*--model (\S*\/hf|quickstart\/trained|models\/Qwen2\.5-3B)\b/,
+    when: /^searchr1 (eval|ask|train) .*--model (\S*\/hf|quickstart\/trained|models\/Qwen2\.5-3B)\b/,
     make: (d, line) => {
       const m = /--model (\S+)/.exec(line) as RegExpExecArray;
       cpSync(AGENT_MODEL, join(d, m[1] as string), { recursive: true });
     },
   },
   {
-    // --data's default when an eval example names none
-    when: /^searchr1 eval (?!--compare)/,
+    // the data files' defaults when an eval or train example names none
+    when: /^searchr1 (eval (?!--compare)|train )/,
     make: (d) => {
       flashrag(d);
       const r = spawnSync(
@@ -289,13 +302,18 @@ const INPUTS: Input[] = [
           "--out",
           "data/nq_hotpotqa",
           "--splits",
-          "test",
+          "train,test",
           "--quiet",
         ],
         { cwd: d, encoding: "utf8", env: ENV },
       );
       if (r.status !== 0) throw new Error(`setting up data/nq_hotpotqa: ${r.stderr}`);
     },
+  },
+  // train's recipes, as shipped in the package
+  {
+    when: /--config templates\/configs\//,
+    make: copy(join(PACKAGE, "templates"), "templates"),
   },
   {
     when: /--compare eval\/base eval\/step1000\b/,

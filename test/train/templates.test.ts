@@ -1,0 +1,41 @@
+import { readdirSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { expect, it } from "vitest";
+import { parse } from "yaml";
+import { runCli } from "../helpers/cli.js";
+
+const DIR = fileURLToPath(new URL("../../templates/configs/", import.meta.url));
+const resolved = (file: string) => {
+  const r = runCli(["config", "train", "--config", path.join(DIR, file)]);
+  expect(r.code, `${file}: ${r.stderr}`).toBe(0);
+  return parse(r.stdout);
+};
+
+it("every recipe in templates/configs resolves with `searchr1 config train`", () => {
+  const files = readdirSync(DIR).filter((f) => f.endsWith(".yaml"));
+  expect(files.length).toBeGreaterThanOrEqual(6);
+  for (const f of files) resolved(f);
+});
+
+it("the recipes carry their published hyper-parameters", () => {
+  const ppo = resolved("search-r1-v0.2-ppo.yaml");
+  expect(ppo.algorithm).toMatchObject({ name: "ppo", use_kl_in_reward: true, kl_coef: 0.001 });
+  expect(ppo.critic).toMatchObject({ lr: 1e-5, lr_warmup_steps_ratio: 0.015 });
+  expect(ppo.rollout).toMatchObject({ n: 1, max_turns: 4, top_p: 1 });
+  const grpo = resolved("search-r1-v0.2-grpo.yaml");
+  expect(grpo.actor).toMatchObject({
+    use_kl_loss: true,
+    kl_loss_type: "low_var_kl",
+    kl_loss_coef: 0.001,
+  });
+  expect(grpo.rollout).toMatchObject({ n: 5, top_p: 0.95 });
+  expect(resolved("search-r1-v0.3-grpo-format.yaml")).toMatchObject({
+    actor: { lr: 5e-7 },
+    reward: { format_reward: true, structure_format_score: 0.2, final_format_score: 0.1 },
+  });
+  expect(resolved("skyrl-search-r1-qwen2.5-3b-grpo.yaml").actor).toMatchObject({ grad_clip: 0.5 });
+  expect(resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml").rollout).toMatchObject({
+    engine: "sglang",
+  });
+});
