@@ -123,6 +123,12 @@ const RULES: Rule[] = [
     skip: cuda.available ? "" : `needs a GPU (CUDA is not usable here: ${cuda.reason})`,
   },
   {
+    match: /^searchr1 quickstart/,
+    skip:
+      "the whole quickstart takes about ten minutes of both cores; test/world/quickstart.test.ts " +
+      "runs it shortened",
+  },
+  {
     match: /^searchr1 train /,
     agent:
       "as for eval, with one step of two prompts on the tiny model and one GPU (the recipes " +

@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import type { EngineClient, Sampling } from "../engine/client/types.js";
 import { ServiceError } from "../runtime/errors.js";
 import type { TextTokenizer } from "../text/tokenizer.js";
@@ -185,6 +186,8 @@ export async function rolloutAll(
   // The first failure stops the other trajectories' requests too.
   const stop = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+  // Every request in flight listens to it: hundreds at once are expected, not a leak.
+  setMaxListeners(0, signal);
   let next = 0;
   const worker = async () => {
     while (next < tasks.length) {

@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import type { z } from "zod";
 import type { generationFields, lengthFields, retrieverSection } from "../config/schemas/shared.js";
 import { type ConnectedEngine, connectEngine } from "../engine/client/connect.js";
@@ -51,6 +52,8 @@ export class AgentSession {
     signal: AbortSignal,
   ) {
     this.signal = AbortSignal.any([signal, this.stop.signal]);
+    // One listener per request in flight: hundreds at once are expected, not a leak.
+    setMaxListeners(0, this.signal, signal);
     for (const child of [connected.child, retrieverChild]) {
       child?.onDeath((message) => this.fail(message));
     }

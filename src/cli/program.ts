@@ -6,6 +6,7 @@ import { register as convertCkpt } from "../../commands/convert-ckpt.js";
 import { register as download } from "../../commands/download.js";
 import { register as evaluate } from "../../commands/eval.js";
 import { register as preprocess } from "../../commands/preprocess.js";
+import { register as quickstart } from "../../commands/quickstart.js";
 import { register as serveEngine } from "../../commands/serve-engine.js";
 import { register as serveRetriever } from "../../commands/serve-retriever.js";
 import { register as train } from "../../commands/train.js";
@@ -21,6 +22,7 @@ export function buildProgram(): Command {
     .showHelpAfterError("(run with --help for usage)")
     .exitOverride();
   for (const register of [
+    quickstart,
     download,
     preprocess,
     buildIndex,

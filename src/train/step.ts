@@ -123,7 +123,7 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
       values: values ?? undefined,
     },
     {
-      estimator: ppo ? "gae" : "grpo",
+      estimator: algorithm.name === "ppo" ? "gae" : algorithm.name,
       gamma: algorithm.gamma,
       lam: algorithm.lam,
       normAdvByStdInGrpo: algorithm.norm_adv_by_std_in_grpo,

@@ -145,6 +145,57 @@ describe("searchr1 train", () => {
     ).toHaveLength(4);
   }, 240_000);
 
+  it("PPO trains a critic beside the actor (GAE, KL in the reward) and checkpoints it", () => {
+    const out = path.join(dir, "ppo");
+    const r = runCli(
+      args(out, [
+        "--algorithm",
+        "ppo",
+        "algorithm.use_kl_in_reward=true",
+        "actor.use_kl_loss=false",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "rollout.n=1",
+        "data.train_batch_size=4",
+        "actor.ppo_mini_batch_size=4",
+        "trainer.experiment_name=ppo",
+      ]),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const rows = readFileSync(path.join(out, "searchr1", "ppo", "metrics.jsonl"), "utf8")
+      .split("\n")
+      .filter((l) => l)
+      .map((l) => JSON.parse(l));
+    expect(rows.map((x) => x.step)).toEqual([1, 2]);
+    // Step 1: values start at 0 and every return is 0 (no reward, no KL yet); after the
+    // first update the policy has moved (entropy bonus), so step 2's returns carry KL.
+    expect(rows[0]["critic/vf_loss"]).toBe(0);
+    expect(rows[1]["critic/vf_loss"]).toBeGreaterThan(0);
+    expect(rows[1]["algorithm/kl"]).toBeGreaterThan(0);
+    for (const row of rows) {
+      expect(row["algorithm/kl_coef"]).toBe(0.001);
+      expect(row).not.toHaveProperty("actor/kl_loss", expect.any(Number));
+    }
+    expect(
+      existsSync(path.join(out, "searchr1", "ppo", "global_step_2", "critic", "config.json")),
+    ).toBe(true);
+  }, 240_000);
+
+  it("RLOO and REINFORCE++ run through the same step", () => {
+    for (const name of ["rloo", "reinforce_plus_plus"]) {
+      const out = path.join(dir, name);
+      const r = runCli(
+        args(out, [
+          `algorithm.name=${name}`,
+          "trainer.total_training_steps=1",
+          "trainer.val_before_train=false",
+        ]),
+      );
+      expect(r.code, `${name}: ${r.stderr}`).toBe(0);
+      expect(r.stderr).toMatch(/^step 1\/1 {2}reward /m);
+    }
+  }, 240_000);
+
   it("Ctrl-C stops cleanly (exit 130); the resumed run equals the uninterrupted one", async () => {
     const out = path.join(dir, "interrupted");
     const cli = startCli(args(out));

@@ -15,7 +15,10 @@ const klType = z.enum(["kl", "abs", "mse", "low_var_kl"]);
 export const trainSchema = z.strictObject({
   algorithm: z
     .strictObject({
-      name: z.enum(["grpo", "ppo"]).default("grpo").describe("grpo, or ppo (GAE with a critic)"),
+      name: z
+        .enum(["grpo", "ppo", "reinforce_plus_plus", "rloo"])
+        .default("grpo")
+        .describe("grpo, ppo (GAE with a critic), reinforce_plus_plus or rloo"),
       gamma: z.number().min(0).max(1).default(1).describe("PPO: GAE discount"),
       lam: z.number().min(0).max(1).default(1).describe("PPO: GAE lambda"),
       norm_adv_by_std_in_grpo: z

@@ -1,0 +1,44 @@
+import { z } from "zod";
+import type { CommandConfigSpec } from "../resolve.js";
+
+export const quickstartSchema = z.strictObject({
+  dir: z
+    .string()
+    .min(1)
+    .default("quickstart")
+    .describe("where the world, data, models, runs and reports go"),
+  algorithm: z.enum(["grpo", "ppo"]).default("grpo").describe("the RL algorithm of the train step"),
+  seed: z.number().int().default(1).describe("the world's seed (and the run's)"),
+  threads: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("CPU threads for the trainer and the engine; null = all cores"),
+  overwrite: z.boolean().default(false).describe("replace an existing --dir"),
+  sft_steps: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("warm-start steps; null = the quickstart's own (fewer only to try the pipeline)"),
+  train_steps: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe(
+      "RL steps; null = templates/configs/quickstart.yaml's (fewer only to try the pipeline)",
+    ),
+});
+
+export type QuickstartConfig = z.infer<typeof quickstartSchema>;
+
+export const quickstartSpec: CommandConfigSpec<typeof quickstartSchema> = {
+  command: "quickstart",
+  schema: quickstartSchema,
+  env: {},
+};
