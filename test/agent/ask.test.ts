@@ -1,34 +1,15 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { formatTurn } from "../../src/agent/ask.js";
-import { TextTokenizer } from "../../src/text/tokenizer.js";
-import { modelDir } from "../engine/helpers.js";
 import { startCli } from "../helpers/cli.js";
-import {
-  buildTestIndex,
-  type RunningRetriever,
-  startRetrieverServer,
-  type TestIndex,
-} from "../retrieval/helpers.js";
+import { type ServedIndex, serveTestIndex } from "../retrieval/helpers.js";
+import { EOS, AGENT_MODEL as MODEL, agentTokenizer as tokenizer } from "./helpers.js";
 import { type ScriptedEngine, startScriptedEngine } from "./scripted-engine.js";
 
-const MODEL = modelDir("qwen-bpe");
-const tokenizer = TextTokenizer.load(MODEL);
-const EOS = tokenizer.tokenToId("<|im_end|>") as number;
-
-let ix: TestIndex;
-let retriever: RunningRetriever;
+let served: ServedIndex;
 let engine: ScriptedEngine;
 
 beforeAll(async () => {
-  ix = buildTestIndex({ rows: 300 });
-  retriever = await startRetrieverServer([
-    "--index",
-    ix.index,
-    "--corpus",
-    ix.corpus,
-    "--port",
-    "0",
-  ]);
+  served = await serveTestIndex();
   engine = await startScriptedEngine(tokenizer, EOS, (context) =>
     context.includes("Doc 1(Title:")
       ? { text: "<think> it says actor </think>\n<answer> an actor </answer>" }
@@ -38,8 +19,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await engine?.close();
-  await retriever?.stop();
-  ix?.cleanup();
+  await served?.close();
 });
 
 const ask = (extra: string[]) =>
@@ -51,7 +31,7 @@ const ask = (extra: string[]) =>
     "--engine-url",
     engine.url,
     "--retriever-url",
-    retriever.url,
+    served.server.url,
     "data.max_obs_length=200",
     ...extra,
   ]).result;

@@ -7,19 +7,9 @@ import { type AgentSettings, rollout, rolloutAll } from "../../src/agent/rollout
 import { SglangClient } from "../../src/engine/client/sglang.js";
 import type { EngineClient } from "../../src/engine/client/types.js";
 import { VllmClient } from "../../src/engine/client/vllm.js";
-import { TextTokenizer } from "../../src/text/tokenizer.js";
-import { modelDir } from "../engine/helpers.js";
-import {
-  buildTestIndex,
-  PAUL_WALKER_CONTENTS,
-  type RunningRetriever,
-  startRetrieverServer,
-  type TestIndex,
-} from "../retrieval/helpers.js";
+import { PAUL_WALKER_CONTENTS, type ServedIndex, serveTestIndex } from "../retrieval/helpers.js";
+import { EOS, agentTokenizer as tokenizer } from "./helpers.js";
 import { fakeLogprob, type ScriptedEngine, startScriptedEngine } from "./scripted-engine.js";
-
-const tokenizer = TextTokenizer.load(modelDir("qwen-bpe"));
-const EOS = tokenizer.tokenToId("<|im_end|>") as number;
 
 const SETTINGS: AgentSettings = {
   maxTurns: 4,
@@ -31,32 +21,22 @@ const SETTINGS: AgentSettings = {
   compat: "none",
 };
 
-let ix: TestIndex;
-let retrieverServer: RunningRetriever;
+let served: ServedIndex;
 
 beforeAll(async () => {
-  ix = buildTestIndex({ rows: 300 });
-  retrieverServer = await startRetrieverServer([
-    "--index",
-    ix.index,
-    "--corpus",
-    ix.corpus,
-    "--port",
-    "0",
-  ]);
+  served = await serveTestIndex();
 }, 60_000);
 
 afterAll(async () => {
-  await retrieverServer?.stop();
-  ix?.cleanup();
+  await served?.close();
 });
 
 /** The corpus's most frequent generated word: a query with it gets three documents. */
-const common = () => ix.vocabulary[0] as string;
+const common = () => served.ix.vocabulary[0] as string;
 
 const retriever = (extra: Partial<ConstructorParameters<typeof RetrieverClient>[0]> = {}) =>
   new RetrieverClient({
-    url: retrieverServer.url,
+    url: served.server.url,
     topk: 3,
     timeoutMs: 10_000,
     maxRetries: 0,
@@ -400,7 +380,7 @@ describe("retriever faults", () => {
         res.end(JSON.stringify({ error: "busy" }));
         return;
       }
-      const answer = await fetch(retrieverServer.url, {
+      const answer = await fetch(served.server.url, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body: Buffer.concat(chunks),

@@ -5,21 +5,11 @@ import { parquetWriteFile } from "hyparquet-writer";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { EvalRecord } from "../../src/eval/record.js";
 import { SUMMARY_FIELDS } from "../../src/eval/report.js";
-import { TextTokenizer } from "../../src/text/tokenizer.js";
+import { EOS, AGENT_MODEL as MODEL, agentTokenizer as tokenizer } from "../agent/helpers.js";
 import { startScriptedEngine } from "../agent/scripted-engine.js";
-import { modelDir } from "../engine/helpers.js";
 import { type CliResult, runCli, startCli } from "../helpers/cli.js";
 import { preprocessQa } from "../helpers/qa-data.js";
-import {
-  buildTestIndex,
-  type RunningRetriever,
-  startRetrieverServer,
-  type TestIndex,
-} from "../retrieval/helpers.js";
-
-const MODEL = modelDir("qwen-bpe");
-const tokenizer = TextTokenizer.load(MODEL);
-const EOS = tokenizer.tokenToId("<|im_end|>") as number;
+import { type RunningRetriever, type ServedIndex, serveTestIndex } from "../retrieval/helpers.js";
 
 const QUESTIONS = {
   nq: [
@@ -57,7 +47,7 @@ const BUDGET = [
 
 let dir: string;
 let data: string;
-let ix: TestIndex;
+let served: ServedIndex;
 let retriever: RunningRetriever;
 
 beforeAll(async () => {
@@ -66,20 +56,12 @@ beforeAll(async () => {
     nq: { test: QUESTIONS.nq },
     hotpotqa: { test: QUESTIONS.hotpotqa },
   }).test;
-  ix = buildTestIndex({ rows: 300 });
-  retriever = await startRetrieverServer([
-    "--index",
-    ix.index,
-    "--corpus",
-    ix.corpus,
-    "--port",
-    "0",
-  ]);
+  served = await serveTestIndex();
+  retriever = served.server;
 }, 120_000);
 
 afterAll(async () => {
-  await retriever?.stop();
-  ix?.cleanup();
+  await served?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -214,24 +196,18 @@ describe("searchr1 eval against a scripted engine (exact numbers)", () => {
     });
   }
 
+  /** eval against the scripted engine at `url`, into `out`. */
+  const scriptedEval = (url: string, out: string, extra: string[] = []) =>
+    runCliAsync([
+      ...["eval", "--model", MODEL, "--data", data, "--retriever-url", retriever.url],
+      ...["--out", out, "--engine-url", url, ...SCRIPTED, ...extra],
+    ]);
+
   it("scores per source, averages over sources, and --compare pairs two runs", async () => {
     const scripted = await engine();
     try {
       const outA = path.join(dir, "scripted-a");
-      const r = await runCliAsync([
-        "eval",
-        "--model",
-        MODEL,
-        "--data",
-        data,
-        "--retriever-url",
-        retriever.url,
-        "--out",
-        outA,
-        "--engine-url",
-        scripted.url,
-        ...SCRIPTED,
-      ]);
+      const r = await scriptedEval(scripted.url, outA);
       expect(r.code, r.stderr).toBe(0);
       const report = JSON.parse(readFileSync(path.join(outA, "report.json"), "utf8"));
       expect(report.sources.nq.em).toBe(1);
@@ -252,24 +228,7 @@ describe("searchr1 eval against a scripted engine (exact numbers)", () => {
 
       // --sources and --limit select questions.
       const outB = path.join(dir, "scripted-b");
-      const b = await runCliAsync([
-        "eval",
-        "--model",
-        MODEL,
-        "--data",
-        data,
-        "--retriever-url",
-        retriever.url,
-        "--out",
-        outB,
-        "--engine-url",
-        scripted.url,
-        "--sources",
-        "nq",
-        "--limit",
-        "2",
-        ...SCRIPTED,
-      ]);
+      const b = await scriptedEval(scripted.url, outB, ["--sources", "nq", "--limit", "2"]);
       expect(b.code, b.stderr).toBe(0);
       expect(
         readRecords(outB)

@@ -152,3 +152,31 @@ export function retrieve(
   const text = typeof body === "string" ? body : JSON.stringify(body);
   return request(base, "POST", "/retrieve", text, options);
 }
+
+export interface ServedIndex {
+  ix: TestIndex;
+  server: RunningRetriever;
+  /** Stops the server and removes the index. */
+  close(): Promise<void>;
+}
+
+/** A generated corpus, its BM25 index, and `serve-retriever` over it on a free port. */
+export async function serveTestIndex(rows = 300): Promise<ServedIndex> {
+  const ix = buildTestIndex({ rows });
+  const server = await startRetrieverServer([
+    "--index",
+    ix.index,
+    "--corpus",
+    ix.corpus,
+    "--port",
+    "0",
+  ]);
+  return {
+    ix,
+    server,
+    close: async () => {
+      await server.stop();
+      ix.cleanup();
+    },
+  };
+}

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
+import { threadsField } from "./shared.js";
 
 export const quickstartSchema = z.strictObject({
   dir: z
@@ -9,13 +10,7 @@ export const quickstartSchema = z.strictObject({
     .describe("where the world, data, models, runs and reports go"),
   algorithm: z.enum(["grpo", "ppo"]).default("grpo").describe("the RL algorithm of the train step"),
   seed: z.number().int().default(1).describe("the world's seed (and the run's)"),
-  threads: z
-    .number()
-    .int()
-    .positive()
-    .nullable()
-    .default(null)
-    .describe("CPU threads for the trainer and the engine; null = all cores"),
+  threads: threadsField("CPU threads for the trainer and the engine"),
   overwrite: z.boolean().default(false).describe("replace an existing --dir"),
   sft_steps: z
     .number()

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import { listenFields, maxBodyField } from "./server-fields.js";
+import { threadsField } from "./shared.js";
 
 export const serveEngineSchema = z.strictObject({
   model: z
@@ -12,13 +13,7 @@ export const serveEngineSchema = z.strictObject({
     .enum(["auto", "cpu", "cuda"])
     .default("auto")
     .describe("where the model runs; auto = a GPU when there is one"),
-  threads: z
-    .number()
-    .int()
-    .positive()
-    .nullable()
-    .default(null)
-    .describe("CPU threads of the engine; null = all cores"),
+  threads: threadsField("CPU threads of the engine"),
   context_length: z
     .number()
     .int()

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import { listenFields, maxBodyField } from "./server-fields.js";
+import { threadsField } from "./shared.js";
 
 export const serveRetrieverSchema = z.strictObject({
   retriever: z
@@ -16,13 +17,7 @@ export const serveRetrieverSchema = z.strictObject({
     .default(3)
     .describe("documents per query when a request omits topk"),
   ...listenFields(8000),
-  threads: z
-    .number()
-    .int()
-    .positive()
-    .nullable()
-    .default(null)
-    .describe("search threads; null = all cores"),
+  threads: threadsField("search threads"),
   max_queries: z
     .number()
     .int()

@@ -9,6 +9,10 @@ import { dtypeEnum } from "./dtype.js";
 
 const positiveInt = () => z.number().int().positive();
 
+/** A CPU thread count: `what` it counts, null for all cores. */
+export const threadsField = (what: string) =>
+  positiveInt().nullable().default(null).describe(`${what}; null = all cores`);
+
 export const modelSection = z.strictObject({
   path: z
     .string()
@@ -62,10 +66,7 @@ export const generationFields = {
     .enum(["auto", "cpu", "cuda"])
     .default("auto")
     .describe("device of the native engine started for the run (not used with engine_url)"),
-  engine_threads: positiveInt()
-    .nullable()
-    .default(null)
-    .describe("CPU threads of the native engine started for the run; null = all cores"),
+  engine_threads: threadsField("CPU threads of the native engine started for the run"),
   max_turns: positiveInt().default(4).describe("search/answer actions per trajectory"),
   temperature: z.number().min(0).default(1).describe("sampling temperature (0 = greedy)"),
   top_p: z.number().gt(0).max(1).default(1).describe("nucleus sampling mass"),

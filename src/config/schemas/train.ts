@@ -8,6 +8,7 @@ import {
   modelSection,
   positiveInt,
   retrieverSection,
+  threadsField,
 } from "./shared.js";
 
 const klType = z.enum(["kl", "abs", "mse", "low_var_kl"]);
@@ -199,10 +200,7 @@ export const trainSchema = z.strictObject({
         .enum(["auto", "cpu", "cuda"])
         .default("auto")
         .describe("device of the native trainer (auto: CUDA when usable)"),
-      threads: positiveInt()
-        .nullable()
-        .default(null)
-        .describe("CPU threads of the native trainer; null = all cores"),
+      threads: threadsField("CPU threads of the native trainer"),
       total_epochs: positiveInt().default(15).describe("epochs when total_training_steps is null"),
       total_training_steps: positiveInt()
         .nullable()
