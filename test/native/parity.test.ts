@@ -6,64 +6,13 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readSafetensorsHeader } from "../../src/tensors/safetensors.js";
-import {
-  CPU,
-  caseFile,
-  get,
-  MODELS,
-  maxAbs,
-  maxAbsDiff,
-  modelDir,
-  readFloats,
-  tempDir,
-  trainerOk,
-} from "./helpers.js";
+import { CPU, caseFile, get, MODELS, modelDir, readFloats, tempDir, trainerOk } from "./helpers.js";
+import { itMatchesPyTorch } from "./parity-checks.js";
 
 describe.each(MODELS)("%s model against PyTorch", (model) => {
-  it("scores log-probs and entropies within 1e-4", async () => {
-    const out = join(tempDir(), "score.safetensors");
-    trainerOk([
-      ...["score", "--model", modelDir(model), "--batch", caseFile(model), "--out", out],
-      ...CPU,
-    ]);
-    const ref = await readFloats(caseFile(model));
-    const got = await readFloats(out);
-    for (const [name, refName] of [
-      ["logprobs", "ref.logprobs"],
-      ["entropy", "ref.entropy"],
-    ] as const) {
-      const a = get(got, name);
-      const b = get(ref, refName);
-      expect(maxAbsDiff(a, b)).toBeLessThan(1e-4);
-      // Unpredicted positions (position 0, padding, first token after left padding) are 0.
-      b.forEach((v, i) => {
-        if (v === 0) expect(a[i]).toBe(0);
-      });
-    }
-  });
-
-  it("computes the weighted loss and every parameter gradient within 1e-3", async () => {
-    const out = join(tempDir(), "grad.safetensors");
-    trainerOk([
-      ...["grad", "--model", modelDir(model), "--batch", caseFile(model), "--out", out],
-      ...CPU,
-    ]);
-    const ref = await readFloats(caseFile(model));
-    const got = await readFloats(out);
-    const refLoss = get(ref, "ref.loss")[0] ?? Number.NaN;
-    expect(Math.abs((get(got, "loss")[0] ?? 0) - refLoss)).toBeLessThan(
-      1e-4 * Math.max(1, Math.abs(refLoss)),
-    );
-
-    const gradNames = (m: Map<string, Float32Array>) =>
-      [...m.keys()].filter((k) => k.startsWith("grad.")).sort();
-    expect(gradNames(got)).toEqual(gradNames(ref));
-    for (const name of gradNames(ref)) {
-      const b = get(ref, name);
-      const scale = Math.max(maxAbs(b), 1e-6);
-      expect(maxAbsDiff(get(got, name), b) / scale, name).toBeLessThan(1e-3);
-    }
-  });
+  // score's log-probs and entropies within 1e-4, grad's loss and gradients within 1e-3
+  // (parity-checks.ts, which portable-gemm.test.ts runs on its portable sgemm build too).
+  itMatchesPyTorch(model);
 
   it("follows the reference 10-step AdamW loss curve within 1e-4", async () => {
     const header = await readSafetensorsHeader(caseFile(model));

@@ -11,18 +11,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  CPU,
-  caseFile,
-  get,
-  MODELS,
-  maxAbs,
-  maxAbsDiff,
-  modelDir,
-  readFloats,
-  tempDir,
-  trainerOk,
-} from "./helpers.js";
+import { MODELS, tempDir } from "./helpers.js";
+import { itMatchesPyTorch } from "./parity-checks.js";
 
 const run = promisify(execFile);
 const SOURCE = fileURLToPath(new URL("../../native/", import.meta.url));
@@ -72,38 +62,7 @@ describe("the portable sgemm build", () => {
   });
 });
 
-// The same checks and tolerances as parity.test.ts, run with this build's trainer.
+// parity.test.ts's score and grad checks, with the same tolerances, on this build's trainer.
 describe.each(MODELS)("%s model on the portable sgemm against PyTorch", (model) => {
-  it("scores log-probs and entropies within 1e-4", async () => {
-    const out = join(tempDir(), "score.safetensors");
-    trainerOk(
-      ["score", "--model", modelDir(model), "--batch", caseFile(model), "--out", out, ...CPU],
-      TRAINER,
-    );
-    const ref = await readFloats(caseFile(model));
-    const got = await readFloats(out);
-    expect(maxAbsDiff(get(got, "logprobs"), get(ref, "ref.logprobs"))).toBeLessThan(1e-4);
-    expect(maxAbsDiff(get(got, "entropy"), get(ref, "ref.entropy"))).toBeLessThan(1e-4);
-  });
-
-  it("computes the weighted loss and every parameter gradient within 1e-3", async () => {
-    const out = join(tempDir(), "grad.safetensors");
-    trainerOk(
-      ["grad", "--model", modelDir(model), "--batch", caseFile(model), "--out", out, ...CPU],
-      TRAINER,
-    );
-    const ref = await readFloats(caseFile(model));
-    const got = await readFloats(out);
-    const refLoss = get(ref, "ref.loss")[0] ?? Number.NaN;
-    expect(Math.abs((get(got, "loss")[0] ?? 0) - refLoss)).toBeLessThan(
-      1e-4 * Math.max(1, Math.abs(refLoss)),
-    );
-    const gradNames = [...ref.keys()].filter((k) => k.startsWith("grad.")).sort();
-    expect([...got.keys()].filter((k) => k.startsWith("grad.")).sort()).toEqual(gradNames);
-    for (const name of gradNames) {
-      const b = get(ref, name);
-      const scale = Math.max(maxAbs(b), 1e-6);
-      expect(maxAbsDiff(get(got, name), b) / scale, name).toBeLessThan(1e-3);
-    }
-  });
+  itMatchesPyTorch(model, TRAINER);
 });
