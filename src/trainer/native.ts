@@ -19,7 +19,7 @@ export function nativeExecutable(name: NativeExecutable): string {
     const from = process.env.SEARCHR1_NATIVE_DIR ? " (from SEARCHR1_NATIVE_DIR)" : "";
     throw new InputError(
       `${path}: the native ${name} is not built${from}; run \`npm run build\` ` +
-        "(it needs cmake, g++ and libopenblas-dev) or point SEARCHR1_NATIVE_DIR at a build",
+        "(it needs cmake and g++; OpenBLAS makes it faster) or point SEARCHR1_NATIVE_DIR at a build",
     );
   }
   return path;

@@ -216,23 +216,37 @@ describe("searchr1 train", () => {
     expect(metrics(out).map(deterministic)).toEqual(metrics(straight()).map(deterministic));
   }, 240_000);
 
-  it("a child that dies stops the run with its name and last words; checkpoints stay", async () => {
-    const out = path.join(dir, "crash");
-    const cli = startCli(args(out));
-    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-    while (!existsSync(checkpoint) && cli.child.exitCode === null)
-      await new Promise((r) => setTimeout(r, 50));
-    const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
-      encoding: "utf8",
-    });
-    const engine = children.split("\n").find((l) => l.includes("serve-engine"));
-    expect(engine, children).toBeDefined();
-    process.kill(Number(engine?.trim().split(/\s+/)[0]), "SIGKILL");
-    const r = await cli.result;
-    expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/the engine \(searchr1 serve-engine\) died \(SIGKILL\)/);
-    expect(existsSync(checkpoint)).toBe(true);
-  }, 240_000);
+  it.each([
+    { child: "serve-engine", message: /the engine \(searchr1 serve-engine\) died \(SIGKILL\)/ },
+    {
+      child: "serve-retriever",
+      message: /the retriever \(searchr1 serve-retriever\) died \(SIGKILL\)/,
+    },
+    {
+      child: "searchr1-trainer serve",
+      message: /the trainer \(searchr1-trainer serve\) died \(SIGKILL\)/,
+    },
+  ])(
+    "a dying $child stops the run with its name and last words; checkpoints stay",
+    async ({ child, message }) => {
+      const out = path.join(dir, `crash-${child.replace(/\W+/g, "-")}`);
+      const cli = startCli(args(out));
+      const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
+      while (!existsSync(checkpoint) && cli.child.exitCode === null)
+        await new Promise((r) => setTimeout(r, 50));
+      const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
+        encoding: "utf8",
+      });
+      const victim = children.split("\n").find((l) => l.includes(child));
+      expect(victim, children).toBeDefined();
+      process.kill(Number(victim?.trim().split(/\s+/)[0]), "SIGKILL");
+      const r = await cli.result;
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stderr).toMatch(message);
+      expect(existsSync(checkpoint)).toBe(true);
+    },
+    240_000,
+  );
 
   it("refuses what this build cannot do, naming the key", () => {
     const gpus = runCli([...args(path.join(dir, "x")), "--gpus", "2"]);
