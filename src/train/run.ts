@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import { stringify } from "yaml";
 import { AgentSession, agentSettings } from "../agent/session.js";
 import type { TrainConfig } from "../config/schemas/train.js";
-import { firstPerSource, type QaItem, readQaItems } from "../data/qa-items.js";
+import { firstPerSource, readQaItems } from "../data/qa-items.js";
 import { answerItems } from "../eval/answer-items.js";
 import { summarize } from "../eval/report.js";
 import { adaptiveKlController, fixedKlController } from "../rl/kl-controller.js";
@@ -178,13 +178,14 @@ export async function runTrain(
         const row = await trainStep(ctx, step);
         const last = step === totalSteps;
         if (step % config.trainer.test_freq === 0 || last) Object.assign(row, await validate(step));
+        // The row before the checkpoint: a run resumed from step N keeps rows up to N.
+        metrics.append(row);
         if (step % config.trainer.save_freq === 0 || last) {
           view.phase(step, totalSteps, "checkpoint");
           const dir = checkpointDir(runDir, step);
           await trainer.saveCheckpoint({ dir, overwrite: true });
           completeCheckpoint(runDir, { step, klCoef: ctx.kl.value } satisfies ControllerState);
         }
-        metrics.append(row);
         if (config.trainer.logger.includes("plot"))
           await writePlots(metrics.rows(), join(runDir, "plots"));
         view.stepDone(row, totalSteps);
