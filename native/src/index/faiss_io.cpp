@@ -1,0 +1,381 @@
+#include "index/faiss_io.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "util/error.h"
+
+namespace sr1 {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "faiss files are little-endian; this reader copies bytes as they are");
+
+const char* metric_name(Metric m) { return m == Metric::L2 ? "l2" : "inner_product"; }
+
+// ---------------------------------------------------------------------------------------
+// MappedFile
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  std::shared_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<uint64_t>(st.st_size);
+  if (f->size_ > 0) {
+    void* p = mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(path + ": cannot memory-map (" + std::strerror(err) + ")");
+    }
+    f->data_ = static_cast<const unsigned char*>(p);
+  }
+  ::close(fd);  // the mapping stays valid without the descriptor
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(const_cast<unsigned char*>(data_), size_);
+}
+
+// madvise wants a page-aligned start: round it down.
+static void advise(const unsigned char* base, uint64_t offset, uint64_t len, int advice) {
+  if (base == nullptr || len == 0) return;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  madvise(const_cast<unsigned char*>(base) + start, len + (offset - start), advice);
+}
+void MappedFile::advise_sequential(uint64_t offset, uint64_t len) const {
+  advise(data_, offset, len, MADV_SEQUENTIAL);
+}
+void MappedFile::advise_random(uint64_t offset, uint64_t len) const {
+  advise(data_, offset, len, MADV_RANDOM);
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading: a cursor over the mapped bytes that names the field it failed on.
+
+namespace {
+
+std::string fourcc_text(const unsigned char* p) {
+  std::string s;
+  for (int i = 0; i < 4; i++) {
+    if (p[i] >= 0x20 && p[i] < 0x7f) {
+      s += static_cast<char>(p[i]);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", p[i]);
+      s += hex;
+    }
+  }
+  return s;
+}
+
+class Cursor {
+ public:
+  explicit Cursor(const MappedFile& f) : f_(f) {}
+  uint64_t pos() const { return pos_; }
+  [[noreturn]] void fail(const std::string& what) const { throw Error(f_.path() + ": " + what); }
+
+  // The next `bytes` bytes, or a "truncated" error naming `field`.
+  const unsigned char* take(uint64_t bytes, const std::string& field) {
+    if (bytes > f_.size() - pos_) {
+      fail("truncated: " + field + " needs " + std::to_string(bytes) + " bytes at byte " +
+           std::to_string(pos_) + ", but the file ends at byte " + std::to_string(f_.size()));
+    }
+    const unsigned char* p = f_.data() + pos_;
+    pos_ += bytes;
+    return p;
+  }
+  template <class T>
+  T read(const std::string& field) {
+    T v;
+    std::memcpy(&v, take(sizeof(T), field), sizeof(T));
+    return v;
+  }
+  std::string fourcc(const std::string& field) { return fourcc_text(take(4, field)); }
+
+  // faiss's WRITEVECTOR: a u64 element count, then the elements.
+  template <class T>
+  UnalignedArray<T> array(const std::string& field) {
+    const uint64_t n = read<uint64_t>(field + " length");
+    if (n > (f_.size() - pos_) / sizeof(T)) {
+      fail("truncated: " + field + " has " + std::to_string(n) + " elements of " +
+           std::to_string(sizeof(T)) + " bytes at byte " + std::to_string(pos_) +
+           ", but the file ends at byte " + std::to_string(f_.size()));
+    }
+    return {take(n * sizeof(T), field), n};
+  }
+  // n elements with no length before them.
+  template <class T>
+  UnalignedArray<T> raw(uint64_t n, const std::string& field) {
+    if (n > (f_.size() - pos_) / sizeof(T)) {
+      fail("truncated: " + field + " need " + std::to_string(n * sizeof(T)) + " bytes from byte " +
+           std::to_string(pos_) + ", but the file ends at byte " + std::to_string(f_.size()));
+    }
+    return {take(n * sizeof(T), field), n};
+  }
+  template <class T>
+  std::vector<T> vector(const std::string& field) {
+    const UnalignedArray<T> a = array<T>(field);
+    std::vector<T> v(a.n);
+    a.copy(0, a.n, v.data());
+    return v;
+  }
+
+ private:
+  const MappedFile& f_;
+  uint64_t pos_ = 0;
+};
+
+struct Header {
+  int d = 0;
+  int64_t ntotal = 0;
+  Metric metric = Metric::InnerProduct;
+};
+
+// write_index_header: d, ntotal, two dummies, is_trained, metric (+ metric_arg if > 1).
+Header read_header(Cursor& c, const std::string& what) {
+  Header h;
+  const int32_t d = c.read<int32_t>(what + " d");
+  const int64_t ntotal = c.read<int64_t>(what + " ntotal");
+  c.read<int64_t>(what + " header");
+  c.read<int64_t>(what + " header");
+  c.read<uint8_t>(what + " is_trained");
+  const int32_t metric = c.read<int32_t>(what + " metric_type");
+  if (metric > 1) c.read<float>(what + " metric_arg");
+  if (d <= 0 || d > (1 << 20)) {
+    c.fail(what + " dimension d = " + std::to_string(d) + " is out of range (1 to 1048576)");
+  }
+  if (ntotal < 0) c.fail(what + " ntotal = " + std::to_string(ntotal) + " is negative");
+  if (metric != 0 && metric != 1) {
+    c.fail(what + " metric_type " + std::to_string(metric) +
+           " is not supported (0 = inner product, 1 = L2)");
+  }
+  h.d = d;
+  h.ntotal = ntotal;
+  h.metric = metric == 1 ? Metric::L2 : Metric::InnerProduct;
+  return h;
+}
+
+// An IxFI / IxF2 block after its fourcc: header, float count, the vectors.
+void read_flat(Cursor& c, const std::string& fourcc, FaissIndex& index) {
+  const Header h = read_header(c, "the index header's");
+  const Metric want = fourcc == "IxF2" ? Metric::L2 : Metric::InnerProduct;
+  if (h.metric != want) {
+    c.fail(fourcc + " (IndexFlat" + (want == Metric::L2 ? "L2" : "IP") +
+           ") must have metric_type " + std::to_string(static_cast<int>(want)) + ", not " +
+           std::to_string(static_cast<int>(h.metric)));
+  }
+  const uint64_t count = c.read<uint64_t>("the vectors' float count");
+  const uint64_t expected = static_cast<uint64_t>(h.ntotal) * static_cast<uint64_t>(h.d);
+  if (count != expected) {
+    c.fail("the header says ntotal = " + std::to_string(h.ntotal) + " vectors of d = " +
+           std::to_string(h.d) + " (" + std::to_string(expected) + " floats) but the data holds " +
+           std::to_string(count) + " floats");
+  }
+  index.vectors_offset = c.pos();
+  index.vectors = c.raw<float>(
+      count, std::to_string(h.ntotal) + " vectors of d = " + std::to_string(h.d));
+  index.d = h.d;
+  index.ntotal = h.ntotal;
+  index.metric = h.metric;
+}
+
+
+// write_HNSW: assign_probas, cum_nneighbor_per_level, levels, offsets, neighbors, then
+// entry_point, max_level, efConstruction, efSearch and the deprecated upper_beam.
+HnswGraph read_hnsw_graph(Cursor& c) {
+  HnswGraph g;
+  g.assign_probas = c.vector<double>("HNSW assign_probas");
+  g.cum_nneighbor_per_level = c.vector<int32_t>("HNSW cum_nneighbor_per_level");
+  g.levels = c.array<int32_t>("HNSW levels");
+  g.offsets = c.array<uint64_t>("HNSW offsets");
+  g.neighbors = c.array<int32_t>("HNSW neighbors");
+  g.entry_point = c.read<int32_t>("HNSW entry_point");
+  g.max_level = c.read<int32_t>("HNSW max_level");
+  g.ef_construction = c.read<int32_t>("HNSW efConstruction");
+  g.ef_search = c.read<int32_t>("HNSW efSearch");
+  c.read<int32_t>("HNSW upper_beam");
+  return g;
+}
+
+// What faiss's validate_HNSW checks, but for neighbour ids (checked as search reads them).
+// O(ntotal) reads of levels and offsets: a fraction of a second for 21M nodes.
+void validate_hnsw(const Cursor& c, const HnswGraph& g, int64_t ntotal) {
+  const std::vector<int32_t>& cum = g.cum_nneighbor_per_level;
+  if (cum.size() < 2 || cum[0] != 0) {
+    c.fail("HNSW cum_nneighbor_per_level must start with 0 and have at least 2 entries");
+  }
+  for (size_t l = 1; l < cum.size(); l++) {
+    if (cum[l] < cum[l - 1]) c.fail("HNSW cum_nneighbor_per_level is not increasing");
+  }
+  const uint64_t n = static_cast<uint64_t>(ntotal);
+  if (g.levels.n != n || g.offsets.n != n + 1) {
+    c.fail("HNSW graph has " + std::to_string(g.levels.n) + " levels and " +
+           std::to_string(g.offsets.n) + " offsets for ntotal = " + std::to_string(ntotal) +
+           " (expected ntotal and ntotal + 1)");
+  }
+  if (g.offsets[0] != 0 || g.offsets[n] != g.neighbors.n) {
+    c.fail("HNSW offsets must run from 0 to the neighbour count " +
+           std::to_string(g.neighbors.n));
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    const int32_t level = g.levels[i];
+    if (level < 1 || static_cast<size_t>(level) >= cum.size()) {
+      c.fail("HNSW levels[" + std::to_string(i) + "] = " + std::to_string(level) +
+             " is out of range [1, " + std::to_string(cum.size() - 1) + "]");
+    }
+    if (g.offsets[i + 1] != g.offsets[i] + static_cast<uint64_t>(cum[level])) {
+      c.fail("HNSW offsets[" + std::to_string(i + 1) + "] does not follow from node " +
+             std::to_string(i) + "'s level");
+    }
+  }
+  if (ntotal > 0 && (g.entry_point < 0 || g.entry_point >= ntotal)) {
+    c.fail("HNSW entry_point " + std::to_string(g.entry_point) + " is not a node");
+  }
+  // The descent starts at the entry point on max_level: the node must have that level.
+  if (ntotal > 0 && (g.max_level < 0 || g.max_level + 1 > g.levels[g.entry_point])) {
+    c.fail("HNSW max_level " + std::to_string(g.max_level) +
+           " is above the entry point's level");
+  }
+  if (g.ef_search < 1) c.fail("HNSW efSearch " + std::to_string(g.ef_search) + " must be >= 1");
+}
+
+// IHNf after its fourcc: header, graph, then the storage (an IxFI / IxF2 block).
+void read_hnsw_flat(Cursor& c, FaissIndex& index) {
+  const Header h = read_header(c, "the index header's");
+  index.hnsw = read_hnsw_graph(c);
+  index.has_hnsw = true;
+  const std::string storage = c.fourcc("the HNSW storage's fourcc");
+  if (storage == "null") {
+    c.fail("the HNSW index was written without its vectors (IO_FLAG_SKIP_STORAGE)");
+  }
+  if (storage != "IxFI" && storage != "IxF2") {
+    c.fail("the HNSW storage is '" + storage + "', not a flat index (IxFI or IxF2)");
+  }
+  read_flat(c, storage, index);
+  if (index.d != h.d || index.ntotal != h.ntotal || index.metric != h.metric) {
+    c.fail("the HNSW storage (d = " + std::to_string(index.d) + ", ntotal = " +
+           std::to_string(index.ntotal) + ", " + metric_name(index.metric) +
+           ") disagrees with the index header (d = " + std::to_string(h.d) + ", ntotal = " +
+           std::to_string(h.ntotal) + ", " + metric_name(h.metric) + ")");
+  }
+  validate_hnsw(c, index.hnsw, index.ntotal);
+}
+
+}  // namespace
+
+FaissIndex open_faiss_index(const std::string& path) {
+  FaissIndex index;
+  index.path = path;
+  index.file = MappedFile::open(path);
+  Cursor c(*index.file);
+  if (index.file->size() < 4) {
+    c.fail("not a faiss index (" + std::to_string(index.file->size()) + " bytes)");
+  }
+  index.fourcc = c.fourcc("the fourcc");
+  if (index.fourcc == "IxFI" || index.fourcc == "IxF2") {
+    read_flat(c, index.fourcc, index);
+  } else if (index.fourcc == "IHNf") {
+    read_hnsw_flat(c, index);
+  } else {
+    c.fail("unsupported faiss index type '" + index.fourcc +
+           "' (searchr1 reads IndexFlatIP 'IxFI', IndexFlatL2 'IxF2' and IndexHNSWFlat 'IHNf')");
+  }
+  if (c.pos() != index.file->size()) {
+    c.fail(std::to_string(index.file->size() - c.pos()) + " unexpected bytes after the index (it "
+           "ends at byte " + std::to_string(c.pos()) + ")");
+  }
+  if (index.has_hnsw) {
+    index.file->advise_random(0, index.file->size());
+  } else {
+    index.file->advise_sequential(index.vectors_offset, index.vectors.n * sizeof(float));
+  }
+  return index;
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing
+
+namespace {
+
+constexpr long kNtotalOffset = 8;   // int64 ntotal after fourcc and d
+constexpr long kCountOffset = 37;   // u64 float count after the header
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// fourcc, write_index_header (ntotal filled in at commit), the float count.
+std::string flat_header(int d, Metric metric, int64_t ntotal) {
+  std::string h = metric == Metric::L2 ? "IxF2" : "IxFI";
+  put<int32_t>(h, d);
+  put<int64_t>(h, ntotal);
+  put<int64_t>(h, int64_t{1} << 20);  // two dummies faiss writes and ignores
+  put<int64_t>(h, int64_t{1} << 20);
+  put<uint8_t>(h, 1);  // is_trained: a flat index always is
+  put<int32_t>(h, static_cast<int32_t>(metric));
+  put<uint64_t>(h, static_cast<uint64_t>(ntotal) * static_cast<uint64_t>(d));
+  return h;
+}
+
+}  // namespace
+
+FlatIndexWriter::FlatIndexWriter(std::string path, int d, Metric metric)
+    : path_(std::move(path)), d_(d), metric_(metric) {
+  if (d <= 0 || d > (1 << 20)) {
+    throw Error(path_ + ": dimension " + std::to_string(d) + " is out of range");
+  }
+  partial_ = path_ + ".partial-" + std::to_string(getpid());
+  f_ = std::fopen(partial_.c_str(), "wb");
+  if (f_ == nullptr) throw Error(partial_ + ": cannot create (" + std::strerror(errno) + ")");
+  const std::string h = flat_header(d_, metric_, 0);
+  if (std::fwrite(h.data(), 1, h.size(), f_) != h.size()) {
+    throw Error(partial_ + ": cannot write (" + std::strerror(errno) + ")");
+  }
+}
+
+FlatIndexWriter::~FlatIndexWriter() {
+  if (f_ != nullptr) {
+    std::fclose(f_);
+    std::remove(partial_.c_str());
+  }
+}
+
+void FlatIndexWriter::append(const float* rows, int64_t n) {
+  const size_t count = static_cast<size_t>(n) * static_cast<size_t>(d_);
+  if (std::fwrite(rows, sizeof(float), count, f_) != count) {
+    throw Error(partial_ + ": cannot write (" + std::strerror(errno) + ")");
+  }
+  ntotal_ += n;
+}
+
+void FlatIndexWriter::commit() {
+  const std::string h = flat_header(d_, metric_, ntotal_);
+  bool ok = std::fseek(f_, kNtotalOffset, SEEK_SET) == 0 &&
+            std::fwrite(h.data() + kNtotalOffset, 8, 1, f_) == 1 &&
+            std::fseek(f_, kCountOffset, SEEK_SET) == 0 &&
+            std::fwrite(h.data() + kCountOffset, 8, 1, f_) == 1 && std::fflush(f_) == 0 &&
+            fsync(fileno(f_)) == 0;
+  const int err = errno;
+  ok = std::fclose(f_) == 0 && ok;
+  f_ = nullptr;
+  if (!ok || std::rename(partial_.c_str(), path_.c_str()) != 0) {
+    std::remove(partial_.c_str());
+    throw Error(path_ + ": cannot write (" + std::strerror(ok ? errno : err) + ")");
+  }
+}
+
+}  // namespace sr1

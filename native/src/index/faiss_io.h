@@ -1,0 +1,127 @@
+// faiss index files, read as they are and written as faiss writes them
+// (faiss/impl/index_read.cpp, index_write.cpp; ../shared/reference/native.md §4).
+//
+// Read: IndexFlatIP (`IxFI`), IndexFlatL2 (`IxF2`) and IndexHNSWFlat (`IHNf`) over one of
+// those. The file is memory-mapped and never copied: Search-R1's e5_Flat.index is 64.6 GB.
+// Nothing in a faiss file is aligned (a flat index's floats start at byte 45), so every
+// value is read through memcpy (UnalignedArray), which compilers turn into plain unaligned
+// loads on x86 and ARM while staying correct C++. Everything is little-endian, as faiss
+// writes it on every machine it runs on.
+//
+// Write: IndexFlatIP / IndexFlatL2 files from a stream of vectors (FlatIndexWriter), at a
+// temporary name renamed into place when complete, byte-identical to faiss.write_index.
+//
+// Errors are sr1::Error with one line naming the file and what is wrong with it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sr1 {
+
+enum class Metric { InnerProduct = 0, L2 = 1 };  // faiss's METRIC_INNER_PRODUCT, METRIC_L2
+const char* metric_name(Metric m);  // "inner_product", "l2"
+
+// A read-only memory map of a whole file.
+class MappedFile {
+ public:
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const std::string& path() const { return path_; }
+  const unsigned char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  // Hints the kernel about the access pattern of [offset, offset+len) (madvise).
+  void advise_sequential(uint64_t offset, uint64_t len) const;
+  void advise_random(uint64_t offset, uint64_t len) const;
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// n values of type T stored at an arbitrary byte address.
+template <class T>
+struct UnalignedArray {
+  const unsigned char* bytes = nullptr;
+  uint64_t n = 0;
+  T operator[](uint64_t i) const {
+    T v;
+    std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
+    return v;
+  }
+  void copy(uint64_t first, uint64_t count, T* dst) const {
+    std::memcpy(dst, bytes + first * sizeof(T), count * sizeof(T));
+  }
+};
+
+// The graph of an IndexHNSW (faiss/impl/HNSW.h), pointing into the mapped file. Node i's
+// neighbours at level l are neighbors[offsets[i] + cum_nneighbor_per_level[l] ..
+// offsets[i] + cum_nneighbor_per_level[l+1]), -1 marking an empty slot; levels[i] is the
+// node's top level + 1.
+struct HnswGraph {
+  std::vector<double> assign_probas;
+  std::vector<int32_t> cum_nneighbor_per_level;
+  UnalignedArray<int32_t> levels;
+  UnalignedArray<uint64_t> offsets;
+  UnalignedArray<int32_t> neighbors;
+  int32_t entry_point = -1, max_level = -1, ef_construction = 0, ef_search = 0;
+  int neighbor_slots(int level) const {
+    return cum_nneighbor_per_level[level + 1] - cum_nneighbor_per_level[level];
+  }
+};
+
+// An opened index: the flat vectors (row i has id i) and, for IHNf, the graph over them.
+struct FaissIndex {
+  std::string path;
+  std::string fourcc;  // "IxFI", "IxF2" or "IHNf"
+  Metric metric = Metric::InnerProduct;
+  int d = 0;
+  int64_t ntotal = 0;
+  UnalignedArray<float> vectors;  // ntotal * d floats, row-major
+  uint64_t vectors_offset = 0;    // byte offset of the vectors in the file
+  bool has_hnsw = false;
+  HnswGraph hnsw;
+  std::shared_ptr<MappedFile> file;  // keeps the mapping alive
+
+  // Copies rows [first, first+count) into dst (aligned, count*d floats).
+  void copy_rows(int64_t first, int64_t count, float* dst) const {
+    vectors.copy(static_cast<uint64_t>(first) * d, static_cast<uint64_t>(count) * d, dst);
+  }
+};
+
+// Maps `path` and validates it: fourcc, header (d, ntotal, metric), every vector's
+// length and, for HNSW, the graph's sizes and offsets (neighbour ids are checked when
+// search reads them, so that opening a 20M-node graph does not read all of it).
+FaissIndex open_faiss_index(const std::string& path);
+
+// Writes an IndexFlatIP / IndexFlatL2 file: header with ntotal = 0, then the vectors as
+// they come, then ntotal and the float count patched in; written at `<path>.partial-<pid>`
+// and renamed to `path` by commit(). Destroyed before commit(), it removes the partial file.
+class FlatIndexWriter {
+ public:
+  FlatIndexWriter(std::string path, int d, Metric metric);
+  ~FlatIndexWriter();
+  FlatIndexWriter(const FlatIndexWriter&) = delete;
+  FlatIndexWriter& operator=(const FlatIndexWriter&) = delete;
+  // Appends n rows of d floats.
+  void append(const float* rows, int64_t n);
+  int64_t ntotal() const { return ntotal_; }
+  void commit();
+
+ private:
+  std::string path_, partial_;
+  int d_;
+  Metric metric_;
+  int64_t ntotal_ = 0;
+  FILE* f_ = nullptr;
+};
+
+}  // namespace sr1

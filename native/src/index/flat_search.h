@@ -1,0 +1,40 @@
+// Exact (flat) k-nearest-neighbour search over a faiss index's vectors, with faiss's
+// semantics (faiss/utils/distances.cpp knn_inner_product / knn_L2sqr):
+//   inner product: scores are q·x, best first = descending;
+//   L2: scores are squared distances |q|² + |x|² - 2 q·x (negative round-off clamped to 0),
+//       best first = ascending.
+// Ids are row numbers. Each query's top k is kept in a faiss heap fed with the rows in id
+// order, so the result is faiss's: a row enters only when strictly better than the worst
+// kept, and bitwise-equal scores come out in faiss's heap order (for inner product the
+// higher id first, for L2 the lower id first). k > ntotal leaves id -1 and the worst
+// possible score (-FLT_MAX for inner product, FLT_MAX for L2) in the missing places.
+//
+// The scan is memory-bound: each round, every thread copies its own block of rows out of
+// the (unaligned) mapped file into an aligned buffer that stays in its cache, multiplies
+// all queries by it with a single-threaded sgemm, and then the threads split the queries
+// and feed that round's blocks, in row order, into each query's heap.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "index/faiss_io.h"
+
+namespace sr1 {
+
+// Results of a batch of queries: row q's k ids and scores at [q*k, (q+1)*k).
+struct TopK {
+  int nq = 0, k = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> scores;
+};
+
+struct FlatSearchOptions {
+  int block_rows = 1024;  // database rows per thread per round (faiss's bs_y)
+  int query_batch = 512;  // queries per scan of the matrix
+};
+
+// queries: nq rows of index.d floats. Uses all OpenMP threads.
+TopK flat_search(const FaissIndex& index, const float* queries, int nq, int k,
+                 const FlatSearchOptions& options = {});
+
+}  // namespace sr1
