@@ -14,7 +14,6 @@ const COMMANDS = [
   "eval",
   "convert-ckpt",
 ];
-const NOT_YET = ["train", "eval"];
 const dir = mkdtempSync(join(tmpdir(), "searchr1-cli-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -42,19 +41,24 @@ describe("searchr1 CLI", () => {
   });
 
   it("help texts carry defaults from the schema", () => {
-    expect(runCli(["train", "--help"]).stdout).toMatch(/--gpus <n>\s+GPUs per node \(default: 8\)/);
+    expect(runCli(["train", "--help"]).stdout).toMatch(
+      /--gpus <n>\s+GPUs per node[\s\S]*?\(default: 1\)/,
+    );
     expect(runCli(["preprocess", "--help"]).stdout).toMatch(
       /--template <name\|file>[\s\S]*\(default:\s+search-r1\)/,
     );
     expect(runCli(["download", "--help"]).stdout).toMatch(/HF_TOKEN\s+sets token/);
   });
 
-  it.each(NOT_YET)("%s exits 2 with 'not implemented yet' and prints nothing on stdout", (c) => {
-    const r = runCli([c]);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toContain(`${c}: not implemented yet`);
-    expect(r.stdout).toBe("");
-  });
+  it.each(["train", "eval", "ask"])(
+    "%s without a model says which key to set, and prints nothing on stdout",
+    (c) => {
+      const r = runCli([c, ...(c === "ask" ? ["a question"] : [])]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(/missing required key "model\.path".*--model/);
+      expect(r.stdout).toBe("");
+    },
+  );
 
   it("the convert alias reaches convert-ckpt, whose <kind> is checked like any config key", () => {
     const r = runCli(["convert", "deepspeed-to-hf", "--input", "x", "--out", "y"]);
@@ -125,7 +129,12 @@ describe("searchr1 config", () => {
     expect(r.code).toBe(0);
     const schema = JSON.parse(r.stdout);
     expect(schema.properties.actor.properties.lr.default).toBe(1e-6);
-    expect(schema.properties.algorithm.properties.name.enum).toEqual(["grpo", "ppo"]);
+    expect(schema.properties.algorithm.properties.name.enum).toEqual([
+      "grpo",
+      "ppo",
+      "reinforce_plus_plus",
+      "rloo",
+    ]);
     expect(schema.required).toContain("model");
   });
 
