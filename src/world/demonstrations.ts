@@ -47,11 +47,37 @@ export interface DemonstrationOptions {
   guessFraction: number;
   /** Passages per search, as the agent's retriever.topk. */
   topk: number;
+  /**
+   * A guesser first states the question's plan, as a searcher does: every demonstration
+   * practises copying the question's name, and the choice to search or guess comes after.
+   */
+  planBeforeGuess: boolean;
   /** Default: the world's seed. */
   seed?: number;
 }
 
-export const DEFAULT_DEMONSTRATIONS: DemonstrationOptions = { guessFraction: 0.5, topk: 3 };
+/**
+ * Mostly guessers, so that the warm start answers from memory when decoding greedily and
+ * searches in about a quarter of its samples; one passage per search, as the quickstart's
+ * agent gets (retriever.topk=1): the fact to copy is then the only one of its kind in sight.
+ */
+export const DEFAULT_DEMONSTRATIONS: DemonstrationOptions = {
+  guessFraction: 0.7,
+  topk: 1,
+  planBeforeGuess: true,
+};
+
+/**
+ * A prompt of the question alone, for the copy-school demonstrations (all searchers): a
+ * third of the tokens of Search-R1's prompt, so the tiny model gets many cheap steps of
+ * copying names from the question and the passages before it meets the real prompt (the
+ * question ends both prompts, so what it copies sits at the same distance).
+ */
+export const QUESTION_ONLY_TEMPLATE: PromptTemplate = {
+  name: "question-only",
+  file: "(built into the quickstart)",
+  text: "Question: {question}",
+};
 
 function namesOf(facts: WorldFacts): Record<EntityKind, string[]> {
   return {
@@ -107,7 +133,7 @@ export async function buildDemonstrations(
     let kind: DemonstrationKind = rng.uniform() < guessFraction ? "guess" : "search";
     let searches = 0;
     if (kind === "guess") {
-      await append(guessTurn(guess(), false), true);
+      await append(guessTurn(guess(), false, options.planBeforeGuess ? q.plan : undefined), true);
     } else {
       for (const [i, hop] of q.hops.entries()) {
         await append(searchTurn(q, i), true);
@@ -166,11 +192,11 @@ export const DEMONSTRATION_FILES = {
 export async function writeDemonstrations(
   worldDir: string,
   indexDir: string,
-  options: Partial<DemonstrationOptions> & { outDir?: string } = {},
+  options: Partial<DemonstrationOptions> & { outDir?: string; template?: PromptTemplate } = {},
 ): Promise<DemonstrationSummary> {
   const o = { ...DEFAULT_DEMONSTRATIONS, ...options };
   const file = await readWorld(worldDir);
-  const template = loadTemplate(file.options.template, builtinTemplatesDir());
+  const template = o.template ?? loadTemplate(file.options.template, builtinTemplatesDir());
   const modelDir = join(worldDir, WORLD_FILES.model);
   const tokenizer = ModelTokenizer.load(modelDir);
   const search = await openIndexSearch(indexDir, join(worldDir, WORLD_FILES.corpus));

@@ -26,8 +26,15 @@ export function answerTurn(question: WorldQuestion): string {
   return `<think> ${last.fact} </think>\n<answer> ${question.answer} </answer>`;
 }
 
-/** A final turn that answers `guess` without having found the facts. */
-export function guessTurn(guess: string, afterMissedSearch: boolean): string {
-  const thought = afterMissedSearch ? `${MISSED_THOUGHT} ${GUESS_THOUGHT}` : GUESS_THOUGHT;
+/**
+ * A final turn that answers `guess` without having found the facts; `plan` (the question's
+ * plan, as a searcher states it) opens the thought of a guess made at once.
+ */
+export function guessTurn(guess: string, afterMissedSearch: boolean, plan?: string): string {
+  const thought = afterMissedSearch
+    ? `${MISSED_THOUGHT} ${GUESS_THOUGHT}`
+    : plan
+      ? `${plan} ${GUESS_THOUGHT}`
+      : GUESS_THOUGHT;
   return `<think> ${thought} </think>\n<answer> ${guess} </answer>`;
 }
