@@ -26,6 +26,7 @@ import { BIN } from "./helpers/cli.js";
 import { generateCorpus } from "./retrieval/generated-corpus.js";
 
 const TRAINER = nativeExecutable("searchr1-trainer");
+const INDEX = nativeExecutable("searchr1-index");
 const CKPT = fileURLToPath(new URL("./ckpt/fixtures/", import.meta.url));
 const NATIVE = fileURLToPath(new URL("./native/fixtures/", import.meta.url));
 const PACKAGE = fileURLToPath(new URL("../", import.meta.url));
@@ -38,6 +39,7 @@ const binDir = join(root, "bin");
 mkdirSync(binDir);
 symlinkSync(BIN, join(binDir, "searchr1"));
 symlinkSync(TRAINER, join(binDir, "searchr1-trainer"));
+symlinkSync(INDEX, join(binDir, "searchr1-index"));
 const ENV = { ...process.env, PATH: `${binDir}:${process.env.PATH}`, OMP_NUM_THREADS: "2" };
 
 function help(argv: string[]): string {
@@ -91,6 +93,11 @@ const HELP_TEXTS: HelpText[] = [
   ...trainerCommands(help([TRAINER, "--help"])).map((name) => ({
     command: `searchr1-trainer ${name}`,
     examples: examplesOf(help([TRAINER, name, "--help"])),
+  })),
+  { command: "searchr1-index", examples: examplesOf(help([INDEX, "--help"])) },
+  ...trainerCommands(help([INDEX, "--help"])).map((name) => ({
+    command: `searchr1-index ${name}`,
+    examples: examplesOf(help([INDEX, name, "--help"])),
   })),
 ];
 
@@ -185,6 +192,7 @@ interface Input {
 }
 
 const CORPUS = `${generateCorpus(300, 5).join("\n")}\n`;
+const FAISS = fileURLToPath(new URL("./retrieval/fixtures/faiss/", import.meta.url));
 const AGENT_MODEL = fileURLToPath(new URL("./engine/fixtures/qwen-bpe/", import.meta.url));
 const copy = (from: string, to: string) => (dir: string) =>
   cpSync(from, join(dir, to), { recursive: true });
@@ -313,6 +321,32 @@ const INPUTS: Input[] = [
         { cwd: d, encoding: "utf8", env: ENV },
       );
       if (r.status !== 0) throw new Error(`setting up data/nq_hotpotqa: ${r.stderr}`);
+    },
+  },
+  // searchr1-index: faiss files written by faiss (test/retrieval/make_faiss_fixtures.py),
+  // query vectors of the same dimension, and vectors to write.
+  {
+    when: /--index data\/e5_Flat\.index\b/,
+    make: copy(join(FAISS, "flat-ip.index"), "data/e5_Flat.index"),
+  },
+  {
+    when: /--index data\/e5_HNSW64\.index\b/,
+    make: copy(join(FAISS, "hnsw-ip.index"), "data/e5_HNSW64.index"),
+  },
+  {
+    when: /--queries q\.safetensors\b/,
+    make: (d, line) => {
+      const file = line.includes("HNSW")
+        ? "hnsw-ip.expected.safetensors"
+        : "flat-ip.expected.safetensors";
+      cpSync(join(FAISS, file), join(d, "q.safetensors"));
+    },
+  },
+  {
+    when: /--vectors embeddings\.safetensors\b/,
+    make: (d) => {
+      mkdirSync(join(d, "data"), { recursive: true });
+      cpSync(join(FAISS, "small.vectors.safetensors"), join(d, "embeddings.safetensors"));
     },
   },
   // train's recipes, as shipped in the package

@@ -4,7 +4,7 @@ import { InputError } from "../runtime/errors.js";
 import { packageRoot } from "../runtime/package-root.js";
 
 /** The native executables built from native/ by `npm install` / `npm run build`. */
-export type NativeExecutable = "searchr1-trainer" | "searchr1-engine";
+export type NativeExecutable = "searchr1-trainer" | "searchr1-engine" | "searchr1-index";
 
 /** Where the native executables are: $SEARCHR1_NATIVE_DIR, else the package's native/build. */
 export function nativeDir(): string {
