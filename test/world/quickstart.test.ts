@@ -1,5 +1,8 @@
-// `searchr1 quickstart` end to end, shortened (a few warm-start and RL steps): every real
-// command runs in order and the figures, reports, run and plots are where it says.
+// `searchr1 quickstart` end to end with its real warm start and a shortened RL phase (8 GRPO
+// steps instead of 30): every real command runs in order, the figures, reports, run and
+// plots are where it says, and the model visibly learns to search — test EM rises by at
+// least 0.3 and the searches per question with it (default seed; measured on 2 cores:
+// 0.14 → 0.7–0.8 after 8 steps, 0.82+ after the full run).
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -9,17 +12,9 @@ import { startCli } from "../helpers/cli.js";
 const dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-quickstart-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-it("runs world → preprocess → build-index → sft → eval → train → eval and reports before/after", async () => {
+it("runs world → preprocess → build-index → sft → eval → train → eval, and the model learns to search", async () => {
   const out = path.join(dir, "qs");
-  const r = await startCli([
-    "quickstart",
-    "--dir",
-    out,
-    "--threads",
-    "1",
-    "sft_steps=20",
-    "train_steps=2",
-  ]).result;
+  const r = await startCli(["quickstart", "--dir", out, "train_steps=8"]).result;
   expect(r.code, r.stderr.slice(-3000)).toBe(0);
   for (const phase of [
     "preprocess",
@@ -50,5 +45,10 @@ it("runs world → preprocess → build-index → sft → eval → train → eva
   expect(r.stdout).toMatch(/after GRPO\s+\d\.\d{3}/);
   const run = path.join(out, "runs", "quickstart", "grpo");
   expect(existsSync(path.join(run, "plots", "reward.svg"))).toBe(true);
-  expect(existsSync(path.join(run, "global_step_2", "policy", "model.safetensors"))).toBe(true);
-}, 600_000);
+  expect(existsSync(path.join(run, "global_step_8", "policy", "model.safetensors"))).toBe(true);
+  // Learning: the warm start guesses (greedy); after RL it searches and answers right.
+  expect(figures.after.em - figures.before.em).toBeGreaterThanOrEqual(0.3);
+  expect(figures.after.searches_per_question).toBeGreaterThan(
+    figures.before.searches_per_question + 0.5,
+  );
+}, 1_200_000);

@@ -12,13 +12,6 @@ export const quickstartSchema = z.strictObject({
   seed: z.number().int().default(1).describe("the world's seed (and the run's)"),
   threads: threadsField("CPU threads for the trainer and the engine"),
   overwrite: z.boolean().default(false).describe("replace an existing --dir"),
-  sft_steps: z
-    .number()
-    .int()
-    .positive()
-    .nullable()
-    .default(null)
-    .describe("warm-start steps; null = the quickstart's own (fewer only to try the pipeline)"),
   train_steps: z
     .number()
     .int()
