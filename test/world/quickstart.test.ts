@@ -1,8 +1,8 @@
 // `searchr1 quickstart` end to end with its real warm start and a shortened RL phase (8 GRPO
 // steps instead of 30): every real command runs in order, the figures, reports, run and
 // plots are where it says, and the model visibly learns to search — test EM rises by at
-// least 0.3 and the searches per question with it (default seed; measured on 2 cores:
-// 0.14 → 0.7–0.8 after 8 steps, 0.82+ after the full run).
+// least 0.3 and the searches per question with it (default seed; the full 30-step run goes
+// from 0.145 to 0.831 on 2 cores; the training reward is already 0.68 at step 8).
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
