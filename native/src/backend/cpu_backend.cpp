@@ -1,6 +1,7 @@
 // The CPU backend: fp32 throughout (its XPtrs are floats), OpenMP over rows, sgemm (OpenBLAS,
-// or the portable kernel where the build has none) for the linear layers. It is the
-// readable reference the CUDA backend is tested against, so it favours plain loops.
+// or the portable kernel where the build has none) for the linear layers and, per sequence
+// and head, for attention. It is the readable reference the CUDA backend is tested against,
+// so it favours plain loops.
 #include <omp.h>
 #include <unistd.h>
 
@@ -50,6 +51,106 @@ inline float dot(const float* a, const float* b, int n) {
 inline void axpy(float* y, float a, const float* x, int n) {
 #pragma omp simd
   for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// Queries per attention task: the scores of a task are kQueryTile x (keys up to its last
+// query), so memory stays bounded for long sequences.
+constexpr int kQueryTile = 64;
+
+// e^x for the softmax's x <= 0, in a form the compiler vectorises (libm's expf is a call per
+// element, and was half of the attention's time): x = n ln2 + r with |r| <= ln2 / 2, e^r by
+// Cephes' expf polynomial, times 2^n built in the exponent bits; within 1.02 ulp of e^x on
+// [-87, 0] (checked on every float there), and 0 below -87.3, where e^x leaves the normal
+// floats, -inf included. No floor or float-to-int conversion: GCC vectorises neither here.
+inline float softmax_exp(float x) {
+  const float xc = std::max(x, -100.0f);
+  const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to n
+  const float n = t - 12582912.0f;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t e;
+  std::memcpy(&e, &t, sizeof e);
+  e = e - 0x4B400000 + 127;  // t's low mantissa bits hold n: this is 2^n's biased exponent
+  const int32_t bits = e > 0 ? e << 23 : 0;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+
+// Sets the scores of the keys that key_mask hides to -inf, whose exp is 0.
+void mask_keys(float* row, const int32_t* key_mask, int n) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) row[j] = key_mask[j] ? row[j] : kNoKeys;
+}
+
+// In place: row[0..n) becomes its softmax, and the result is its log-sum-exp; a row of
+// -inf only (no key visible) becomes zeros, with kNoKeys.
+float softmax(float* row, int n) {
+  float mx = kNoKeys;
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+  if (mx == kNoKeys) {
+    std::memset(row, 0, n * sizeof(float));
+    return kNoKeys;
+  }
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; j++) {
+    row[j] = softmax_exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int j = 0; j < n; j++) row[j] *= inv;
+  return mx + std::log(sum);
+}
+
+// In place on the scores p[rows, keys] of queries i0..i0+rows-1 (keys 0..keys-1): row r
+// becomes the softmax over the keys j <= i0 + r with key_mask[j] != 0, zeros elsewhere,
+// and lse[r] its log-sum-exp (kNoKeys, and a row of zeros, when no key is visible).
+void causal_softmax(float* p, float* lse, const int32_t* key_mask, int i0, int rows, int keys) {
+  for (int r = 0; r < rows; r++) {
+    float* row = p + static_cast<size_t>(r) * keys;
+    const int n = i0 + r + 1;  // the causally visible keys
+    mask_keys(row, key_mask, n);
+    lse[r] = softmax(row, n);
+    std::memset(row + n, 0, (keys - n) * sizeof(float));
+  }
+}
+
+// In place on the scores p[rows, keys] of queries i0..: the probabilities again from the
+// saved log-sum-exps, exp(s - lse), with zeros where causal_softmax put them.
+void causal_probs(float* p, const float* lse, const int32_t* key_mask, int i0, int rows,
+                  int keys) {
+  for (int r = 0; r < rows; r++) {
+    float* row = p + static_cast<size_t>(r) * keys;
+    const int n = lse[r] == kNoKeys ? 0 : i0 + r + 1;
+    mask_keys(row, key_mask, n);
+    const float row_lse = lse[r];
+#pragma omp simd
+    for (int j = 0; j < n; j++) row[j] = softmax_exp(row[j] - row_lse);
+    std::memset(row + n, 0, (keys - n) * sizeof(float));
+  }
+}
+
+// In place on dp[rows, keys] = dO V^T: the scores' gradient times scale,
+// dS = P * (dP - dot(dO, O)) * scale, where dO and O rows are ld apart.
+void softmax_backward(float* dp, const float* p, const float* dout, const float* out, int ld,
+                      int rows, int keys, int hd, float scale) {
+  for (int r = 0; r < rows; r++) {
+    const size_t at = static_cast<size_t>(r) * ld;
+    const float delta = dot(dout + at, out + at, hd);
+    float* d = dp + static_cast<size_t>(r) * keys;
+    const float* pr = p + static_cast<size_t>(r) * keys;
+#pragma omp simd
+    for (int j = 0; j < keys; j++) d[j] = pr[j] * (d[j] - delta) * scale;
+  }
 }
 
 class CpuBackend final : public Backend {
@@ -189,45 +290,33 @@ class CpuBackend final : public Backend {
     rotate(F(dqkv), pos, s, theta, -1.0f);  // the transpose of a rotation is its inverse
   }
 
+  // One task per (sequence, head, tile of kQueryTile queries), each on one thread with
+  // single-threaded sgemm, so the result does not depend on the thread count:
+  // S = Q K^T * scale over the keys up to the tile's last query, the causal and key masks
+  // and the softmax row by row (causal_softmax), then out = P V.
   void attention_forward(XPtr xout, float* lse, XPtr xqkv, const int32_t* key_mask,
                          const AttentionShape& s) override {
     float* out = F(xout);
     const float* qkv = F(xqkv);
-    const int T = s.T, NH = s.num_heads, hd = s.head_dim;
-    const int group = NH / s.num_kv_heads;
+    const int T = s.T, NH = s.num_heads, hd = s.head_dim, QKV = s.qkv_dim(), OD = NH * hd;
+    const int group = NH / s.num_kv_heads, tiles = (T + kQueryTile - 1) / kQueryTile;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const SerialSgemm serial;
 #pragma omp parallel
     {
-      std::vector<float> p(T);
-#pragma omp for collapse(3) schedule(dynamic, 4)
+      std::vector<float> p(static_cast<size_t>(std::min(T, kQueryTile)) * T);
+#pragma omp for collapse(3) schedule(dynamic, 1)
       for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < NH; h++) {
-          for (int i = 0; i < T; i++) {
+          for (int t = 0; t < tiles; t++) {
+            const int i0 = t * kQueryTile, rows = std::min(kQueryTile, T - i0), keys = i0 + rows;
             const Heads x = heads(qkv, s, b, h / group);
-            const float* q = x.row(i) + h * hd;
-            float* o = out + (static_cast<size_t>(b) * T + i) * NH * hd + h * hd;
-            const int* km = key_mask + static_cast<size_t>(b) * T;
-            float mx = kNoKeys;
-            for (int j = 0; j <= i; j++) {
-              p[j] = km[j] ? dot(q, x.k(j), hd) * scale : kNoKeys;
-              mx = std::max(mx, p[j]);
-            }
-            std::memset(o, 0, hd * sizeof(float));
-            float& row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + i];
-            if (mx == kNoKeys) {
-              row_lse = kNoKeys;
-              continue;
-            }
-            float sum = 0;
-            for (int j = 0; j <= i; j++) {
-              p[j] = km[j] ? std::exp(p[j] - mx) : 0.0f;
-              sum += p[j];
-            }
-            const float inv = 1.0f / sum;
-            for (int j = 0; j <= i; j++) {
-              if (p[j] != 0.0f) axpy(o, p[j] * inv, x.v(j), hd);
-            }
-            row_lse = mx + std::log(sum);
+            sgemm(Trans::No, Trans::Yes, rows, keys, hd, scale, x.row(i0) + h * hd, QKV, x.k(0),
+                  QKV, 0.0f, p.data(), keys);
+            causal_softmax(p.data(), lse + (static_cast<size_t>(b) * NH + h) * T + i0,
+                           key_mask + static_cast<size_t>(b) * T, i0, rows, keys);
+            sgemm(Trans::No, Trans::No, rows, hd, keys, 1.0f, p.data(), keys, x.v(0), QKV, 0.0f,
+                  out + (static_cast<size_t>(b) * T + i0) * OD + h * hd, OD);
           }
         }
       }
@@ -235,44 +324,53 @@ class CpuBackend final : public Backend {
   }
 
   // One task per (sequence, kv head): it owns the dk/dv rows of that head and the dq rows
-  // of the query heads in its group, so one pass computes all three without races and
-  // each probability is recomputed (from the saved lse) only once.
+  // of the query heads in its group, and adds the heads' and query tiles' shares of dk and
+  // dv in a fixed order, on one thread with single-threaded sgemm. Per tile: P again from
+  // the scores and the saved lse (causal_probs), dV += P^T dO, dP = dO V^T, dS (softmax_
+  // backward, scale included), dQ = dS K, dK += dS^T Q.
   void attention_backward(XPtr xdqkv, XPtr xdout, XPtr xqkv, XPtr xout, const float* lse,
                           const int32_t* key_mask, const AttentionShape& s) override {
     float* dqkv = F(xdqkv);
     const float *dout = F(xdout), *qkv = F(xqkv), *out = F(xout);
     const int B = s.B, T = s.T, NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim;
     const int group = NH / NKV, QKV = s.qkv_dim(), OD = NH * hd;
+    const int tiles = (T + kQueryTile - 1) / kQueryTile;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++) {
-      for (int g = 0; g < NKV; g++) {
-        const Heads x = heads(qkv, s, b, g);
-        const int* km = key_mask + static_cast<size_t>(b) * T;
-        float* rows = dqkv + static_cast<size_t>(b) * T * QKV;
-        for (int j = 0; j < T; j++) {
-          std::memset(rows + static_cast<size_t>(j) * QKV + (NH + g) * hd, 0, hd * sizeof(float));
-          std::memset(rows + static_cast<size_t>(j) * QKV + (NH + NKV + g) * hd, 0,
-                      hd * sizeof(float));
-        }
-        for (int h = g * group; h < (g + 1) * group; h++) {
-          for (int i = 0; i < T; i++) {
-            float* dq = rows + static_cast<size_t>(i) * QKV + h * hd;
-            std::memset(dq, 0, hd * sizeof(float));
-            const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + i];
-            if (row_lse == kNoKeys) continue;
-            const size_t r = (static_cast<size_t>(b) * T + i) * OD + h * hd;
-            const float* q = x.row(i) + h * hd;
-            const float* d = dout + r;
-            const float delta = dot(d, out + r, hd);  // the softmax-backward row term
-            for (int j = 0; j <= i; j++) {
-              if (!km[j]) continue;
-              const float p = std::exp(dot(q, x.k(j), hd) * scale - row_lse);
-              const float ds = p * (dot(d, x.v(j), hd) - delta) * scale;
-              float* dk = rows + static_cast<size_t>(j) * QKV + (NH + g) * hd;
-              axpy(dq, ds, x.k(j), hd);
-              axpy(dk, ds, q, hd);
-              axpy(dk + NKV * hd, p, d, hd);
+    const SerialSgemm serial;
+#pragma omp parallel
+    {
+      const size_t tile_size = static_cast<size_t>(std::min(T, kQueryTile)) * T;
+      std::vector<float> p(tile_size), dp(tile_size);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+      for (int b = 0; b < B; b++) {
+        for (int g = 0; g < NKV; g++) {
+          const Heads x = heads(qkv, s, b, g);
+          const int* km = key_mask + static_cast<size_t>(b) * T;
+          float* rows = dqkv + static_cast<size_t>(b) * T * QKV;
+          float* dk = rows + (NH + g) * hd;
+          float* dv = rows + (NH + NKV + g) * hd;
+          for (int j = 0; j < T; j++) {
+            std::memset(dk + static_cast<size_t>(j) * QKV, 0, hd * sizeof(float));
+            std::memset(dv + static_cast<size_t>(j) * QKV, 0, hd * sizeof(float));
+          }
+          for (int h = g * group; h < (g + 1) * group; h++) {
+            for (int t = 0; t < tiles; t++) {
+              const int i0 = t * kQueryTile, n = std::min(kQueryTile, T - i0), keys = i0 + n;
+              const float* q = x.row(i0) + h * hd;
+              const size_t r = (static_cast<size_t>(b) * T + i0) * OD + h * hd;
+              sgemm(Trans::No, Trans::Yes, n, keys, hd, scale, q, QKV, x.k(0), QKV, 0.0f,
+                    p.data(), keys);
+              causal_probs(p.data(), lse + (static_cast<size_t>(b) * NH + h) * T + i0, km, i0,
+                           n, keys);
+              sgemm(Trans::Yes, Trans::No, keys, hd, n, 1.0f, p.data(), keys, dout + r, OD, 1.0f,
+                    dv, QKV);
+              sgemm(Trans::No, Trans::Yes, n, keys, hd, 1.0f, dout + r, OD, x.v(0), QKV, 0.0f,
+                    dp.data(), keys);
+              softmax_backward(dp.data(), p.data(), dout + r, out + r, OD, n, keys, hd, scale);
+              sgemm(Trans::No, Trans::No, n, hd, keys, 1.0f, dp.data(), keys, x.k(0), QKV, 0.0f,
+                    rows + static_cast<size_t>(i0) * QKV + h * hd, QKV);
+              sgemm(Trans::Yes, Trans::No, keys, hd, n, 1.0f, dp.data(), keys, q, QKV, 1.0f, dk,
+                    QKV);
             }
           }
         }
@@ -324,18 +422,7 @@ class CpuBackend final : public Backend {
           }
           float* o = out + (static_cast<size_t>(r) * NH + g * group) * hd;
           std::memset(o, 0, static_cast<size_t>(group) * hd * sizeof(float));
-          for (int h = 0; h < group; h++) {
-            float* ph = p.data() + static_cast<size_t>(h) * keys;
-            float mx = kNoKeys;
-            for (int j = 0; j < keys; j++) mx = std::max(mx, ph[j]);
-            float sum = 0;
-            for (int j = 0; j < keys; j++) {
-              ph[j] = std::exp(ph[j] - mx);
-              sum += ph[j];
-            }
-            const float inv = 1.0f / sum;
-            for (int j = 0; j < keys; j++) ph[j] *= inv;
-          }
+          for (int h = 0; h < group; h++) softmax(p.data() + static_cast<size_t>(h) * keys, keys);
           for (int j = 0; j < keys; j++) {
             const float* v = vc + cache_offset(table[j / BS], g, j % BS, s);
             for (int h = 0; h < group; h++) {

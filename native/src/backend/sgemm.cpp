@@ -15,6 +15,8 @@ void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
   cblas_sgemm(CblasRowMajor, op(ta), op(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void set_sgemm_threads(int n) { openblas_set_num_threads(n); }
+SerialSgemm::SerialSgemm() : threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+SerialSgemm::~SerialSgemm() { openblas_set_num_threads(threads_); }
 const char* sgemm_library() { return "openblas"; }
 
 #else
@@ -24,6 +26,8 @@ void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
   sgemm_portable(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void set_sgemm_threads(int) {}  // omp_set_num_threads, which the caller does, is enough
+SerialSgemm::SerialSgemm() = default;
+SerialSgemm::~SerialSgemm() = default;
 const char* sgemm_library() { return "portable"; }
 
 #endif

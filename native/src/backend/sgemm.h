@@ -20,6 +20,21 @@ void sgemm_portable(Trans ta, Trans tb, int M, int N, int K, float alpha, const 
 // Threads for sgemm: OpenBLAS keeps its own pool; the portable kernel uses OpenMP's.
 void set_sgemm_threads(int n);
 
+// While one is alive, `sgemm` runs on its calling thread alone, so that the threads of an
+// OpenMP region can each multiply their own matrices, with results that do not depend on
+// the thread count (OpenBLAS would otherwise start its own pool inside ours; the portable
+// kernel's nested region is inactive anyway). Create it outside the region.
+class SerialSgemm {
+ public:
+  SerialSgemm();
+  ~SerialSgemm();
+  SerialSgemm(const SerialSgemm&) = delete;
+  SerialSgemm& operator=(const SerialSgemm&) = delete;
+
+ private:
+  int threads_ = 0;  // OpenBLAS's thread count before, restored after
+};
+
 // "openblas" or "portable": which one `sgemm` calls.
 const char* sgemm_library();
 
