@@ -286,6 +286,6 @@ export function quickstartTable(r: QuickstartResult): string {
     `${r.seconds.toFixed(0)} s in all; plots in ${r.paths.plots}; trained model ${r.paths.trained}`,
     "ask it about the world (questions in world/datasets/*/test.jsonl):",
     `  searchr1 serve-retriever --index ${join(r.paths.dir, "bm25")} --corpus ${join(r.paths.dir, "world", WORLD_FILES.corpus)} &`,
-    `  searchr1 ask "<question>" --model ${r.paths.trained}`,
+    `  searchr1 ask "<question>" --model ${r.paths.trained} retriever.topk=1 rollout.max_turns=2`,
   ].join("\n");
 }
