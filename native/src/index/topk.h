@@ -27,24 +27,6 @@ struct Min {  // faiss CMin: top = smallest value (ties: smallest id)
   static float neutral() { return std::numeric_limits<float>::lowest(); }
 };
 
-// Removes the top of the heap of k entries; entry k-1 is then undefined.
-template <class C, class TI>
-void pop(size_t k, float* val, TI* ids) {
-  val--, ids--;  // 1-based: children of i are 2i and 2i+1
-  const float v = val[k];
-  const TI id = ids[k];
-  size_t i = 1;
-  for (;;) {
-    const size_t i1 = 2 * i, i2 = i1 + 1;
-    if (i1 > k) break;
-    const size_t child = (i2 == k + 1 || C::cmp2(val[i1], val[i2], ids[i1], ids[i2])) ? i1 : i2;
-    if (C::cmp2(v, val[child], id, ids[child])) break;
-    val[i] = val[child], ids[i] = ids[child];
-    i = child;
-  }
-  val[i] = val[k], ids[i] = ids[k];
-}
-
 // Adds (v, id) to a heap of k-1 entries, making it k.
 template <class C, class TI>
 void push(size_t k, float* val, TI* ids, float v, TI id) {
@@ -73,6 +55,13 @@ void replace_top(size_t k, float* val, TI* ids, float v, TI id) {
     i = child;
   }
   val[i] = v, ids[i] = id;
+}
+
+// Removes the top of the heap of k entries; entry k-1 is then undefined. The last entry
+// takes the top's place and sinks, which is replace_top with it.
+template <class C, class TI>
+void pop(size_t k, float* val, TI* ids) {
+  replace_top<C>(k, val, ids, val[k - 1], ids[k - 1]);
 }
 
 // k empty slots: the neutral value (never better than a real one) and id -1.
