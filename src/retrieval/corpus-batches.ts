@@ -110,3 +110,21 @@ export async function* corpusBatches(
   }
   yield* cut(Buffer.concat([pending, ...parts]), true);
 }
+
+/**
+ * The `contents` of one corpus row (a line's JSON text), or an Error naming the file and
+ * line when the row is not an object with a string `contents`.
+ */
+export function corpusContents(line: string, path: string, lineNumber: number): string {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(line);
+  } catch {
+    throw new Error(`${path}:${lineNumber}: not valid JSON`);
+  }
+  const contents = (doc as { contents?: unknown } | null)?.contents;
+  if (typeof contents !== "string") {
+    throw new Error(`${path}:${lineNumber}: expected an object with a string "contents" field`);
+  }
+  return contents;
+}

@@ -1,6 +1,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { BinaryWriter, writeVarint } from "../../runtime/binary-file.js";
 import { Analyzer, type AnalyzerOptions } from "../analyzer.js";
+import { corpusContents } from "../corpus-batches.js";
 
 /**
  * Index-building worker: analyses batches of corpus lines and buffers (term, row, tf)
@@ -130,29 +131,16 @@ function addDocument(row: number, text: string): number {
   return length;
 }
 
-function contentsOf(line: string, lineNumber: number): string {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(line);
-  } catch {
-    throw new Error(`${setup.corpus}:${lineNumber}: not valid JSON`);
-  }
-  const contents = (doc as { contents?: unknown } | null)?.contents;
-  if (typeof contents !== "string") {
-    throw new Error(
-      `${setup.corpus}:${lineNumber}: expected an object with a string "contents" field`,
-    );
-  }
-  return contents;
-}
-
 function handleBatch(msg: BatchMessage): Uint32Array {
   const lengths = new Uint32Array(msg.starts.length);
   batchIds.push(msg.id);
   batchFirstRows.push(msg.firstRow);
   for (let i = 0; i < msg.starts.length; i++) {
     const line = decoder.decode(msg.bytes.subarray(msg.starts[i], msg.ends[i]));
-    lengths[i] = addDocument(msg.firstRow + i, contentsOf(line, msg.lineNumbers[i] as number));
+    lengths[i] = addDocument(
+      msg.firstRow + i,
+      corpusContents(line, setup.corpus, msg.lineNumbers[i] as number),
+    );
   }
   return lengths;
 }
