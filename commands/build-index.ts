@@ -1,7 +1,10 @@
 import type { Command } from "commander";
 import { defineCommand } from "../src/cli/define.js";
+import type { BuildIndexConfig } from "../src/config/schemas/build-index.js";
 import { buildIndexSpec } from "../src/config/schemas/build-index.js";
 import { buildBm25Index } from "../src/retrieval/bm25/build.js";
+import { buildDenseIndex } from "../src/retrieval/dense/build.js";
+import { denseRecipe } from "../src/retrieval/dense/recipe.js";
 import { UsageError } from "../src/runtime/errors.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { createProgress, formatBytes } from "../src/runtime/progress.js";
@@ -10,7 +13,7 @@ export function register(program: Command): Command {
   return defineCommand(program, {
     spec: buildIndexSpec,
     description:
-      "build a BM25 index over a jsonl(.gz) corpus (dense e5 indexes: not implemented yet)",
+      "build a BM25 index folder, or a dense (e5/bge) faiss index file, over a jsonl(.gz) corpus",
     flags: [
       { flags: "--retriever <kind>", key: "retriever" },
       { flags: "--corpus <file>", key: "corpus" },
@@ -19,19 +22,22 @@ export function register(program: Command): Command {
       { flags: "--b <x>", key: "bm25.b" },
       { flags: "--threads <n>", key: "threads" },
       { flags: "--memory-mb <n>", key: "memory_mb" },
+      { flags: "--retriever-model <dir>", key: "retriever_model" },
+      { flags: "--pooling <mean|cls>", key: "pooling" },
+      { flags: "--max-length <n>", key: "max_length" },
+      { flags: "--device <device>", key: "device" },
+      { flags: "--faiss-type <type>", key: "faiss_type" },
+      { flags: "--batch-size <n>", key: "batch_size" },
       { flags: "--overwrite", key: "overwrite" },
       { flags: "--quiet", key: "quiet" },
     ],
     examples: [
       "searchr1 build-index --retriever bm25 --corpus /data/wiki-18.jsonl --out /data/bm25",
       "searchr1 build-index --corpus corpus.jsonl.gz --out idx --k1 1.2 --b 0.75 --threads 8",
+      "searchr1 build-index --retriever e5 --retriever-model /models/e5-base-v2 --corpus /data/wiki-18.jsonl --out /data/e5_Flat.index",
     ],
     run: async (config) => {
-      if (config.retriever !== "bm25") {
-        throw new UsageError(
-          "build-index --retriever e5: dense indexes are not implemented yet; use --retriever bm25",
-        );
-      }
+      if (config.retriever !== "bm25") return buildDense(config);
       const progress = createProgress({ quiet: config.quiet });
       const meta = await withInterrupt((signal) =>
         buildBm25Index({
@@ -56,4 +62,49 @@ export function register(program: Command): Command {
       );
     },
   });
+}
+
+async function buildDense(config: BuildIndexConfig): Promise<void> {
+  const flag = `--retriever ${config.retriever}`;
+  if (config.retriever_model === null) {
+    throw new UsageError(
+      `${flag} needs the encoder: set --retriever-model (e.g. a download of intfloat/e5-base-v2)`,
+    );
+  }
+  if (config.faiss_type !== "Flat") {
+    throw new UsageError(
+      `--faiss-type ${config.faiss_type}: writing HNSW indexes is not implemented yet; build ` +
+        "--faiss-type Flat (exact search, Search-R1's default), or build HNSW64 with faiss: " +
+        "serve-retriever reads faiss's e5_HNSW64.index as it is",
+    );
+  }
+  const out = config.out;
+  const progress = createProgress({ quiet: config.quiet });
+  const result = await withInterrupt(
+    (signal) =>
+      buildDenseIndex({
+        corpus: config.corpus,
+        out,
+        model: config.retriever_model as string,
+        recipe: denseRecipe(config.retriever, {
+          pooling: config.pooling,
+          maxLength: config.max_length,
+        }),
+        batchSize: config.batch_size,
+        device: config.device,
+        threads: config.threads,
+        overwrite: config.overwrite,
+        progress,
+        signal,
+      }),
+    `interrupted; the passages encoded so far are kept in ${out}.partial: run the same ` +
+      "command again to resume",
+  );
+  const rate = Math.round((result.rows - result.resumedAt) / Math.max(result.seconds, 1e-3));
+  process.stdout.write(
+    `${out}: ${result.rows.toLocaleString("en-US")} passages (IndexFlatIP, ` +
+      `${formatBytes(result.bytes)}) in ${result.seconds.toFixed(1)} s ` +
+      `(${rate.toLocaleString("en-US")} passages/s` +
+      `${result.resumedAt > 0 ? `; resumed at ${result.resumedAt.toLocaleString("en-US")}` : ""})\n`,
+  );
 }

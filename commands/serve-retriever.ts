@@ -6,7 +6,8 @@ import { serveRetriever } from "../src/retrieval/server-main.js";
 export function register(program: Command): Command {
   return defineCommand(program, {
     spec: serveRetrieverSpec,
-    description: "serve POST /retrieve exactly as Search-R1's retrieval server does",
+    description:
+      "serve POST /retrieve exactly as Search-R1's retrieval server does (BM25, or e5/bge over a faiss index file)",
     flags: [
       { flags: "--retriever <kind>", key: "retriever" },
       { flags: "--index <path>", key: "index" },
@@ -18,6 +19,13 @@ export function register(program: Command): Command {
       { flags: "--max-queries <n>", key: "max_queries" },
       { flags: "--max-topk <n>", key: "max_topk" },
       { flags: "--max-body-mb <n>", key: "max_body_mb" },
+      { flags: "--retriever-model <dir>", key: "retriever_model" },
+      { flags: "--pooling <mean|cls>", key: "pooling" },
+      { flags: "--max-length <n>", key: "max_length" },
+      { flags: "--device <device>", key: "device" },
+      { flags: "--ef-search <n>", key: "ef_search" },
+      { flags: "--fp16", key: "fp16" },
+      { flags: "--corpus-cache <dir>", key: "corpus_cache" },
       // Search-R1's retrieval_server.py spellings, so its launch lines work unchanged.
       {
         flags: "--retriever_name <kind>",
@@ -34,11 +42,23 @@ export function register(program: Command): Command {
         key: "corpus",
         description: "Search-R1's spelling of --corpus",
       },
+      {
+        flags: "--retriever_model <dir>",
+        key: "retriever_model",
+        description: "Search-R1's spelling of --retriever-model",
+      },
+      {
+        flags: "--faiss_gpu",
+        key: "faiss_gpu",
+        description: "Search-R1's flag (the GPU index is not implemented yet: searched on the CPU)",
+      },
     ],
     examples: [
       "searchr1 serve-retriever --retriever bm25 --index /data/bm25 --corpus /data/wiki-18.jsonl --port 8000",
       "searchr1 serve-retriever --index_path /data/bm25 --corpus_path /data/wiki-18.jsonl --topk 3 --retriever_name bm25",
       "searchr1 serve-retriever --index idx --corpus corpus.jsonl --host 0.0.0.0 --threads 8 max_queries=8192",
+      "searchr1 serve-retriever --retriever e5 --index /data/e5_Flat.index --corpus /data/wiki-18.jsonl --retriever-model /models/e5-base-v2",
+      "searchr1 serve-retriever --index_path /data/e5_HNSW64.index --corpus_path /data/wiki-18.jsonl --retriever_name e5 --retriever_model /models/e5-base-v2 --topk 3 --ef-search 256",
     ],
     run: (config) => serveRetriever(config),
   });

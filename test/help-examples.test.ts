@@ -40,7 +40,13 @@ mkdirSync(binDir);
 symlinkSync(BIN, join(binDir, "searchr1"));
 symlinkSync(TRAINER, join(binDir, "searchr1-trainer"));
 symlinkSync(INDEX, join(binDir, "searchr1-index"));
-const ENV = { ...process.env, PATH: `${binDir}:${process.env.PATH}`, OMP_NUM_THREADS: "2" };
+// (and the dense retriever's corpus cache inside the test's folder)
+const ENV = {
+  ...process.env,
+  PATH: `${binDir}:${process.env.PATH}`,
+  OMP_NUM_THREADS: "2",
+  XDG_CACHE_HOME: join(root, "cache"),
+};
 
 function help(argv: string[]): string {
   const r = spawnSync(argv[0] as string, argv.slice(1), { encoding: "utf8", env: ENV });
@@ -192,7 +198,8 @@ interface Input {
 }
 
 const CORPUS = `${generateCorpus(300, 5).join("\n")}\n`;
-const FAISS = fileURLToPath(new URL("./retrieval/fixtures/faiss/", import.meta.url));
+const RETRIEVAL = fileURLToPath(new URL("./retrieval/fixtures/", import.meta.url));
+const FAISS = join(RETRIEVAL, "faiss");
 const AGENT_MODEL = fileURLToPath(new URL("./engine/fixtures/qwen-bpe/", import.meta.url));
 const copy = (from: string, to: string) => (dir: string) =>
   cpSync(from, join(dir, to), { recursive: true });
@@ -249,6 +256,23 @@ const INPUTS: Input[] = [
   },
   { when: /--index(_path)? \S*data\/bm25/, make: buildIndex("data/wiki-18.jsonl", "data/bm25") },
   { when: /--index idx\b/, make: buildIndex("corpus.jsonl", "idx") },
+  // dense retrieval: the random BERT as the encoder; an index to serve comes with its
+  // corpus (faiss-made files over the dense fixture corpus replace the generated one)
+  {
+    when: /--retriever_model \S*models\/e5-base-v2\b|--retriever-model \S*models\/e5-base-v2\b/,
+    make: copy(join(RETRIEVAL, "bert", "model"), "models/e5-base-v2"),
+  },
+  {
+    when: /^searchr1 serve-retriever .*--index(_path)? \S*data\/e5_(Flat|HNSW64)\.index\b/,
+    make: (d, line) => {
+      const hnsw = line.includes("e5_HNSW64.index");
+      cpSync(join(RETRIEVAL, "dense", "corpus.jsonl"), join(d, "data", "wiki-18.jsonl"));
+      cpSync(
+        join(RETRIEVAL, "dense", hnsw ? "e5_HNSW.index" : "e5_Flat.index"),
+        join(d, "data", hnsw ? "e5_HNSW64.index" : "e5_Flat.index"),
+      );
+    },
+  },
   // convert: a Megatron checkpoint of the untied test model and that model as --hf-base,
   // a verl FSDP checkpoint root, a HF folder as the trainer writes it.
   {
@@ -348,6 +372,16 @@ const INPUTS: Input[] = [
       mkdirSync(join(d, "data"), { recursive: true });
       cpSync(join(FAISS, "small.vectors.safetensors"), join(d, "embeddings.safetensors"));
     },
+  },
+  // searchr1-index encode: the small random BERT of test/retrieval/make_bert_fixtures.py and
+  // its tokenized texts (input_ids and attention_mask, beside the reference embeddings).
+  {
+    when: /^searchr1-index encode .*--model models\/e5-base-v2\b/,
+    make: copy(join(RETRIEVAL, "bert", "model"), "models/e5-base-v2"),
+  },
+  {
+    when: /--input ids\.safetensors\b/,
+    make: copy(join(RETRIEVAL, "bert", "expected.safetensors"), "ids.safetensors"),
   },
   // train's recipes, as shipped in the package
   {

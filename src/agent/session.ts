@@ -16,7 +16,12 @@ export interface AgentConfig {
   data: Lengths;
   rollout: Generation;
   /** train may name an index to serve instead of a URL. */
-  retriever: z.infer<typeof retrieverSection> & { index?: string | null; corpus?: string | null };
+  retriever: z.infer<typeof retrieverSection> & {
+    index?: string | null;
+    corpus?: string | null;
+    kind?: "bm25" | "e5" | "bge";
+    model?: string | null;
+  };
 }
 
 /** The turn budgets of a config; sampling as given (temperature 0 = greedy). */
@@ -76,15 +81,18 @@ export class AgentSession {
     signal: AbortSignal,
   ): Promise<AgentSession> {
     const { rollout } = config;
-    const { index, corpus } = config.retriever;
+    const { index, corpus, kind, model } = config.retriever;
     const retrieverChild = index
       ? await ChildServer.start(
           "retriever",
           "serve-retriever",
           [
+            "--retriever",
+            kind ?? "bm25",
             "--index",
             index,
             ...(corpus ? ["--corpus", corpus] : []),
+            ...(model ? ["--retriever-model", model] : []),
             "--topk",
             String(config.retriever.topk),
           ],

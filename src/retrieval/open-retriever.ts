@@ -1,19 +1,41 @@
 import { readdir, stat } from "node:fs/promises";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
+import type { ServiceError } from "../runtime/errors.js";
 import { CliError, InputError, UsageError } from "../runtime/errors.js";
+import type { Progress } from "../runtime/progress.js";
 import { readMeta } from "./bm25/format.js";
 import { Bm25Retriever } from "./bm25/retriever.js";
+import { openCachedCorpus } from "./corpus-cache.js";
 import { type CorpusStore, openCorpusStore } from "./corpus-store.js";
-import type { Retriever } from "./retriever.js";
+import { checkEncoderFolder } from "./dense/index-process.js";
+import { denseRecipe, type Pooling } from "./dense/recipe.js";
+import { DenseRetriever } from "./dense/retriever.js";
+import type { Retriever, RetrieverKind } from "./retriever.js";
 
 export interface OpenOptions {
-  kind: "bm25" | "e5";
-  /** Index folder (bm25) or faiss file (e5). */
+  kind: RetrieverKind;
+  /** Index folder (bm25) or faiss file (e5, bge). */
   index: string;
   /** Corpus jsonl(.gz) the index was built from. */
   corpus: string;
   /** Search threads; null = all cores. */
   threads: number | null;
+  /** The dense retrievers' settings (ignored for bm25). */
+  dense?: DenseSettings;
+}
+
+export interface DenseSettings {
+  /** Encoder folder; required for a dense retriever. */
+  model: string | null;
+  pooling: Pooling | null;
+  maxLength: number;
+  device: "auto" | "cpu" | "cuda";
+  efSearch: number | null;
+  fp16: boolean;
+  /** Where the corpus's row store is kept (corpus-cache.ts). */
+  corpusCache: string;
+  /** Progress of a first-time corpus scan. */
+  progress: Progress;
 }
 
 /** What `GET /health` says about the corpus. */
@@ -28,6 +50,8 @@ export interface OpenedRetriever {
   corpus: CorpusStore;
   corpusInfo: CorpusInfo;
   close(): Promise<void>;
+  /** Told if a process the retriever needs dies while serving (dense: the native index). */
+  onDeath?(listener: (err: ServiceError) => void): void;
 }
 
 const BUILD_HINT =
@@ -39,12 +63,7 @@ const BUILD_HINT =
  * index (Search-R1's prebuilt BM25 index), an index of another format, another corpus.
  */
 export async function openRetriever(options: OpenOptions): Promise<OpenedRetriever> {
-  if (options.kind === "e5") {
-    throw new UsageError(
-      "serve-retriever --retriever e5: dense retrieval is not implemented yet; " +
-        `serve a BM25 index with --retriever bm25 (${BUILD_HINT})`,
-    );
-  }
+  if (options.kind !== "bm25") return openDense(options, options.kind);
   const dir = options.index;
   await checkIndexFolder(dir);
   const meta = await readMeta(dir);
@@ -87,9 +106,9 @@ async function checkIndexFolder(dir: string): Promise<void> {
     throw new InputError(`${dir}: cannot read the index folder (${code})`);
   }
   if (!info.isDirectory()) {
-    throw new InputError(
-      `${dir}: a file, not an index folder (a faiss file such as e5_Flat.index needs ` +
-        `--retriever e5, which is not implemented yet); ${BUILD_HINT}`,
+    throw new UsageError(
+      `${dir}: a file, not a BM25 index folder (a faiss file such as e5_Flat.index is ` +
+        "served with --retriever e5 --retriever-model <encoder folder>)",
     );
   }
   const names = await readdir(dir);
@@ -100,4 +119,69 @@ async function checkIndexFolder(dir: string): Promise<void> {
         "(BM25 with Pyserini's defaults k1 0.9, b 0.4) and serve that folder",
     );
   }
+}
+
+/**
+ * A faiss index file with the native encoder and searcher, and the corpus's row store
+ * from the cache (made on first use). The index must cover exactly the corpus's rows: its
+ * row numbers are the corpus rows, as in Search-R1.
+ */
+async function openDense(
+  options: OpenOptions,
+  kind: Exclude<RetrieverKind, "bm25">,
+): Promise<OpenedRetriever> {
+  const dense = options.dense;
+  const flag = `--retriever ${kind}`;
+  if (!dense?.model) {
+    throw new UsageError(
+      `${flag} needs the encoder: set --retriever-model (e.g. a download of intfloat/e5-base-v2)`,
+    );
+  }
+  const info = await stat(options.index).catch(() => null);
+  if (!info) throw new InputError(`${options.index}: no such index file`);
+  if (info.isDirectory()) {
+    const bm25 = await stat(join(options.index, "meta.json")).catch(() => null);
+    throw new UsageError(
+      `${options.index}: a folder, not a faiss index file${bm25 ? " (a BM25 index: serve it with --retriever bm25)" : ""}`,
+    );
+  }
+  await checkEncoderFolder(dense.model);
+  const corpus = await openCachedCorpus(options.corpus, dense.corpusCache, dense.progress);
+  let retriever: DenseRetriever;
+  try {
+    retriever = await DenseRetriever.open({
+      kind,
+      index: options.index,
+      model: dense.model,
+      recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
+      efSearch: dense.efSearch,
+      fp16: dense.fp16,
+      device: dense.device,
+      threads: options.threads,
+    });
+  } catch (err) {
+    await corpus.store.close();
+    throw err;
+  }
+  if (retriever.documents !== corpus.store.rows) {
+    await Promise.all([retriever.close(), corpus.store.close()]);
+    throw new InputError(
+      `${options.index} holds ${retriever.documents} vectors but ${options.corpus} has ` +
+        `${corpus.store.rows} rows: the index's row numbers must be the corpus's rows ` +
+        "(serve the corpus the index was built from)",
+    );
+  }
+  return {
+    retriever,
+    corpus: corpus.store,
+    corpusInfo: {
+      path: resolve(options.corpus),
+      rows: corpus.store.rows,
+      bytes: corpus.identity.bytes,
+    },
+    close: async () => {
+      await Promise.all([retriever.close(), corpus.store.close()]);
+    },
+    onDeath: (listener) => retriever.onDeath(listener),
+  };
 }

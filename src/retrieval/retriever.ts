@@ -8,12 +8,16 @@ export interface Hit {
   score: number;
 }
 
+/** BM25, or a dense retriever named by its encoder recipe (dense/recipe.ts). */
+export type RetrieverKind = "bm25" | "e5" | "bge";
+
 export interface Retriever {
-  readonly kind: "bm25" | "e5";
+  readonly kind: RetrieverKind;
   /** Number of documents the index covers (= corpus rows). */
   readonly documents: number;
   /**
-   * Top-`topk` hits per query, best first, ties broken by ascending row number.
+   * Top-`topk` hits per query, best first (BM25 breaks ties by ascending row number;
+   * dense retrievers return faiss's order).
    * Many queries are evaluated together; the result has one list per query, in order.
    */
   search(queries: readonly string[], topk: number): Promise<Hit[][]>;

@@ -1,10 +1,13 @@
 import type { ServeRetrieverConfig } from "../config/schemas/serve-retriever.js";
+import type { ServiceError } from "../runtime/errors.js";
 import {
   drainOnSignal,
   listenError,
   onStopSignals,
   WILDCARD_HOSTS,
 } from "../runtime/http-server.js";
+import { createProgress } from "../runtime/progress.js";
+import { defaultCorpusCache } from "./corpus-cache.js";
 import { openRetriever } from "./open-retriever.js";
 import { RetrievalServer } from "./server.js";
 
@@ -17,11 +20,27 @@ export async function serveRetriever(
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<void> {
   const started = performance.now();
+  if (config.faiss_gpu && config.retriever !== "bm25") {
+    err(
+      "note: --faiss_gpu: searching the index on a GPU is not implemented yet; it is " +
+        "searched on the CPU (exact for Flat files, as on the GPU)",
+    );
+  }
   const opened = await openRetriever({
     kind: config.retriever,
     index: config.index,
     corpus: config.corpus,
     threads: config.threads,
+    dense: {
+      model: config.retriever_model,
+      pooling: config.pooling,
+      maxLength: config.max_length,
+      device: config.device,
+      efSearch: config.ef_search,
+      fp16: config.fp16,
+      corpusCache: config.corpus_cache ?? defaultCorpusCache(),
+      progress: createProgress(),
+    },
   });
   let server: RetrievalServer;
   try {
@@ -57,15 +76,22 @@ export async function serveRetriever(
       `(loaded in ${seconds.toFixed(1)} s)`,
   );
 
-  // A signal drains the server (30 s for requests in flight); a second cuts them.
-  await new Promise<void>((resolve) => {
+  // A signal drains the server (30 s for requests in flight); a second cuts them. The
+  // death of a process the retriever needs stops the server at once, as a failure.
+  const died = await new Promise<ServiceError | null>((resolve) => {
     const removeSignals = onStopSignals(
       drainOnSignal(server, err, () => {
         removeSignals();
-        resolve();
+        resolve(null);
       }),
     );
+    opened.onDeath?.((e) => {
+      removeSignals();
+      void server.closeNow();
+      resolve(e);
+    });
   });
   await opened.close();
+  if (died) throw died;
   err("retriever stopped");
 }

@@ -26,6 +26,12 @@ export interface EncodeOptions {
 export interface LoadOptions {
   /** What a missing tokenizer.json means for the caller, after "<path>: no such file; ". */
   missing?: string;
+  /**
+   * Cut every encoding to this many tokens, special tokens included (transformers'
+   * `truncation=True, max_length=N`: the text's tokens are cut on the right, then the
+   * post-processor's special tokens are added). Default: no truncation.
+   */
+  maxLength?: number;
 }
 
 const MISSING =
@@ -42,7 +48,8 @@ export class TextTokenizer {
   /**
    * Loads `<dir>/tokenizer.json`; an InputError naming the file when it is missing or not
    * one the library can read. Padding and truncation stored in the file are switched off,
-   * as transformers does for a call without `padding`/`truncation`.
+   * as transformers does for a call without `padding`/`truncation`; `maxLength` sets
+   * transformers' truncation instead.
    */
   static load(dir: string, options: LoadOptions = {}): TextTokenizer {
     const path = join(dir, "tokenizer.json");
@@ -57,7 +64,8 @@ export class TextTokenizer {
         `${path}: not a tokenizer.json the tokenizers library can read (${err})`,
       );
     }
-    backend.disableTruncation();
+    if (options.maxLength === undefined) backend.disableTruncation();
+    else backend.setTruncation(options.maxLength);
     backend.disablePadding();
     return new TextTokenizer(backend, path);
   }

@@ -151,7 +151,7 @@ describe("searchr1 build-index --retriever bm25", () => {
 
     const e5 = build(join(dir, "c.jsonl"), join(dir, "e5"), "--retriever", "e5");
     expect(e5.code).toBe(2);
-    expect(e5.stderr).toContain("--retriever e5: dense indexes are not implemented yet");
+    expect(e5.stderr).toContain("--retriever e5 needs the encoder: set --retriever-model");
 
     const k1 = build(join(dir, "c.jsonl"), join(dir, "k"), "--b", "2");
     expect(k1.code).toBe(2);

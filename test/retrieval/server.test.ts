@@ -477,18 +477,20 @@ describe("serve-retriever start-up and shutdown", () => {
     );
   });
 
-  it("says dense (e5) retrieval is not implemented yet (exit 2)", () => {
-    const r = runCli([
-      "serve-retriever",
-      "--retriever",
-      "e5",
-      "--index",
-      ix.index,
-      "--corpus",
-      ix.corpus,
-    ]);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toContain("dense retrieval is not implemented yet");
+  it("tells a BM25 folder from a faiss file, naming the right --retriever (exit 2)", () => {
+    const model = path.join(ix.dir, "encoder");
+    mkdirSync(model, { recursive: true });
+    writeFileSync(path.join(model, "config.json"), "{}");
+    const args = ["serve-retriever", "--index", ix.index, "--corpus", ix.corpus];
+    const dense = runCli([...args, "--retriever", "e5", "--retriever-model", model]);
+    expect(dense.code).toBe(2);
+    expect(dense.stderr).toContain(
+      `${ix.index}: a folder, not a faiss index file (a BM25 index: serve it with --retriever bm25)`,
+    );
+    const meta = path.join(ix.index, "meta.json");
+    const bm25 = runCli(["serve-retriever", "--index", meta, "--corpus", ix.corpus]);
+    expect(bm25.code).toBe(2);
+    expect(bm25.stderr).toContain(`${meta}: a file, not a BM25 index folder`);
   });
 
   it("a port in use is a clear error", async () => {

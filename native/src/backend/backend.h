@@ -23,6 +23,9 @@ namespace sr1 {
 // Shape of one attention call. The fused qkv row is [q (NH*hd) | k (NKV*hd) | v (NKV*hd)].
 struct AttentionShape {
   int B = 0, T = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  // true: query i sees keys j <= i (the decoder); false: every key of its sequence (an
+  // encoder's bidirectional attention, forward only).
+  bool causal = true;
   int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
 };
 
@@ -110,12 +113,15 @@ class Backend {
                             float theta) = 0;
   virtual void rope_backward(XPtr dqkv, const int32_t* pos, const AttentionShape& s,
                              float theta) = 0;
-  // Causal grouped-query attention with a key mask (key_mask[b*T+j] != 0: real token).
+  // Grouped-query attention with a key mask (key_mask[b*T+j] != 0: real token), causal or,
+  // when !s.causal, bidirectional: query i of a sequence sees its keys j <= i, or all of them.
   // out[N, NH*hd]; lse[B, NH, T] keeps each row's log-sum-exp for the backward pass
-  // (-inf for a query row that can see no key; its output is zeros).
+  // (-inf for a query row that can see no key; its output is zeros). lse may be null when
+  // no backward pass follows (the encoder).
   virtual void attention_forward(XPtr out, float* lse, XPtr qkv, const int32_t* key_mask,
                                  const AttentionShape& s) = 0;
-  // dqkv[N, qkv_dim] = gradient of q, k, v (overwritten)
+  // dqkv[N, qkv_dim] = gradient of q, k, v (overwritten). Causal attention only: throws
+  // sr1::Error for a bidirectional shape.
   virtual void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
                                   const int32_t* key_mask, const AttentionShape& s) = 0;
   // gu row = [gate (I) | up (I)]; out[N,I] = silu(gate) * up
@@ -125,6 +131,15 @@ class Backend {
   virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;
   // x *= s, in place (the language-model head's 1/temperature)
   virtual void scale(XPtr x, float s, size_t n) = 0;
+
+  // ---- encoder (BERT) layers, forward only ----
+  // out = (inp - mean) / sqrt(var + eps) * w + bias per row of C, with the biased variance
+  // (PyTorch's LayerNorm); statistics in fp32 or better. out may alias inp.
+  virtual void layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C,
+                                 float eps) = 0;
+  // out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))): the exact GELU (PyTorch's default, BERT's
+  // "gelu"), not the tanh approximation. out may alias inp.
+  virtual void gelu_forward(XPtr out, XPtr inp, size_t n) = 0;
 
   // ---- paged KV cache (the inference engine) ----
   // Copies the k and v heads of each fused qkv row (after rotary) to the cache at slots[r].

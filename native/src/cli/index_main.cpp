@@ -1,10 +1,14 @@
 // searchr1-index: faiss index files without faiss (native/src/index/). `info` describes a
 // file, `search` runs a batch of queries through it (exact for flat indexes, faiss's HNSW
-// search for HNSW ones), `write` makes an IndexFlatIP/IndexFlatL2 file faiss reads. Queries
-// and results travel in safetensors files, as the trainer's batches do.
+// search for HNSW ones), `write` makes an IndexFlatIP/IndexFlatL2 file faiss reads, and
+// `encode` embeds tokenized texts with a BERT-family encoder (model/bert.h) as the dense
+// retriever does. Queries, token ids and results travel in safetensors files, as the
+// trainer's batches do.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +22,7 @@
 #include "index/flat_search.h"
 #include "index/hnsw_search.h"
 #include "io/safetensors.h"
+#include "model/bert.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -34,18 +39,17 @@ const char* kUsage =
     "  info    the file's type, metric, dimension, size and HNSW parameters, as JSON\n"
     "  search  top-k ids and scores of a batch of query vectors\n"
     "  write   an IndexFlatIP / IndexFlatL2 file from a safetensors matrix of vectors\n"
+    "  encode  embeddings of tokenized texts with a BERT encoder (e5-base-v2's architecture)\n"
+    "  serve   a long-lived process for searching, encoding and building over JSON lines\n"
     "\n"
     "Run 'searchr1-index <command> --help' for a command's options.\n"
     "\n"
     "Examples:\n"
     "  $ searchr1-index info --index data/e5_Flat.index\n"
     "  $ searchr1-index search --index data/e5_HNSW64.index --queries q.safetensors --k 3 "
-    "--out top3.safetensors --ef-search 128\n";
-
-const char* type_name(const FaissIndex& index) {
-  if (index.has_hnsw) return "IndexHNSWFlat";
-  return index.metric == Metric::L2 ? "IndexFlatL2" : "IndexFlatIP";
-}
+    "--out top3.safetensors --ef-search 128\n"
+    "  $ searchr1-index encode --model models/e5-base-v2 --input ids.safetensors "
+    "--out emb.safetensors\n";
 
 void set_threads(const Args& args) {
   if (!args.has("threads")) return;
@@ -73,29 +77,6 @@ std::vector<float> read_matrix(const SafetensorsFile& file, const std::string& n
   return out;
 }
 
-json::Value info_json(const FaissIndex& index) {
-  json::Value::Object o = {{"path", index.path},
-                           {"type", type_name(index)},
-                           {"fourcc", index.fourcc},
-                           {"metric", metric_name(index.metric)},
-                           {"d", index.d},
-                           {"ntotal", index.ntotal},
-                           {"bytes", static_cast<int64_t>(index.file->size())},
-                           {"vectors_offset", static_cast<int64_t>(index.vectors_offset)}};
-  if (index.has_hnsw) {
-    const HnswGraph& g = index.hnsw;
-    const int levels = static_cast<int>(g.cum_nneighbor_per_level.size()) - 1;
-    o.push_back({"hnsw", json::Value::object({{"M", g.neighbor_slots(1)},
-                                              {"level0_slots", g.neighbor_slots(0)},
-                                              {"levels", levels},
-                                              {"max_level", g.max_level},
-                                              {"entry_point", g.entry_point},
-                                              {"ef_construction", g.ef_construction},
-                                              {"ef_search", g.ef_search}})});
-  }
-  return json::Value::object(o);
-}
-
 int cmd_info(const std::vector<std::string>& argv) {
   const Args args("searchr1-index info",
                   "Validates a faiss index file and prints one JSON line: path, type, fourcc,\n"
@@ -104,7 +85,7 @@ int cmd_info(const std::vector<std::string>& argv) {
                   {"searchr1-index info --index data/e5_Flat.index"});
   if (print_help(args)) return 0;
   const FaissIndex index = open_faiss_index(args.required("index"));
-  std::printf("%s\n", info_json(index).dump().c_str());
+  std::printf("%s\n", index_info_json(index).dump().c_str());
   return 0;
 }
 
@@ -122,19 +103,21 @@ int cmd_search(const std::vector<std::string>& argv) {
        {"out", "OUT", "output safetensors file (required)"},
        {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
        {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
+       {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
        {"threads", "N", "CPU threads (default: all cores)"}},
       argv,
       {"searchr1-index search --index data/e5_Flat.index --queries q.safetensors --k 3 "
        "--out top3.safetensors"});
   if (print_help(args)) return 0;
   set_threads(args);
-  const FaissIndex index = open_faiss_index(args.required("index"));
+  FaissIndex index = open_faiss_index(args.required("index"));
+  if (args.flag("fp16")) keep_fp16(index);
   const std::string out = args.required("out");
   const int k = static_cast<int>(args.integer("k", 10, 1));
   const int ef = static_cast<int>(args.integer("ef-search", 0, 1));
   if (args.has("ef-search") && !index.has_hnsw) {
     throw UsageError("--ef-search applies to HNSW indexes; " + index.path + " is " +
-                     type_name(index));
+                     index_type_name(index));
   }
   const auto file = SafetensorsFile::open(args.required("queries"));
   int64_t nq = 0, d = 0;
@@ -186,7 +169,114 @@ int cmd_write(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// A [B, T] integer tensor of the encode input, as int32 (the caller checks the values).
+std::vector<int32_t> read_tokens(const SafetensorsFile& file, const TensorView& t, int64_t B,
+                                 int64_t T) {
+  if (t.dtype != DType::I32 && t.dtype != DType::I64) {
+    throw Error(file.path() + ": tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
+                "; expected I32 or I64");
+  }
+  if (t.shape.size() != 2 || (B >= 0 && (t.shape[0] != B || t.shape[1] != T))) {
+    throw Error(file.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) +
+                "; expected " + (B >= 0 ? shape_str({B, T}) : std::string("[B, T]")));
+  }
+  const std::vector<int64_t> wide = read_i64(t);
+  std::vector<int32_t> out(wide.size());
+  for (size_t i = 0; i < wide.size(); i++) {
+    // Clamped only so that the narrowing is defined: the range checks still see a bad value.
+    out[i] = static_cast<int32_t>(std::clamp<int64_t>(wide[i], INT32_MIN, INT32_MAX));
+  }
+  return out;
+}
+
+int cmd_encode(const std::vector<std::string>& argv) {
+  const Args args(
+      "searchr1-index encode",
+      "Embeds tokenized texts with a BERT-family encoder (e5-base-v2's architecture) as\n"
+      "Search-R1's dense retriever does: the model's last hidden state, mean-pooled over the\n"
+      "attention mask (or its [CLS] row), then L2-normalised. IN holds 'input_ids' (I32 or\n"
+      "I64 [B, T], as the model's tokenizer makes them: [CLS] text [SEP], padded) and\n"
+      "optionally 'attention_mask' (the same shape, 1 for a token and 0 for padding; all\n"
+      "ones when absent). Writes OUT with 'embeddings' (F32 [B, d]) and prints one JSON\n"
+      "line: rows, dim and the seconds the encoding took (loading the model excluded).",
+      concat({{"model", "DIR", "Hugging Face BERT model folder (required)"},
+              {"input", "IN", "safetensors with 'input_ids' and 'attention_mask' (required)"},
+              {"out", "OUT", "output safetensors file (required)"},
+              {"pooling", "mean|cls", "masked mean of the tokens (default, e5's) or the [CLS] row"},
+              {"no-normalize", "", "leave the pooled vectors as they are (no L2 normalisation)"},
+              {"batch-size", "N", "rows per forward pass (default 64): bounds the memory"}},
+             device_options()),
+      argv,
+      {"searchr1-index encode --model models/e5-base-v2 --input ids.safetensors "
+       "--out emb.safetensors --pooling mean --threads 2"});
+  if (print_help(args)) return 0;
+  const std::string model_dir = args.required("model"), out = args.required("out");
+  const Pooling pooling = parse_pooling(args.text("pooling", "mean"));
+  const bool normalize = !args.flag("no-normalize");
+  const int chunk = static_cast<int>(args.integer("batch-size", 64, 1));
+  const auto file = SafetensorsFile::open(args.required("input"));
+  const std::unique_ptr<Backend> backend = open_backend(args);
+  const std::unique_ptr<BertEncoder> encoder = BertEncoder::load(model_dir, *backend);
+  const BertConfig& c = encoder->config();
+
+  const TensorView* ids_t = file->find("input_ids");
+  if (ids_t == nullptr) throw Error(file->path() + ": tensor 'input_ids' is missing");
+  const std::vector<int32_t> ids = read_tokens(*file, *ids_t, -1, -1);
+  const int64_t B = ids_t->shape[0], T = ids_t->shape[1];
+  if (T < 1) throw Error(file->path() + ": tensor 'input_ids' has no columns");
+  if (T > c.max_position_embeddings) {
+    throw Error(file->path() + ": tensor 'input_ids' has " + std::to_string(T) +
+                " tokens per row, more than the max_position_embeddings (" +
+                std::to_string(c.max_position_embeddings) + ") of " + model_dir +
+                "/config.json; truncate when tokenizing");
+  }
+  std::vector<int32_t> mask(ids.size(), 1);
+  if (const TensorView* m = file->find("attention_mask")) mask = read_tokens(*file, *m, B, T);
+  for (int64_t b = 0; b < B; b++) {
+    bool any = false;
+    for (int64_t t = 0; t < T; t++) {
+      const size_t i = static_cast<size_t>(b * T + t);
+      const auto at = [&] { return " at [" + std::to_string(b) + ", " + std::to_string(t) + "]"; };
+      if (mask[i] != 0 && mask[i] != 1) {
+        throw Error(file->path() + ": tensor 'attention_mask' holds " + std::to_string(mask[i]) +
+                    at() + "; expected 0 or 1");
+      }
+      if (mask[i] == 1 && (ids[i] < 0 || ids[i] >= c.vocab_size)) {
+        throw Error(file->path() + ": tensor 'input_ids' holds token " + std::to_string(ids[i]) +
+                    at() + ", outside the vocabulary [0, " + std::to_string(c.vocab_size) +
+                    ") of " + model_dir);
+      }
+      any |= mask[i] == 1;
+    }
+    if (!any) {
+      throw Error(file->path() + ": row " + std::to_string(b) +
+                  " of 'attention_mask' is all 0 (a text has at least [CLS] and [SEP])");
+    }
+  }
+
+  const int d = encoder->dim();
+  std::vector<float> embeddings(static_cast<size_t>(B) * d);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    const int n = static_cast<int>(std::min<int64_t>(chunk, B - b0));
+    const size_t at = static_cast<size_t>(b0 * T);
+    encoder->encode(ids.data() + at, mask.data() + at, n, static_cast<int>(T), pooling,
+                    normalize, embeddings.data() + static_cast<size_t>(b0) * d);
+  }
+  backend->synchronize();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  write_safetensors(out, {{"embeddings", DType::F32, {B, d}, embeddings.data()}});
+  std::printf("%s\n", json::Value::object({{"rows", B}, {"dim", d}, {"seconds", seconds}})
+                          .dump()
+                          .c_str());
+  return 0;
+}
+
 }  // namespace
+
+int cmd_index_serve(const std::vector<std::string>& argv);  // cli/index_serve.cpp
+
 }  // namespace sr1
 
 int main(int argc, char** argv) {
@@ -201,7 +291,9 @@ int main(int argc, char** argv) {
     if (command == "info") return sr1::cmd_info(rest);
     if (command == "search") return sr1::cmd_search(rest);
     if (command == "write") return sr1::cmd_write(rest);
-    throw sr1::UsageError("unknown command '" + command + "' (info, search, write)");
+    if (command == "encode") return sr1::cmd_encode(rest);
+    if (command == "serve") return sr1::cmd_index_serve(rest);
+    throw sr1::UsageError("unknown command '" + command + "' (info, search, write, encode, serve)");
   } catch (const sr1::UsageError& e) {
     std::fprintf(stderr, "searchr1-index: %s\n", e.what());
     return 2;

@@ -4,10 +4,15 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
+#include "io/safetensors.h"
 #include "util/error.h"
 
 namespace sr1 {
@@ -60,6 +65,10 @@ void MappedFile::advise_sequential(uint64_t offset, uint64_t len) const {
 }
 void MappedFile::advise_random(uint64_t offset, uint64_t len) const {
   advise(data_, offset, len, MADV_RANDOM);
+}
+// Rounding the start down drops a page of what precedes too: harmless, it is file-backed.
+void MappedFile::release(uint64_t offset, uint64_t len) const {
+  advise(data_, offset, len, MADV_DONTNEED);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -305,6 +314,97 @@ FaissIndex open_faiss_index(const std::string& path) {
   return index;
 }
 
+const char* index_type_name(const FaissIndex& index) {
+  if (index.has_hnsw) return "IndexHNSWFlat";
+  return index.metric == Metric::L2 ? "IndexFlatL2" : "IndexFlatIP";
+}
+
+json::Value index_info_json(const FaissIndex& index) {
+  json::Value::Object o = {{"path", index.path},
+                           {"type", index_type_name(index)},
+                           {"fourcc", index.fourcc},
+                           {"metric", metric_name(index.metric)},
+                           {"d", index.d},
+                           {"ntotal", index.ntotal},
+                           {"bytes", static_cast<int64_t>(index.file->size())},
+                           {"vectors_offset", static_cast<int64_t>(index.vectors_offset)}};
+  if (index.has_hnsw) {
+    const HnswGraph& g = index.hnsw;
+    const int levels = static_cast<int>(g.cum_nneighbor_per_level.size()) - 1;
+    o.push_back({"hnsw", json::Value::object({{"M", g.neighbor_slots(1)},
+                                              {"level0_slots", g.neighbor_slots(0)},
+                                              {"levels", levels},
+                                              {"max_level", g.max_level},
+                                              {"entry_point", g.entry_point},
+                                              {"ef_construction", g.ef_construction},
+                                              {"ef_search", g.ef_search}})});
+  }
+  return json::Value::object(o);
+}
+
+// ---------------------------------------------------------------------------------------
+// fp16 copy
+
+void f16_to_f32_array(const uint16_t* src, uint64_t n, float* dst) {
+  uint64_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; i++) dst[i] = f16_to_f32(src[i]);
+}
+
+namespace {
+
+// n floats at an arbitrary (unaligned) address to fp16, rounding to nearest even.
+void f32_to_f16_array(const unsigned char* src, uint64_t n, uint16_t* dst) {
+  uint64_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * sizeof(float)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; i++) {
+    float v;
+    std::memcpy(&v, src + i * sizeof(float), sizeof v);
+    dst[i] = f32_to_f16(v);
+  }
+}
+
+}  // namespace
+
+void keep_fp16(FaissIndex& index) {
+  const uint64_t n = index.vectors.n;
+  std::shared_ptr<uint16_t[]> half(new uint16_t[n]);  // uninitialised: first touched in parallel
+  // Converted a chunk at a time, each chunk's fp32 pages released before the next, so the
+  // process never holds the file and its copy at once.
+  constexpr uint64_t kChunk = uint64_t{1} << 26, kBlock = uint64_t{1} << 16;  // floats
+  const bool report = n * sizeof(float) >= (uint64_t{1} << 30);
+  uint64_t reported = 0;
+  for (uint64_t first = 0; first < n; first += kChunk) {
+    const uint64_t count = std::min(kChunk, n - first);
+    const int64_t blocks = static_cast<int64_t>((count + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+      const uint64_t at = first + static_cast<uint64_t>(b) * kBlock;
+      f32_to_f16_array(index.vectors.bytes + at * sizeof(float),
+                       std::min(kBlock, first + count - at), half.get() + at);
+    }
+    index.file->release(index.vectors_offset + first * sizeof(float), count * sizeof(float));
+    const uint64_t tenths = 10 * (first + count) / n;
+    if (report && tenths > reported) {
+      reported = tenths;
+      std::fprintf(stderr, "searchr1-index: fp16 copy of %s: %d%%\n", index.path.c_str(),
+                   static_cast<int>(10 * tenths));
+    }
+  }
+  index.vectors_f16 = std::move(half);
+}
+
 // ---------------------------------------------------------------------------------------
 // Writing
 
@@ -312,6 +412,7 @@ namespace {
 
 constexpr long kNtotalOffset = 8;   // int64 ntotal after fourcc and d
 constexpr long kCountOffset = 37;   // u64 float count after the header
+constexpr long kHeaderBytes = 45;   // where the vectors start
 
 template <class T>
 void put(std::string& out, T v) {
@@ -334,11 +435,30 @@ std::string flat_header(int d, Metric metric, int64_t ntotal) {
 }  // namespace
 
 FlatIndexWriter::FlatIndexWriter(std::string path, int d, Metric metric)
-    : path_(std::move(path)), d_(d), metric_(metric) {
+    : FlatIndexWriter(path + ".partial-" + std::to_string(getpid()), d, metric, false) {
+  path_ = std::move(path);
+}
+
+std::unique_ptr<FlatIndexWriter> FlatIndexWriter::resume(const std::string& partial, int d,
+                                                         Metric metric) {
+  return std::unique_ptr<FlatIndexWriter>(new FlatIndexWriter(partial, d, metric, true));
+}
+
+FlatIndexWriter::FlatIndexWriter(std::string partial, int d, Metric metric, bool resumable)
+    : partial_(std::move(partial)), d_(d), metric_(metric), resumable_(resumable) {
   if (d <= 0 || d > (1 << 20)) {
-    throw Error(path_ + ": dimension " + std::to_string(d) + " is out of range");
+    throw Error(partial_ + ": dimension " + std::to_string(d) + " is out of range");
   }
-  partial_ = path_ + ".partial-" + std::to_string(getpid());
+  if (resumable_) {
+    f_ = std::fopen(partial_.c_str(), "r+b");
+    if (f_ == nullptr && errno != ENOENT) {
+      throw Error(partial_ + ": cannot open (" + std::strerror(errno) + ")");
+    }
+    if (f_ != nullptr) {
+      reopen();
+      return;
+    }
+  }
   f_ = std::fopen(partial_.c_str(), "wb");
   if (f_ == nullptr) throw Error(partial_ + ": cannot create (" + std::strerror(errno) + ")");
   const std::string h = flat_header(d_, metric_, 0);
@@ -347,11 +467,71 @@ FlatIndexWriter::FlatIndexWriter(std::string path, int d, Metric metric)
   }
 }
 
-FlatIndexWriter::~FlatIndexWriter() {
-  if (f_ != nullptr) {
+// An existing partial file: its header must be ours; the rows after it are counted, a torn
+// last row (a kill in the middle of a write) is cut away, and a header a cut-short commit
+// patched is set back to ntotal 0. A file shorter than the header that starts as ours (a
+// kill before the header reached the disk) starts again.
+void FlatIndexWriter::reopen() {
+  const auto fail = [&](const std::string& what) {
     std::fclose(f_);
-    std::remove(partial_.c_str());
+    f_ = nullptr;
+    throw Error(partial_ + ": " + what);
+  };
+  struct stat st;
+  if (fstat(fileno(f_), &st) != 0) {
+    fail(std::string("cannot stat (") + std::strerror(errno) + ")");
   }
+  const std::string want = flat_header(d_, metric_, 0);
+  std::string got(want.size(), '\0');
+  const size_t have = std::fread(got.data(), 1, got.size(), f_);
+  const auto same = [&](size_t at, size_t n) { return got.compare(at, n, want, at, n) == 0; };
+  if (have < want.size()) {
+    if (!same(0, have)) {
+      fail(std::to_string(have) + " bytes that do not start a partial flat index of d = " +
+           std::to_string(d_));
+    }
+    got = want;
+  }
+  const std::string fourcc = got.substr(0, 4);
+  if (fourcc != "IxFI" && fourcc != "IxF2") {
+    fail("not a flat faiss index (fourcc '" +
+         fourcc_text(reinterpret_cast<const unsigned char*>(got.data())) + "')");
+  }
+  if (!same(0, 4)) {
+    fail("holds " + std::string(fourcc == "IxF2" ? "l2" : "inner_product") + " vectors, not " +
+         metric_name(metric_));
+  }
+  int32_t d;
+  int64_t ntotal;
+  uint64_t count;
+  std::memcpy(&d, got.data() + 4, sizeof d);
+  std::memcpy(&ntotal, got.data() + kNtotalOffset, sizeof ntotal);
+  std::memcpy(&count, got.data() + kCountOffset, sizeof count);
+  if (d != d_) fail("holds vectors of d = " + std::to_string(d) + ", not " + std::to_string(d_));
+  if (!same(16, 21)) fail("its header (bytes 16 to 36) is not the one searchr1-index writes");
+  const uint64_t row_bytes = static_cast<uint64_t>(d_) * sizeof(float);
+  const uint64_t size = have < want.size() ? want.size() : static_cast<uint64_t>(st.st_size);
+  const int64_t rows = static_cast<int64_t>((size - want.size()) / row_bytes);
+  const uint64_t whole = want.size() + static_cast<uint64_t>(rows) * row_bytes;
+  const bool committed = ntotal == rows && count == static_cast<uint64_t>(rows) * d_ &&
+                         whole == size;
+  if ((ntotal != 0 || count != 0) && !committed) {
+    fail("its header says ntotal = " + std::to_string(ntotal) + " but it holds " +
+         std::to_string(rows) + " rows: not a partial index");
+  }
+  if (ftruncate(fileno(f_), static_cast<off_t>(whole)) != 0 ||
+      std::fseek(f_, 0, SEEK_SET) != 0 ||
+      std::fwrite(want.data(), 1, want.size(), f_) != want.size() ||
+      std::fseek(f_, 0, SEEK_END) != 0) {
+    fail(std::string("cannot write (") + std::strerror(errno) + ")");
+  }
+  ntotal_ = rows;
+}
+
+FlatIndexWriter::~FlatIndexWriter() {
+  if (f_ == nullptr) return;
+  std::fclose(f_);
+  if (!resumable_) std::remove(partial_.c_str());
 }
 
 void FlatIndexWriter::append(const float* rows, int64_t n) {
@@ -362,7 +542,18 @@ void FlatIndexWriter::append(const float* rows, int64_t n) {
   ntotal_ += n;
 }
 
-void FlatIndexWriter::commit() {
+void FlatIndexWriter::sync() {
+  if (std::fflush(f_) != 0 || fdatasync(fileno(f_)) != 0) {
+    throw Error(partial_ + ": cannot write (" + std::strerror(errno) + ")");
+  }
+}
+
+uint64_t FlatIndexWriter::bytes() const {
+  return static_cast<uint64_t>(kHeaderBytes) +
+         static_cast<uint64_t>(ntotal_) * static_cast<uint64_t>(d_) * sizeof(float);
+}
+
+void FlatIndexWriter::commit(const std::string& out) {
   const std::string h = flat_header(d_, metric_, ntotal_);
   bool ok = std::fseek(f_, kNtotalOffset, SEEK_SET) == 0 &&
             std::fwrite(h.data() + kNtotalOffset, 8, 1, f_) == 1 &&
@@ -372,9 +563,10 @@ void FlatIndexWriter::commit() {
   const int err = errno;
   ok = std::fclose(f_) == 0 && ok;
   f_ = nullptr;
-  if (!ok || std::rename(partial_.c_str(), path_.c_str()) != 0) {
-    std::remove(partial_.c_str());
-    throw Error(path_ + ": cannot write (" + std::strerror(ok ? errno : err) + ")");
+  if (!ok || std::rename(partial_.c_str(), out.c_str()) != 0) {
+    const int why = ok ? errno : err;
+    if (!resumable_) std::remove(partial_.c_str());
+    throw Error(out + ": cannot write (" + std::strerror(why) + ")");
   }
 }
 

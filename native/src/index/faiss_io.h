@@ -11,6 +11,8 @@
 // Write: IndexFlatIP / IndexFlatL2 files from a stream of vectors (FlatIndexWriter), at a
 // temporary name renamed into place when complete, byte-identical to faiss.write_index.
 //
+// fp16: keep_fp16 replaces the mapped vectors by a half-size copy in memory for search.
+//
 // Errors are sr1::Error with one line naming the file and what is wrong with it.
 #pragma once
 #include <cstddef>
@@ -20,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "util/json.h"
 
 namespace sr1 {
 
@@ -39,6 +43,9 @@ class MappedFile {
   // Hints the kernel about the access pattern of [offset, offset+len) (madvise).
   void advise_sequential(uint64_t offset, uint64_t len) const;
   void advise_random(uint64_t offset, uint64_t len) const;
+  // Drops the pages of [offset, offset+len) from this process (MADV_DONTNEED); reading
+  // them again faults them back in from the file.
+  void release(uint64_t offset, uint64_t len) const;
 
  private:
   MappedFile() = default;
@@ -78,6 +85,9 @@ struct HnswGraph {
   }
 };
 
+// n fp16 values to fp32 (F16C instructions where the build targets them).
+void f16_to_f32_array(const uint16_t* src, uint64_t n, float* dst);
+
 // An opened index: the flat vectors (row i has id i) and, for IHNf, the graph over them.
 struct FaissIndex {
   std::string path;
@@ -90,10 +100,17 @@ struct FaissIndex {
   bool has_hnsw = false;
   HnswGraph hnsw;
   std::shared_ptr<MappedFile> file;  // keeps the mapping alive
+  std::shared_ptr<uint16_t[]> vectors_f16;  // keep_fp16's copy, read instead of `vectors`
 
-  // Copies rows [first, first+count) into dst (aligned, count*d floats).
+  // Copies rows [first, first+count) into dst (aligned, count*d floats). Every search
+  // reads the vectors through this.
   void copy_rows(int64_t first, int64_t count, float* dst) const {
-    vectors.copy(static_cast<uint64_t>(first) * d, static_cast<uint64_t>(count) * d, dst);
+    const uint64_t at = static_cast<uint64_t>(first) * d, n = static_cast<uint64_t>(count) * d;
+    if (vectors_f16) {
+      f16_to_f32_array(vectors_f16.get() + at, n, dst);
+    } else {
+      vectors.copy(at, n, dst);
+    }
   }
 };
 
@@ -102,24 +119,54 @@ struct FaissIndex {
 // search reads them, so that opening a 20M-node graph does not read all of it).
 FaissIndex open_faiss_index(const std::string& path);
 
+// "IndexFlatIP", "IndexFlatL2" or "IndexHNSWFlat".
+const char* index_type_name(const FaissIndex& index);
+// What `searchr1-index info` prints: path, type, fourcc, metric, d, ntotal, bytes,
+// vectors_offset and, for HNSW, its parameters.
+json::Value index_info_json(const FaissIndex& index);
+
+// Replaces the vectors read by search with an fp16 copy in memory, converted in parallel
+// (progress lines on stderr for a file over 1 GiB), and drops the mapping's pages of the
+// fp32 vectors as it goes: the process then holds about half the vectors' bytes. Scores
+// differ from faiss's fp32 ones by fp16 rounding (each component keeps 11 significant
+// bits), as with faiss's GPU index with useFloat16 (Search-R1's --faiss_gpu); neighbours
+// whose scores are that close may swap, and an HNSW walk may take another turn.
+void keep_fp16(FaissIndex& index);
+
 // Writes an IndexFlatIP / IndexFlatL2 file: header with ntotal = 0, then the vectors as
-// they come, then ntotal and the float count patched in; written at `<path>.partial-<pid>`
-// and renamed to `path` by commit(). Destroyed before commit(), it removes the partial file.
+// they come, then ntotal and the float count patched in and the file renamed into place.
+//  - FlatIndexWriter(path, d, metric) writes `<path>.partial-<pid>`, renamed to `path` by
+//    commit() and removed if the writer is destroyed before.
+//  - resume(partial, d, metric) writes a file of the caller's naming that outlives the
+//    writer, so that a build killed half-way goes on where it stopped. An existing file
+//    must have our header for this d and metric with ntotal 0 (or ntotal equal to its
+//    rows: a commit cut short before its rename); its whole rows are kept and a torn last
+//    row cut away. commit(out) renames it to `out`; if that fails the file stays.
+// One writer per file: nothing locks it against a second process.
 class FlatIndexWriter {
  public:
   FlatIndexWriter(std::string path, int d, Metric metric);
+  static std::unique_ptr<FlatIndexWriter> resume(const std::string& partial, int d,
+                                                 Metric metric);
   ~FlatIndexWriter();
   FlatIndexWriter(const FlatIndexWriter&) = delete;
   FlatIndexWriter& operator=(const FlatIndexWriter&) = delete;
   // Appends n rows of d floats.
   void append(const float* rows, int64_t n);
+  // Flushes and fdatasyncs: the rows appended so far survive a crash.
+  void sync();
   int64_t ntotal() const { return ntotal_; }
-  void commit();
+  uint64_t bytes() const;  // of the file: header and rows
+  void commit() { commit(path_); }
+  void commit(const std::string& out);
 
  private:
+  FlatIndexWriter(std::string partial, int d, Metric metric, bool resumable);
+  void reopen();
   std::string path_, partial_;
   int d_;
   Metric metric_;
+  bool resumable_;
   int64_t ntotal_ = 0;
   FILE* f_ = nullptr;
 };

@@ -12,7 +12,9 @@
 // The scan is memory-bound: each round, every thread copies its own block of rows out of
 // the (unaligned) mapped file into an aligned buffer that stays in its cache, multiplies
 // all queries by it with a single-threaded sgemm, and then the threads split the queries
-// and feed that round's blocks, in row order, into each query's heap.
+// and feed that round's blocks, in row order, into each query's heap. With keep_fp16
+// (faiss_io.h) the blocks are converted from the fp16 copy in memory instead, so scores
+// differ from faiss's fp32 ones by fp16 rounding, as with faiss's GPU index in float16.
 #pragma once
 #include <cstdint>
 #include <vector>

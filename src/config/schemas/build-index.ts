@@ -1,13 +1,25 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
+import { denseFields, retrieverKind } from "./dense.js";
 
 export const buildIndexSchema = z.strictObject({
-  retriever: z
-    .enum(["bm25", "e5"])
-    .default("bm25")
-    .describe("index kind (e5, a dense index: not implemented yet)"),
+  retriever: retrieverKind,
   corpus: z.string().min(1).describe("corpus jsonl(.gz) with id and contents"),
-  out: z.string().min(1).describe("index folder to write"),
+  out: z
+    .string()
+    .min(1)
+    .describe("index to write: a folder (bm25) or a faiss file such as e5_Flat.index (dense)"),
+  ...denseFields,
+  faiss_type: z
+    .enum(["Flat", "HNSW64"])
+    .default("Flat")
+    .describe("dense index kind (Search-R1's --faiss_type); writing HNSW64 is not implemented yet"),
+  batch_size: z
+    .number()
+    .int()
+    .positive()
+    .default(256)
+    .describe("passages per encoder call of a dense build (and per checkpoint)"),
   bm25: z
     .strictObject({
       k1: z.number().positive().default(0.9).describe("BM25 term-frequency saturation"),
@@ -23,6 +35,8 @@ export const buildIndexSchema = z.strictObject({
   overwrite: z.boolean().default(false).describe("replace an existing index at --out"),
   quiet: z.boolean().default(false).describe("no progress output"),
 });
+
+export type BuildIndexConfig = z.infer<typeof buildIndexSchema>;
 
 export const buildIndexSpec: CommandConfigSpec<typeof buildIndexSchema> = {
   command: "build-index",

@@ -1,15 +1,44 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
+import { denseFields, retrieverKind } from "./dense.js";
 import { listenFields, maxBodyField } from "./server-fields.js";
 import { threadsField } from "./shared.js";
 
 export const serveRetrieverSchema = z.strictObject({
-  retriever: z
-    .enum(["bm25", "e5"])
-    .default("bm25")
-    .describe("index kind (e5, a dense index: not implemented yet)"),
-  index: z.string().min(1).describe("index folder written by build-index"),
+  retriever: retrieverKind,
+  index: z
+    .string()
+    .min(1)
+    .describe(
+      "index folder (bm25, from build-index) or faiss index file (e5_Flat.index, e5_HNSW64.index)",
+    ),
   corpus: z.string().min(1).describe("corpus jsonl the index was built from"),
+  ...denseFields,
+  ef_search: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("HNSW beam width; null = the efSearch stored in the index file"),
+  fp16: z
+    .boolean()
+    .default(false)
+    .describe("keep the flat vectors in memory as fp16: half the RAM, scores rounded to fp16"),
+  faiss_gpu: z
+    .boolean()
+    .default(false)
+    .describe(
+      "Search-R1's flag: the index on the GPU (not implemented yet: searched on the CPU, with a note)",
+    ),
+  corpus_cache: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "folder for the row store of a dense index's corpus; null = ~/.cache/searchr1/corpus",
+    ),
   topk: z
     .number()
     .int()

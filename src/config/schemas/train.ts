@@ -149,7 +149,19 @@ export const trainSchema = z.strictObject({
         .min(1)
         .nullable()
         .default(null)
-        .describe("start serve-retriever on this BM25 index folder instead of using retriever.url"),
+        .describe(
+          "start serve-retriever on this index (BM25 folder, or faiss file with kind e5/bge) instead of using retriever.url",
+        ),
+      kind: z
+        .enum(["bm25", "e5", "bge"])
+        .default("bm25")
+        .describe("retriever.index's kind (serve-retriever --retriever)"),
+      model: z
+        .string()
+        .min(1)
+        .nullable()
+        .default(null)
+        .describe("dense encoder folder for retriever.index (serve-retriever --retriever-model)"),
       corpus: z
         .string()
         .min(1)

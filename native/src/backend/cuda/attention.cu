@@ -1,5 +1,7 @@
 // Flash-style causal grouped-query attention on tensor cores: bf16 operands, fp32 accumulation,
 // tiles of keys processed with an online softmax so no T x T matrix ever reaches global memory.
+// The forward kernel also runs bidirectionally (an encoder's attention: every query sees every
+// unmasked key); the backward kernels are causal only.
 //
 // Matrix products use the WMMA API (16x16x16 bf16 fragments, fp32 accumulators) on tiles staged
 // in shared memory. The layout of an accumulator fragment's elements across a warp is
@@ -106,7 +108,7 @@ struct Fwd {
 template <int HD>
 __global__ void __launch_bounds__(Fwd<HD>::kThreads)
     attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                             int T, int NH, int NKV, float scale_log2) {
+                             int T, int NH, int NKV, float scale_log2, bool causal) {
   using C = Fwd<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem + C::kQ);
@@ -131,8 +133,8 @@ __global__ void __launch_bounds__(Fwd<HD>::kThreads)
   // Running max (log2 units) and sum of exp2(score - max) of row r0 + lane, held by lanes < 16.
   float row_max = -INFINITY, row_sum = 0.0f;
 
-  // Keys up to the tile's last row (causal), and no further than T.
-  const int key_end = min(q0 + C::BQ, T);
+  // Keys up to the tile's last row (causal) or all of them, and no further than T.
+  const int key_end = causal ? min(q0 + C::BQ, T) : T;
   for (int k0 = 0; k0 < key_end; k0 += C::BK) {
     __syncthreads();  // every warp is done with the previous K and V tiles (and Q is loaded)
     load_rows<C::BK, HD, C::LDH, C::kThreads>(sK, seq + (NH + g) * HD, QKV, k0, T);
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(Fwd<HD>::kThreads)
 #pragma unroll
       for (int t = 0; t < kCols; ++t) {
         const int j = k0 + lane + 32 * t;
-        const bool valid = i < T && j <= i && key_ok[t];
+        const bool valid = i < T && (j <= i || !causal) && key_ok[t];
         s[t] = valid ? sS[row * C::LDS + lane + 32 * t] * scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, s[t]);
       }
@@ -203,8 +205,9 @@ __global__ void __launch_bounds__(Fwd<HD>::kThreads)
   __syncwarp();
 
   // A row that saw no key has row_sum 0 (and O = 0): its lse is -inf and its output zeros.
+  // lse is null when no backward pass follows.
   const int my_row = q0 + r0 + lane;
-  if (lane < 16 && my_row < T) {
+  if (lse != nullptr && lane < 16 && my_row < T) {
     lse[(static_cast<size_t>(b) * NH + h) * T + my_row] =
         row_sum > 0.0f ? (row_max + log2f(row_sum)) * kLn2 : -INFINITY;
   }
@@ -449,7 +452,8 @@ void forward_hd(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
         "attention_forward shared memory");
   const dim3 grid((s.T + C::BQ - 1) / C::BQ, s.num_heads, s.B);
   attention_forward_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
-      out, lse, qkv, key_mask, s.T, s.num_heads, s.num_kv_heads, softmax_scale(HD) * kLog2e);
+      out, lse, qkv, key_mask, s.T, s.num_heads, s.num_kv_heads, softmax_scale(HD) * kLog2e,
+      s.causal);
   check_launch("attention_forward_kernel");
 }
 
@@ -502,6 +506,7 @@ size_t attention_backward_scratch(const AttentionShape& s) {
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
                         float* scratch, cudaStream_t stream) {
+  if (!s.causal) throw Error("attention_backward: bidirectional attention is forward only");
   if (s.B == 0 || s.T == 0) return;
   if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
   require_aligned(qkv, "qkv");

@@ -160,6 +160,13 @@ class CudaBackend final : public Backend {
     cuda::add(X(out), X(a), X(b), n, stream_);
   }
   void scale(XPtr x, float s, size_t n) override { cuda::scale(X(x), s, n, stream_); }
+  void layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C,
+                         float eps) override {
+    cuda::layernorm_forward(X(out), X(inp), X(w), X(bias), N, C, eps, stream_);
+  }
+  void gelu_forward(XPtr out, XPtr inp, size_t n) override {
+    cuda::gelu_forward(X(out), X(inp), n, stream_);
+  }
   void gather_rows(XPtr out, XPtr in, const int32_t* rows, int n, int C) override {
     cuda::gather_rows(X(out), X(in), rows, n, C, stream_);
   }

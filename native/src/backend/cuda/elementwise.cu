@@ -1,4 +1,4 @@
-// Elementwise and row-copy kernels of the CUDA backend: embedding, SwiGLU, residual add,
+// Elementwise and row-copy kernels of the CUDA backend: embedding, SwiGLU, GELU, residual add,
 // row gather/scatter for the language-model head, fp32 -> bf16 rounding and rotary
 // embedding. Memory-bound; arithmetic in fp32 as in the CPU reference.
 #include <algorithm>
@@ -94,6 +94,15 @@ __global__ void scale_kernel(bf16* x, float s, size_t n) {
   }
 }
 
+// The exact GELU. erff has no fast intrinsic, so --use_fast_math leaves it accurate (to 2 ulp).
+__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float x = __bfloat162float(inp[i]);
+    out[i] = __float2bfloat16_rn(0.5f * x * (1.0f + erff(x * 0.70710678118654752f)));
+  }
+}
+
 __global__ void f32_to_bf16_kernel(bf16* dst, const float* src, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -168,6 +177,12 @@ void scale(bf16* x, float s, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<flat_blocks(n), kThreads, 0, stream>>>(x, s, n);
   check_launch("scale");
+}
+
+void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<flat_blocks(n), kThreads, 0, stream>>>(out, inp, n);
+  check_launch("gelu_forward");
 }
 
 void gather_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,

@@ -30,6 +30,8 @@ void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int I,
 void add(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
 // x *= s
 void scale(bf16* x, float s, size_t n, cudaStream_t stream);
+// out = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU (out may alias inp)
+void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
 // out[r] = in[rows[r]] / out[rows[r]] = in[r], rows of C elements
 void gather_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,
                  cudaStream_t stream);
@@ -50,6 +52,10 @@ void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int
 void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
                       const float* rstd, int N, int C, cudaStream_t stream);
 
+// ---- layernorm.cu: the encoder's LayerNorm, forward only (out may alias inp) ----
+void layernorm_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C,
+                       float eps, cudaStream_t stream);
+
 // ---- logprob.cu: the language-model head's softmax over the vocabulary ----
 void logprob_forward(float* logprob, float* entropy, const bf16* logits,
                      const int32_t* targets, int n, int V, cudaStream_t stream);
@@ -66,7 +72,8 @@ double sum_squares(const float* x, size_t n, double* partials, cudaStream_t stre
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& a,
                   cudaStream_t stream);
 
-// ---- attention.cu: flash-style causal GQA attention (no T x T matrix in memory) ----
+// ---- attention.cu: flash-style GQA attention (no T x T matrix in memory); causal, or
+// bidirectional (forward only) when !s.causal ----
 // Head dims the kernels are built for; others are refused by the backend with a message.
 bool attention_supports(int head_dim);
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,

@@ -1,0 +1,129 @@
+import { stat } from "node:fs/promises";
+import { join } from "node:path";
+import { InputError, type ServiceError } from "../../runtime/errors.js";
+import { JsonLinesService } from "../../runtime/json-lines-service.js";
+import { nativeExecutable } from "../../trainer/native.js";
+import type { Pooling } from "./recipe.js";
+
+/** What `info` says of the index file (searchr1-index info's object). */
+export interface IndexInfo {
+  path: string;
+  type: "IndexFlatIP" | "IndexFlatL2" | "IndexHNSWFlat";
+  metric: "inner_product" | "l2";
+  d: number;
+  ntotal: number;
+  bytes: number;
+  hnsw?: { M: number; ef_search: number; ef_construction: number; levels: number };
+}
+
+export interface EncoderInfo {
+  dim: number;
+  vocab_size: number;
+  max_position_embeddings: number;
+  pooling: Pooling;
+  normalize: boolean;
+}
+
+export interface SearchReply {
+  /** Corpus row numbers, best first, one list per query. */
+  ids: number[][];
+  scores: number[][];
+  encode_seconds: number;
+  search_seconds: number;
+}
+
+export interface IndexProcessOptions {
+  /** faiss index file to search; absent when only building. */
+  index?: string;
+  /** Encoder (BERT) Hugging Face folder. */
+  model: string;
+  pooling: Pooling;
+  normalize: boolean;
+  /** HNSW beam width; null: the file's efSearch. */
+  efSearch?: number | null;
+  /** Keep an fp16 copy of the flat vectors in memory (half the RAM). */
+  fp16?: boolean;
+  device: "auto" | "cpu" | "cuda";
+  /** CPU threads; null: all cores. */
+  threads: number | null;
+  onLine?: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+/** Fails clearly, before any process starts, when `dir` is not a Hugging Face folder. */
+export async function checkEncoderFolder(dir: string): Promise<void> {
+  if (!(await stat(join(dir, "config.json")).catch(() => null))) {
+    throw new InputError(`${dir}: no config.json (expected the encoder's Hugging Face folder)`);
+  }
+}
+
+/**
+ * `searchr1-index serve` (native/src/index/SERVE.md) as a child process: the BERT encoder
+ * and the memory-mapped faiss index in one native process, so a batch of queries is
+ * encoded and searched in one call, and an index is built by streaming token ids to it.
+ */
+export class IndexProcess {
+  private constructor(private readonly service: JsonLinesService) {}
+
+  static async start(options: IndexProcessOptions): Promise<IndexProcess> {
+    const args = ["serve", "--model", options.model, "--pooling", options.pooling];
+    args.push("--device", options.device);
+    if (options.index !== undefined) args.push("--index", options.index);
+    if (!options.normalize) args.push("--no-normalize");
+    if (options.efSearch != null) args.push("--ef-search", String(options.efSearch));
+    if (options.fp16) args.push("--fp16");
+    if (options.threads != null) args.push("--threads", String(options.threads));
+    const service = await JsonLinesService.start({
+      executable: nativeExecutable("searchr1-index"),
+      args,
+      what: "the dense index (searchr1-index serve)",
+      who: "the dense index",
+      onLine: options.onLine,
+      signal: options.signal,
+    });
+    return new IndexProcess(service);
+  }
+
+  get pid(): number | undefined {
+    return this.service.pid;
+  }
+
+  /** Why calls fail: the process died or was shut down; else null. */
+  get ended(): ServiceError | null {
+    return this.service.ended;
+  }
+
+  onDeath(listener: (err: ServiceError) => void): void {
+    this.service.onDeath(listener);
+  }
+
+  async info(): Promise<{ index: IndexInfo | null; encoder: EncoderInfo; fp16: boolean }> {
+    return (await this.service.send("info", {})) as never;
+  }
+
+  /** Encodes the token-id lists and returns each one's top k rows. */
+  async search(inputIds: readonly (readonly number[])[], k: number): Promise<SearchReply> {
+    return (await this.service.send("search", { input_ids: inputIds, k })) as never;
+  }
+
+  /** Opens (or resumes) a partial flat index file; resolves with the rows it holds. */
+  async buildOpen(path: string): Promise<number> {
+    const reply = await this.service.send("build_open", { path, metric: "ip" });
+    return reply.rows as number;
+  }
+
+  /** Encodes the token-id lists and appends them, durably; resolves with the rows now held. */
+  async buildAppend(inputIds: readonly (readonly number[])[]): Promise<number> {
+    const reply = await this.service.send("build_append", { input_ids: inputIds });
+    return reply.rows as number;
+  }
+
+  /** Completes the partial file and renames it to `out`. */
+  async buildCommit(out: string): Promise<{ rows: number; bytes: number }> {
+    return (await this.service.send("build_commit", { out })) as never;
+  }
+
+  shutdown(): Promise<void> {
+    return this.service.shutdown();
+  }
+}

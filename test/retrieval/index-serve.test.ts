@@ -1,0 +1,466 @@
+// searchr1-index serve (native/src/index/SERVE.md) driven as the dense retriever drives it:
+// a real process, JSON lines on stdin and stdout. It checks that
+//  - `search` with vectors returns faiss's own results (the committed faiss fixtures of
+//    faiss-index.test.ts), flat and HNSW, minus faiss's empty places;
+//  - --fp16 finds the same neighbours, with scores within fp16 rounding of the exact ones;
+//  - a bad command gets {ok: false, error naming the field, id} and the process goes on;
+//    startup errors exit 1 (2 for usage) with one line; shutdown and end of stdin exit 0;
+//  - a build from token ids killed with SIGKILL resumes with its rows (a torn last row cut
+//    away) and commits a flat index in which every text finds itself first.
+import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from "node:child_process";
+import {
+  appendFileSync,
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import {
+  readSafetensors,
+  readSafetensorsHeader,
+  type Tensor,
+  writeSafetensors,
+} from "../../src/tensors/safetensors.js";
+import { nativeDir } from "../../src/trainer/native.js";
+
+const FAISS = fileURLToPath(new URL("./fixtures/faiss/", import.meta.url));
+const BERT = fileURLToPath(new URL("./fixtures/bert/model/", import.meta.url));
+const fixture = (name: string): string => join(FAISS, name);
+const EXE = join(nativeDir(), "searchr1-index");
+const ENV = { ...process.env, OMP_NUM_THREADS: "2" };
+const tmp = mkdtempSync(join(tmpdir(), "sr1-index-serve-"));
+
+type Reply = Record<string, unknown> & { id: unknown; ok: boolean; error?: string };
+interface Hits {
+  ids: number[][];
+  scores: number[][];
+}
+
+const running: ChildProcessWithoutNullStreams[] = [];
+afterAll(() => {
+  for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+/** One `searchr1-index serve` process and the replies to the lines sent to it. */
+class Serve {
+  readonly proc: ChildProcessWithoutNullStreams;
+  readonly exit: Promise<number | null>;
+  stderr = "";
+  private readonly lines: string[] = [];
+  private readonly waiting: { resolve: (line: string) => void; reject: (e: Error) => void }[] = [];
+  private nextId = 1;
+  private gone = false;
+
+  constructor(args: string[]) {
+    this.proc = spawn(EXE, ["serve", ...args, "--threads", "2"], { env: ENV });
+    running.push(this.proc);
+    this.proc.stderr.setEncoding("utf8").on("data", (d: string) => {
+      this.stderr += d;
+    });
+    createInterface({ input: this.proc.stdout }).on("line", (line) => {
+      const w = this.waiting.shift();
+      if (w) w.resolve(line);
+      else this.lines.push(line);
+    });
+    this.exit = new Promise((resolve) => {
+      this.proc.on("close", (code) => {
+        this.gone = true;
+        for (const w of this.waiting.splice(0)) {
+          w.reject(new Error(`serve exited ${code} before replying: ${this.stderr}`));
+        }
+        resolve(code);
+      });
+    });
+  }
+
+  /** Writes one line and returns the reply line. */
+  line(text: string): Promise<string> {
+    const ready = this.lines.shift();
+    if (ready !== undefined) return Promise.resolve(ready);
+    if (this.gone) return Promise.reject(new Error(`serve has exited: ${this.stderr}`));
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ resolve, reject });
+      this.proc.stdin.write(`${text}\n`);
+    });
+  }
+
+  /** Sends a command with a fresh id and checks that the reply echoes it. */
+  async send(op: string, fields: Record<string, unknown> = {}): Promise<Reply> {
+    const id = this.nextId++;
+    const reply = JSON.parse(await this.line(JSON.stringify({ op, id, ...fields }))) as Reply;
+    expect(reply.id).toBe(id);
+    return reply;
+  }
+
+  /** Sends a command that must succeed; returns the reply without ok and id. */
+  async ok(op: string, fields: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    const { ok, id: _id, ...rest } = await this.send(op, fields);
+    if (!ok) throw new Error(`${op} failed: ${rest.error}`);
+    return rest;
+  }
+
+  /** Sends a command that must fail; returns its error message. */
+  async fails(op: string, fields: Record<string, unknown> = {}): Promise<string> {
+    const r = await this.send(op, fields);
+    expect(r.ok, `${op} should fail`).toBe(false);
+    expect(typeof r.error).toBe("string");
+    return r.error ?? "";
+  }
+
+  async search(fields: Record<string, unknown>): Promise<Hits> {
+    return (await this.ok("search", fields)) as unknown as Hits;
+  }
+
+  /** Closes stdin and returns the exit code. */
+  close(): Promise<number | null> {
+    this.proc.stdin.end();
+    return this.exit;
+  }
+}
+
+/** A fixture's queries as lists of numbers, and faiss's results without the -1 places. */
+async function expected(name: string) {
+  const path = fixture(`${name}.expected.safetensors`);
+  const tensors = await readSafetensors(path);
+  const meta = (await readSafetensorsHeader(path)).metadata;
+  const get = (key: string): Tensor => {
+    const t = tensors.get(key);
+    if (!t) throw new Error(`${path}: no ${key}`);
+    return t;
+  };
+  const q = get("queries");
+  const [nq, d] = q.shape as [number, number];
+  const rows = <T>(data: ArrayLike<T>, width: number): T[][] =>
+    Array.from({ length: nq }, (_, i) => Array.from(data).slice(i * width, (i + 1) * width));
+  return {
+    queries: rows(q.data as Float32Array, d),
+    list: (field: string) => (meta[field] ?? "").split(",").map(Number),
+    hits(key: string, k: number): Hits {
+      const ids = rows(get(`${key}.ids`).data as BigInt64Array, k).map((r) => r.map(Number));
+      const scores = rows(get(`${key}.scores`).data as Float32Array, k);
+      return {
+        ids: ids.map((r) => r.filter((id) => id >= 0)),
+        scores: scores.map((r, i) => r.filter((_, j) => (ids[i]?.[j] ?? -1) >= 0)),
+      };
+    },
+  };
+}
+
+/** Runs a searchr1-index command that must succeed; returns its stdout. */
+function run(args: string[]): string {
+  const r = spawnSync(EXE, args, { encoding: "utf8", env: ENV });
+  if (r.status !== 0)
+    throw new Error(`searchr1-index ${args.join(" ")} exited ${r.status}: ${r.stderr}`);
+  return r.stdout;
+}
+
+/** Largest |a - b| over matching lists (the ids are compared separately). */
+function scoreDiff(a: number[][], b: number[][]): number {
+  let worst = 0;
+  a.forEach((row, i) => {
+    row.forEach((x, j) => {
+      worst = Math.max(worst, Math.abs(x - (b[i]?.[j] ?? Number.NaN)));
+    });
+  });
+  return worst;
+}
+
+describe("search with vectors equals faiss's search", () => {
+  for (const name of ["flat-ip", "flat-l2", "small-ip"]) {
+    it(`${name}: identical ids, scores within 1e-5, for every k`, async () => {
+      const e = await expected(name);
+      const serve = new Serve(["--index", fixture(`${name}.index`)]);
+      for (const k of e.list("k")) {
+        const r = await serve.search({ k, vectors: e.queries });
+        const want = e.hits(`k${k}`, k);
+        expect(r.ids, `k=${k}`).toEqual(want.ids);
+        expect(scoreDiff(r.scores, want.scores), `k=${k}`).toBeLessThan(1e-5);
+      }
+      expect(await serve.close()).toBe(0);
+    });
+  }
+
+  it("leaves out faiss's empty places where k > ntotal (small-ip: 100 rows, k = 120)", async () => {
+    const e = await expected("small-ip");
+    const serve = new Serve(["--index", fixture("small-ip.index")]);
+    const r = await serve.search({ k: 120, vectors: e.queries.slice(0, 2) });
+    expect(r.ids.map((ids) => ids.length)).toEqual([100, 100]);
+    expect(await serve.close()).toBe(0);
+  });
+
+  for (const name of ["hnsw-ip", "hnsw-l2"]) {
+    it(`${name}: the file's efSearch, and --ef-search`, async () => {
+      const e = await expected(name);
+      const file = new Serve(["--index", fixture(`${name}.index`)]);
+      const r = await file.search({ k: 10, vectors: e.queries });
+      const want = e.hits("file.k10", 10);
+      expect(r.ids).toEqual(want.ids);
+      expect(scoreDiff(r.scores, want.scores)).toBeLessThan(1e-5);
+      expect(await file.close()).toBe(0);
+      const ef = new Serve(["--index", fixture(`${name}.index`), "--ef-search", "16"]);
+      for (const k of e.list("k")) {
+        const got = await ef.search({ k, vectors: e.queries });
+        const w = e.hits(`ef16.k${k}`, k);
+        expect(got.ids, `k=${k}`).toEqual(w.ids);
+        expect(scoreDiff(got.scores, w.scores), `k=${k}`).toBeLessThan(1e-5);
+      }
+      expect(await ef.close()).toBe(0);
+    });
+  }
+
+  it("info: the index as `searchr1-index info` describes it, no encoder", async () => {
+    const serve = new Serve(["--index", fixture("hnsw-ip.index")]);
+    const info = await serve.ok("info");
+    const cli = run(["info", "--index", fixture("hnsw-ip.index")]);
+    expect(info).toEqual({ index: JSON.parse(cli), encoder: null, fp16: false });
+    expect(await serve.close()).toBe(0);
+  });
+});
+
+describe("--fp16", () => {
+  /** Fraction of exact top-k ids found, over all queries. */
+  const recall = (got: number[][], exact: number[][]): number => {
+    let found = 0;
+    let total = 0;
+    exact.forEach((row, i) => {
+      const mine = new Set(got[i]);
+      found += row.filter((id) => mine.has(id)).length;
+      total += row.length;
+    });
+    return found / total;
+  };
+
+  it("flat: faiss's neighbours, scores within fp16 rounding", async () => {
+    const e = await expected("flat-ip");
+    const serve = new Serve(["--index", fixture("flat-ip.index"), "--fp16"]);
+    expect((await serve.ok("info")).fp16).toBe(true);
+    const r = await serve.search({ k: 10, vectors: e.queries });
+    const want = e.hits("k10", 10);
+    expect(recall(r.ids, want.ids)).toBeGreaterThanOrEqual(0.99);
+    // The same ids, in the same places, have the exact scores up to fp16 rounding.
+    const same = r.ids.map((row, i) => row.filter((id, j) => want.ids[i]?.[j] === id).length);
+    expect(same.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(0.95 * 400);
+    r.ids.forEach((row, i) => {
+      row.forEach((id, j) => {
+        if (want.ids[i]?.[j] === id) {
+          expect(Math.abs((r.scores[i]?.[j] ?? 0) - (want.scores[i]?.[j] ?? 0))).toBeLessThan(1e-2);
+        }
+      });
+    });
+    // rows 7 and 1100 are one vector: equal in fp16 too, ordered as faiss orders the tie
+    expect(r.ids[0]?.slice(0, 2)).toEqual([1100, 7]);
+    expect(r.ids[1]?.[0]).toBe(600);
+    expect(await serve.close()).toBe(0);
+  });
+
+  it("HNSW: the graph walk over the fp16 vectors finds faiss's neighbours", async () => {
+    const e = await expected("hnsw-ip");
+    const serve = new Serve(["--index", fixture("hnsw-ip.index"), "--fp16"]);
+    const r = await serve.search({ k: 10, vectors: e.queries });
+    expect(recall(r.ids, e.hits("file.k10", 10).ids)).toBeGreaterThanOrEqual(0.97);
+    expect(await serve.close()).toBe(0);
+  });
+});
+
+describe("bad commands are answered and the process goes on", () => {
+  it("names the field at fault, echoes the id, and keeps searching", async () => {
+    const e = await expected("flat-ip");
+    const serve = new Serve(["--index", fixture("flat-ip.index")]);
+    const q = e.queries.slice(0, 2);
+    expect(await serve.fails("serch", { k: 1 })).toMatch(/^unknown op 'serch' \(info, search,/);
+    expect(await serve.fails("search", { vectors: q })).toBe("'k' is missing");
+    expect(await serve.fails("search", { k: 0, vectors: q })).toBe("'k' must be >= 1");
+    expect(await serve.fails("search", { k: 1.5, vectors: q })).toBe("'k' must be an integer");
+    expect(await serve.fails("search", { k: 1, kk: 2, vectors: q })).toMatch(
+      /^unknown field 'kk' \(known: op, id, k, input_ids, vectors\)/,
+    );
+    expect(await serve.fails("search", { k: 1 })).toBe("'input_ids' or 'vectors' is missing");
+    expect(await serve.fails("search", { k: 1, vectors: q, input_ids: [[1]] })).toMatch(
+      /^'input_ids' and 'vectors' exclude each other/,
+    );
+    expect(await serve.fails("search", { k: 1, vectors: [q[0], q[1]?.slice(1)] })).toBe(
+      "vectors[1]: 63 numbers, but the index holds vectors of d = 64",
+    );
+    expect(await serve.fails("search", { k: 1, vectors: [["x"]] })).toMatch(/^vectors\[0\]/);
+    expect(await serve.fails("search", { k: 1, vectors: 3 })).toBe(
+      "'vectors' must be a list of lists of numbers",
+    );
+    expect(await serve.fails("search", { k: 1, input_ids: [[101, 102]] })).toBe(
+      "no encoder is loaded (start serve with --model)",
+    );
+    expect(await serve.fails("build_open", { path: join(tmp, "x.partial") })).toMatch(
+      /no encoder is loaded/,
+    );
+    expect(await serve.fails("build_append", { input_ids: [[1]] })).toBe(
+      "no build is open (send build_open first)",
+    );
+    const bad = JSON.parse(await serve.line('{"op": "search", "k": 1,')) as Reply;
+    expect(bad).toMatchObject({ id: null, ok: false });
+    expect(bad.error).toMatch(/^invalid JSON: .* at byte \d+$/);
+    expect(JSON.parse(await serve.line("[1, 2]"))).toMatchObject({
+      id: null,
+      ok: false,
+      error: "a command must be a JSON object",
+    });
+    expect(JSON.parse(await serve.line('{"id": "x"}'))).toEqual({
+      id: "x",
+      ok: false,
+      error: "'op' is missing",
+    });
+    const r = await serve.search({ k: 1, vectors: e.queries });
+    expect(r.ids).toEqual(e.hits("k1", 1).ids);
+    expect(await serve.send("shutdown")).toEqual({ id: expect.any(Number), ok: true });
+    expect(await serve.exit).toBe(0);
+  });
+
+  it("no index: search says so; startup errors exit 1 (usage 2) with one line", async () => {
+    const serve = new Serve([]);
+    expect(await serve.ok("info")).toEqual({ index: null, encoder: null, fp16: false });
+    expect(await serve.fails("search", { k: 1, vectors: [[1]] })).toBe(
+      "no index is open (start serve with --index)",
+    );
+    expect(await serve.close()).toBe(0);
+    const start = (args: string[]) => {
+      const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
+      expect(r.stdout).toBe("");
+      expect(r.stderr.trim().split("\n")).toHaveLength(1);
+      return { code: r.status, line: r.stderr.trim() };
+    };
+    const missing = join(tmp, "nothing.index");
+    expect(start(["--index", missing])).toEqual({
+      code: 1,
+      line: expect.stringMatching(`${missing}: cannot open`),
+    });
+    expect(start(["--index", fixture("flat-ip.index"), "--ef-search", "8"])).toEqual({
+      code: 2,
+      line: expect.stringMatching(/--ef-search applies to HNSW indexes; .* is IndexFlatIP$/),
+    });
+    expect(start(["--fp16"]).code).toBe(2);
+    expect(start(["--pooling", "max"]).code).toBe(2);
+  });
+});
+
+// The build needs the BERT encoder (native/src/model/bert.cpp) and its fixture model.
+describe.runIf(existsSync(join(BERT, "config.json")))("building an index from token ids", () => {
+  const config = () => JSON.parse(readFileSync(join(BERT, "config.json"), "utf8"));
+  /** Deterministic token rows of different lengths (ids in 5..vocab-1). */
+  const texts = (n: number, vocab: number, maxLen: number): number[][] =>
+    Array.from({ length: n }, (_, i) =>
+      Array.from(
+        { length: 1 + ((i * 7) % maxLen) },
+        (_, j) => 5 + ((i * 131 + j * 17) % (vocab - 5)),
+      ),
+    );
+
+  it("resumes after SIGKILL with its whole rows and commits a valid flat index", async () => {
+    const c = config();
+    const rows = texts(
+      30,
+      c.vocab_size as number,
+      Math.min(40, c.max_position_embeddings as number),
+    );
+    const partial = join(tmp, "build.partial");
+    const out = join(tmp, "built.index");
+    const first = new Serve(["--model", BERT, "--device", "cpu", "--batch-tokens", "64"]);
+    const encoder = (await first.ok("info")).encoder as { dim: number; vocab_size: number };
+    expect(await first.fails("build_append", { input_ids: [[1]] })).toMatch(/no build is open/);
+    expect(await first.ok("build_open", { path: partial })).toEqual({ rows: 0 });
+    expect((await first.ok("build_append", { input_ids: rows.slice(0, 10) })).rows).toBe(10);
+    expect((await first.ok("build_append", { input_ids: rows.slice(10, 20) })).rows).toBe(20);
+    expect(await first.fails("build_append", { input_ids: [[101, encoder.vocab_size, 102]] })).toBe(
+      `input_ids[0][1]: token id ${encoder.vocab_size} outside the vocabulary (0..${encoder.vocab_size - 1})`,
+    );
+    first.proc.kill("SIGKILL");
+    await first.exit;
+    // what a kill in the middle of the next row's write leaves behind
+    appendFileSync(partial, Buffer.alloc(10, 7));
+    expect(statSync(partial).size).toBe(45 + 20 * encoder.dim * 4 + 10);
+
+    const second = new Serve(["--model", BERT, "--device", "cpu"]);
+    expect(await second.fails("build_open", { path: partial, metric: "l2" })).toMatch(
+      /holds inner_product vectors, not l2/,
+    );
+    expect(await second.ok("build_open", { path: partial })).toEqual({ rows: 20 });
+    expect((await second.ok("build_append", { input_ids: rows.slice(20) })).rows).toBe(30);
+    expect(await second.ok("build_commit", { out })).toEqual({
+      rows: 30,
+      bytes: 45 + 30 * encoder.dim * 4,
+    });
+    expect(existsSync(partial)).toBe(false);
+    expect(await second.fails("build_commit", { out })).toMatch(/no build is open/);
+    // a commit cut short before its rename (header filled in) resumes; other files do not
+    const copy = join(tmp, "cut-short.partial");
+    copyFileSync(out, copy);
+    expect(await second.ok("build_open", { path: copy })).toEqual({ rows: 30 });
+    const cut = join(tmp, "cut.partial");
+    copyFileSync(out, cut);
+    truncateSync(cut, 45 + 29 * encoder.dim * 4);
+    expect(await second.fails("build_open", { path: cut })).toBe(
+      `${cut}: its header says ntotal = 30 but it holds 29 rows: not a partial index`,
+    );
+    const other = join(tmp, "other-d.partial");
+    copyFileSync(fixture(encoder.dim === 64 ? "flat-l2.index" : "flat-ip.index"), other);
+    expect(await second.fails("build_open", { path: other })).toMatch(/^.*other-d\.partial: /);
+    expect(await second.close()).toBe(0);
+
+    const info = JSON.parse(run(["info", "--index", out])) as Record<string, unknown>;
+    expect(info).toMatchObject({ type: "IndexFlatIP", d: encoder.dim, ntotal: 30 });
+    // its rows are `searchr1-index encode`'s embeddings of the texts (padded there), and
+    // `search` with those finds each text's own row first
+    const width = Math.max(...rows.map((r) => r.length));
+    const padded = (f: (r: number[], t: number) => number) =>
+      BigInt64Array.from(
+        rows.flatMap((r) => Array.from({ length: width }, (_, t) => BigInt(f(r, t)))),
+      );
+    const ids = join(tmp, "ids.safetensors");
+    await writeSafetensors(ids, [
+      { name: "input_ids", dtype: "I64", shape: [30, width], data: padded((r, t) => r[t] ?? 0) },
+      {
+        name: "attention_mask",
+        dtype: "I64",
+        shape: [30, width],
+        data: padded((r, t) => (t < r.length ? 1 : 0)),
+      },
+    ]);
+    const emb = join(tmp, "emb.safetensors");
+    run(["encode", "--model", BERT, "--input", ids, "--out", emb, "--device", "cpu"]);
+    const embeddings = (await readSafetensors(emb)).get("embeddings") as Tensor;
+    const stored = readFileSync(out).subarray(45);
+    const vectors = new Float32Array(
+      stored.buffer.slice(stored.byteOffset, stored.byteOffset + stored.length),
+    );
+    expect(
+      scoreDiff([Array.from(vectors)], [Array.from(embeddings.data as Float32Array)]),
+    ).toBeLessThan(1e-5);
+    const top = join(tmp, "top.safetensors");
+    run(["search", "--index", out, "--queries", emb, "--k", "1", "--out", top]);
+    const found = (await readSafetensors(top)).get("ids") as Tensor;
+    expect(Array.from(found.data as BigInt64Array).map(Number)).toEqual(rows.map((_, i) => i));
+    // every text finds its own row first (one text per micro-batch, or many: same embeddings)
+    for (const batchTokens of ["16384", "8"]) {
+      const search = new Serve([
+        "--index",
+        out,
+        "--model",
+        BERT,
+        "--device",
+        "cpu",
+        "--batch-tokens",
+        batchTokens,
+      ]);
+      const r = await search.search({ k: 1, input_ids: rows });
+      expect(r.ids).toEqual(rows.map((_, i) => [i]));
+      for (const [s] of r.scores) expect(Math.abs((s as number) - 1)).toBeLessThan(1e-4);
+      expect(await search.close()).toBe(0);
+    }
+  });
+});
