@@ -146,21 +146,22 @@ async function openDense(
     );
   }
   await checkEncoderFolder(dense.model);
-  const corpus = await openCachedCorpus(options.corpus, dense.corpusCache, dense.progress);
-  let retriever: DenseRetriever;
+  // The index first: a bad file is found before a long first scan of the corpus.
+  const retriever = await DenseRetriever.open({
+    kind,
+    index: options.index,
+    model: dense.model,
+    recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
+    efSearch: dense.efSearch,
+    fp16: dense.fp16,
+    device: dense.device,
+    threads: options.threads,
+  });
+  let corpus: Awaited<ReturnType<typeof openCachedCorpus>>;
   try {
-    retriever = await DenseRetriever.open({
-      kind,
-      index: options.index,
-      model: dense.model,
-      recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
-      efSearch: dense.efSearch,
-      fp16: dense.fp16,
-      device: dense.device,
-      threads: options.threads,
-    });
+    corpus = await openCachedCorpus(options.corpus, dense.corpusCache, dense.progress);
   } catch (err) {
-    await corpus.store.close();
+    await retriever.close();
     throw err;
   }
   if (retriever.documents !== corpus.store.rows) {

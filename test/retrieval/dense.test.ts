@@ -145,6 +145,15 @@ describe("serve-retriever --retriever e5", () => {
     );
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain("nope.index: no such index file");
+    // a truncated file: the native reader's one line, before any corpus scan
+    const cut = join(tmp, "cut.index");
+    writeFileSync(cut, readFileSync(join(DENSE, "e5_Flat.index")).subarray(0, 5000));
+    const truncated = runCli([...base, "--index", cut, "--retriever-model", MODEL], { env: ENV });
+    expect(truncated.code).toBe(1);
+    expect(truncated.stderr.trim()).toMatch(
+      /^searchr1: error: \S*cut\.index: truncated: 60 vectors/,
+    );
+    expect(truncated.stderr).not.toContain("indexing corpus rows");
   }, 60_000);
 });
 

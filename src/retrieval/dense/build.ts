@@ -75,7 +75,7 @@ export async function buildDenseIndex(options: DenseBuildOptions): Promise<Dense
   });
   try {
     // Texts are cut to the encoder's positions when the recipe allows more.
-    const info = await native.info();
+    const { info } = native;
     const recipe = {
       ...options.recipe,
       maxLength: Math.min(options.recipe.maxLength, info.encoder.max_position_embeddings),

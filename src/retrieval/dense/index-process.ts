@@ -1,6 +1,6 @@
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { InputError, type ServiceError } from "../../runtime/errors.js";
+import { InputError, type ServiceError, UsageError } from "../../runtime/errors.js";
 import { JsonLinesService } from "../../runtime/json-lines-service.js";
 import { nativeExecutable } from "../../trainer/native.js";
 import type { Pooling } from "./recipe.js";
@@ -63,7 +63,11 @@ export async function checkEncoderFolder(dir: string): Promise<void> {
  * encoded and searched in one call, and an index is built by streaming token ids to it.
  */
 export class IndexProcess {
-  private constructor(private readonly service: JsonLinesService) {}
+  private constructor(
+    private readonly service: JsonLinesService,
+    /** What the process opened: the index (or null) and the encoder. */
+    readonly info: { index: IndexInfo | null; encoder: EncoderInfo; fp16: boolean },
+  ) {}
 
   static async start(options: IndexProcessOptions): Promise<IndexProcess> {
     const args = ["serve", "--model", options.model, "--pooling", options.pooling];
@@ -81,7 +85,18 @@ export class IndexProcess {
       onLine: options.onLine,
       signal: options.signal,
     });
-    return new IndexProcess(service);
+    try {
+      return new IndexProcess(service, (await service.send("info", {})) as never);
+    } catch (err) {
+      // A file or option it refused at start-up: its own one-line message (exit 1, or 2
+      // for a usage error) says it better than "died".
+      const last = service.stderrTail().at(-1) ?? "";
+      const m = /^searchr1-index: (error: )?(.*)$/.exec(last);
+      if (service.ended && m) {
+        throw m[1] ? new InputError(m[2] as string) : new UsageError(m[2] as string);
+      }
+      throw err;
+    }
   }
 
   get pid(): number | undefined {
@@ -95,10 +110,6 @@ export class IndexProcess {
 
   onDeath(listener: (err: ServiceError) => void): void {
     this.service.onDeath(listener);
-  }
-
-  async info(): Promise<{ index: IndexInfo | null; encoder: EncoderInfo; fp16: boolean }> {
-    return (await this.service.send("info", {})) as never;
   }
 
   /** Encodes the token-id lists and returns each one's top k rows. */

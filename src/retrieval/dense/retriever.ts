@@ -61,7 +61,7 @@ export class DenseRetriever implements Retriever {
       normalize: recipe.normalize,
     });
     try {
-      const info = await process.info();
+      const { info } = process;
       if (info.index === null) throw new Error("searchr1-index serve opened no index");
       const maxLength = Math.min(recipe.maxLength, info.encoder.max_position_embeddings);
       const tokenizer = TextTokenizer.load(options.model, {
