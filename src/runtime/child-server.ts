@@ -1,4 +1,5 @@
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { execa, type ResultPromise } from "execa";
 import { ServiceError } from "./errors.js";
 import { packageRoot } from "./package-root.js";
@@ -48,20 +49,13 @@ export class ChildServer {
     const tail: string[] = [];
     let server: ChildServer | null = null;
     const url = await new Promise<string>((resolve, reject) => {
-      let buffered = "";
-      child.stderr?.setEncoding("utf8");
-      child.stderr?.on("data", (chunk: string) => {
-        buffered += chunk;
-        const lines = buffered.split("\n");
-        buffered = lines.pop() ?? "";
-        for (const line of lines) {
-          (server?.tail ?? tail).push(line);
-          const kept = server?.tail ?? tail;
-          if (kept.length > 20) kept.shift();
-          options.onLine?.(line);
-          const ready = /^serving .* at (https?:\/\/\S+) /.exec(line);
-          if (ready && !server) resolve(ready[1] as string);
-        }
+      createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) => {
+        const kept = server?.tail ?? tail;
+        kept.push(line);
+        if (kept.length > 20) kept.shift();
+        options.onLine?.(line);
+        const ready = /^serving .* at (https?:\/\/\S+) /.exec(line);
+        if (ready && !server) resolve(ready[1] as string);
       });
       void child.then((result) => {
         if (!server) {

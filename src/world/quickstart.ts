@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { execa } from "execa";
 import type { QuickstartConfig } from "../config/schemas/quickstart.js";
 import type { Report } from "../eval/report.js";
@@ -89,17 +90,10 @@ export async function runQuickstart(
       forceKillAfterDelay: 10_000,
       env: { FORCE_COLOR: "0" },
     });
-    child.all?.setEncoding("utf8");
     let tail: string[] = [];
-    let buffered = "";
-    child.all?.on("data", (chunk: string) => {
-      buffered += chunk;
-      const lines = buffered.split("\n");
-      buffered = lines.pop() ?? "";
-      for (const line of lines) {
-        log(`   ${line}`);
-        tail = [...tail.slice(-9), line];
-      }
+    createInterface({ input: child.all as NodeJS.ReadableStream }).on("line", (line) => {
+      log(`   ${line}`);
+      tail = [...tail.slice(-9), line];
     });
     const result = await child;
     signal.throwIfAborted();
