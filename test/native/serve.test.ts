@@ -12,13 +12,12 @@
 //    replaces a checkpoint without overwrite; shutdown and the end of stdin exit 0.
 //
 // Tolerances come from measured differences (CPU backend); each describe says which.
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { type Reply, ServeProcess } from "../helpers/serve-process.js";
 import {
   CPU,
   get,
@@ -33,86 +32,13 @@ import {
 const POLICY = modelDir("untied");
 const REFERENCE = modelDir("tied"); // another model with the same vocabulary
 
-type Reply = Record<string, unknown> & { id: unknown; ok: boolean; error?: string };
-
-const running: ChildProcessWithoutNullStreams[] = [];
-afterAll(() => {
-  for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill();
-});
-
 /** One `searchr1-trainer serve` process and the replies to the commands sent to it. */
-class Serve {
-  readonly proc: ChildProcessWithoutNullStreams;
-  readonly exit: Promise<number | null>;
-  stderr = "";
-  private readonly lines: string[] = [];
-  private readonly waiting: { resolve: (line: string) => void; reject: (e: Error) => void }[] = [];
-  private nextId = 1;
-  private gone = false;
-
+class Serve extends ServeProcess {
   constructor(threads = 2) {
-    const args = ["serve", ...CPU, "--threads", String(threads)];
-    this.proc = spawn(nativeExecutable("searchr1-trainer"), args, {
-      env: { ...process.env, OMP_NUM_THREADS: String(threads) },
+    super(nativeExecutable("searchr1-trainer"), ["serve", ...CPU, "--threads", String(threads)], {
+      ...process.env,
+      OMP_NUM_THREADS: String(threads),
     });
-    running.push(this.proc);
-    this.proc.stderr.setEncoding("utf8").on("data", (d: string) => {
-      this.stderr += d;
-    });
-    createInterface({ input: this.proc.stdout }).on("line", (line) => {
-      const w = this.waiting.shift();
-      if (w) w.resolve(line);
-      else this.lines.push(line);
-    });
-    this.exit = new Promise((resolve) => {
-      this.proc.on("close", (code) => {
-        this.gone = true;
-        for (const w of this.waiting.splice(0)) {
-          w.reject(new Error(`serve exited ${code} before replying: ${this.stderr}`));
-        }
-        resolve(code);
-      });
-    });
-  }
-
-  /** Writes one line and returns the reply line. */
-  line(text: string): Promise<string> {
-    const ready = this.lines.shift();
-    if (ready !== undefined) return Promise.resolve(ready);
-    if (this.gone) return Promise.reject(new Error(`serve has exited: ${this.stderr}`));
-    return new Promise((resolve, reject) => {
-      this.waiting.push({ resolve, reject });
-      this.proc.stdin.write(`${text}\n`);
-    });
-  }
-
-  /** Sends a command with a fresh id and checks that the reply echoes it. */
-  async send(op: string, fields: Record<string, unknown> = {}): Promise<Reply> {
-    const id = this.nextId++;
-    const reply = JSON.parse(await this.line(JSON.stringify({ op, id, ...fields }))) as Reply;
-    expect(reply.id).toBe(id);
-    return reply;
-  }
-
-  /** Sends a command that must succeed; returns the reply without ok and id. */
-  async ok(op: string, fields: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
-    const { ok, id: _id, ...rest } = await this.send(op, fields);
-    if (!ok) throw new Error(`${op} failed: ${rest.error}`);
-    return rest;
-  }
-
-  /** Sends a command that must fail; returns its error message. */
-  async fails(op: string, fields: Record<string, unknown> = {}): Promise<string> {
-    const r = await this.send(op, fields);
-    expect(r.ok, `${op} ${JSON.stringify(fields)} should fail`).toBe(false);
-    expect(typeof r.error).toBe("string");
-    return r.error ?? "";
-  }
-
-  /** Closes stdin and returns the exit code. */
-  async close(): Promise<number | null> {
-    this.proc.stdin.end();
-    return this.exit;
   }
 }
 

@@ -16,30 +16,17 @@ import {
   type Tensor,
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
-import { nativeDir, nativeExecutable } from "../../src/trainer/native.js";
+import { nativeExecutable } from "../../src/trainer/native.js";
+import { runIndex } from "./index-tool.js";
 
 const FIXTURES = fileURLToPath(new URL("./fixtures/bert/", import.meta.url));
 const MODEL = join(FIXTURES, "model");
 const EXPECTED = join(FIXTURES, "expected.safetensors");
-const EXE = join(nativeDir(), "searchr1-index");
 const TOL = 1e-4; // max |native - transformers| of an embedding element (fp32 both)
 const tmp = mkdtempSync(join(tmpdir(), "sr1-bert-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function index(args: string[]): Run {
-  const r = spawnSync(EXE, args, {
-    encoding: "utf8",
-    timeout: 120_000,
-    env: { ...process.env, OMP_NUM_THREADS: "2" },
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+const index = runIndex;
 
 const expected = await readSafetensors(EXPECTED);
 const tensor = (name: string): Tensor => {

@@ -1,7 +1,6 @@
 // The native faiss index reader, searcher and writer (native/src/index/, searchr1-index)
 // against faiss itself: the fixtures are faiss-written files and faiss's own search results
 // (test/retrieval/make_faiss_fixtures.py, committed: CI has no Python).
-import { spawnSync } from "node:child_process";
 import {
   copyFileSync,
   mkdtempSync,
@@ -20,28 +19,14 @@ import {
   type Tensor,
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
-import { nativeDir } from "../../src/trainer/native.js";
+import { type Run, runIndex } from "./index-tool.js";
 
 const FIXTURES = fileURLToPath(new URL("./fixtures/faiss/", import.meta.url));
 const fixture = (name: string): string => join(FIXTURES, name);
-const EXE = join(nativeDir(), "searchr1-index");
 const tmp = mkdtempSync(join(tmpdir(), "sr1-faiss-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function index(args: string[]): Run {
-  const r = spawnSync(EXE, args, {
-    encoding: "utf8",
-    timeout: 60_000,
-    env: { ...process.env, OMP_NUM_THREADS: "2" },
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+const index = runIndex;
 
 function ok(args: string[]): Run {
   const r = index(args);

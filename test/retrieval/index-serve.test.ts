@@ -7,7 +7,7 @@
 //    startup errors exit 1 (2 for usage) with one line; shutdown and end of stdin exit 0;
 //  - a build from token ids killed with SIGKILL resumes with its rows (a torn last row cut
 //    away) and commits a flat index in which every text finds itself first.
-import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import {
   appendFileSync,
   copyFileSync,
@@ -20,7 +20,6 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import {
@@ -30,6 +29,7 @@ import {
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
 import { nativeDir } from "../../src/trainer/native.js";
+import { type Reply, ServeProcess } from "../helpers/serve-process.js";
 
 const FAISS = fileURLToPath(new URL("./fixtures/faiss/", import.meta.url));
 const BERT = fileURLToPath(new URL("./fixtures/bert/model/", import.meta.url));
@@ -38,92 +38,21 @@ const EXE = join(nativeDir(), "searchr1-index");
 const ENV = { ...process.env, OMP_NUM_THREADS: "2" };
 const tmp = mkdtempSync(join(tmpdir(), "sr1-index-serve-"));
 
-type Reply = Record<string, unknown> & { id: unknown; ok: boolean; error?: string };
 interface Hits {
   ids: number[][];
   scores: number[][];
 }
 
-const running: ChildProcessWithoutNullStreams[] = [];
-afterAll(() => {
-  for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill();
-  rmSync(tmp, { recursive: true, force: true });
-});
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 /** One `searchr1-index serve` process and the replies to the lines sent to it. */
-class Serve {
-  readonly proc: ChildProcessWithoutNullStreams;
-  readonly exit: Promise<number | null>;
-  stderr = "";
-  private readonly lines: string[] = [];
-  private readonly waiting: { resolve: (line: string) => void; reject: (e: Error) => void }[] = [];
-  private nextId = 1;
-  private gone = false;
-
+class Serve extends ServeProcess {
   constructor(args: string[]) {
-    this.proc = spawn(EXE, ["serve", ...args, "--threads", "2"], { env: ENV });
-    running.push(this.proc);
-    this.proc.stderr.setEncoding("utf8").on("data", (d: string) => {
-      this.stderr += d;
-    });
-    createInterface({ input: this.proc.stdout }).on("line", (line) => {
-      const w = this.waiting.shift();
-      if (w) w.resolve(line);
-      else this.lines.push(line);
-    });
-    this.exit = new Promise((resolve) => {
-      this.proc.on("close", (code) => {
-        this.gone = true;
-        for (const w of this.waiting.splice(0)) {
-          w.reject(new Error(`serve exited ${code} before replying: ${this.stderr}`));
-        }
-        resolve(code);
-      });
-    });
-  }
-
-  /** Writes one line and returns the reply line. */
-  line(text: string): Promise<string> {
-    const ready = this.lines.shift();
-    if (ready !== undefined) return Promise.resolve(ready);
-    if (this.gone) return Promise.reject(new Error(`serve has exited: ${this.stderr}`));
-    return new Promise((resolve, reject) => {
-      this.waiting.push({ resolve, reject });
-      this.proc.stdin.write(`${text}\n`);
-    });
-  }
-
-  /** Sends a command with a fresh id and checks that the reply echoes it. */
-  async send(op: string, fields: Record<string, unknown> = {}): Promise<Reply> {
-    const id = this.nextId++;
-    const reply = JSON.parse(await this.line(JSON.stringify({ op, id, ...fields }))) as Reply;
-    expect(reply.id).toBe(id);
-    return reply;
-  }
-
-  /** Sends a command that must succeed; returns the reply without ok and id. */
-  async ok(op: string, fields: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
-    const { ok, id: _id, ...rest } = await this.send(op, fields);
-    if (!ok) throw new Error(`${op} failed: ${rest.error}`);
-    return rest;
-  }
-
-  /** Sends a command that must fail; returns its error message. */
-  async fails(op: string, fields: Record<string, unknown> = {}): Promise<string> {
-    const r = await this.send(op, fields);
-    expect(r.ok, `${op} should fail`).toBe(false);
-    expect(typeof r.error).toBe("string");
-    return r.error ?? "";
+    super(EXE, ["serve", ...args, "--threads", "2"], ENV);
   }
 
   async search(fields: Record<string, unknown>): Promise<Hits> {
     return (await this.ok("search", fields)) as unknown as Hits;
-  }
-
-  /** Closes stdin and returns the exit code. */
-  close(): Promise<number | null> {
-    this.proc.stdin.end();
-    return this.exit;
   }
 }
 
