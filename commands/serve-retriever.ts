@@ -26,6 +26,7 @@ export function register(program: Command): Command {
       { flags: "--ef-search <n>", key: "ef_search" },
       { flags: "--fp16", key: "fp16" },
       { flags: "--corpus-cache <dir>", key: "corpus_cache" },
+      { flags: "--gpus <n>", key: "gpus" },
       // Search-R1's retrieval_server.py spellings, so its launch lines work unchanged.
       {
         flags: "--retriever_name <kind>",
@@ -50,7 +51,7 @@ export function register(program: Command): Command {
       {
         flags: "--faiss_gpu",
         key: "faiss_gpu",
-        description: "Search-R1's flag (the GPU index is not implemented yet: searched on the CPU)",
+        description: "Search-R1's flag: the flat index on the GPU (fp16, sharded over --gpus)",
       },
     ],
     examples: [

@@ -32,6 +32,11 @@ export interface DenseSettings {
   device: "auto" | "cpu" | "cuda";
   efSearch: number | null;
   fp16: boolean;
+  /** Search-R1's --faiss_gpu: the index on the GPU(s) (fp16, sharded over `gpus`). */
+  faissGpu: boolean;
+  gpus: number | null;
+  /** Notes for the user (a GPU that cannot be used). */
+  log: (line: string) => void;
   /** Where the corpus's row store is kept (corpus-cache.ts). */
   corpusCache: string;
   /** Progress of a first-time corpus scan. */
@@ -147,16 +152,31 @@ async function openDense(
   }
   await checkEncoderFolder(dense.model);
   // The index first: a bad file is found before a long first scan of the corpus.
-  const retriever = await DenseRetriever.open({
-    kind,
-    index: options.index,
-    model: dense.model,
-    recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
-    efSearch: dense.efSearch,
-    fp16: dense.fp16,
-    device: dense.device,
-    threads: options.threads,
-  });
+  const open = (device: "auto" | "cpu" | "cuda") =>
+    DenseRetriever.open({
+      kind,
+      index: options.index,
+      model: dense.model as string,
+      recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
+      efSearch: dense.efSearch,
+      fp16: dense.fp16,
+      device,
+      gpus: device === "cuda" ? dense.gpus : null,
+      threads: options.threads,
+    });
+  let retriever: DenseRetriever;
+  if (!dense.faissGpu) retriever = await open(dense.device);
+  else {
+    try {
+      retriever = await open("cuda");
+    } catch (err) {
+      // Search-R1's launch lines pass --faiss_gpu everywhere: without a usable GPU the
+      // search runs on the CPU (exact for Flat files, as on the GPU) after a note.
+      if (!(err instanceof UsageError && err.message.startsWith("--device cuda"))) throw err;
+      dense.log(`note: --faiss_gpu: ${err.message}; searching on the CPU`);
+      retriever = await open(dense.device);
+    }
+  }
   let corpus: Awaited<ReturnType<typeof openCachedCorpus>>;
   try {
     corpus = await openCachedCorpus(options.corpus, dense.corpusCache, dense.progress);

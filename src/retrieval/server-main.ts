@@ -20,12 +20,6 @@ export async function serveRetriever(
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<void> {
   const started = performance.now();
-  if (config.faiss_gpu && config.retriever !== "bm25") {
-    err(
-      "note: --faiss_gpu: searching the index on a GPU is not implemented yet; it is " +
-        "searched on the CPU (exact for Flat files, as on the GPU)",
-    );
-  }
   const opened = await openRetriever({
     kind: config.retriever,
     index: config.index,
@@ -38,6 +32,9 @@ export async function serveRetriever(
       device: config.device,
       efSearch: config.ef_search,
       fp16: config.fp16,
+      faissGpu: config.faiss_gpu,
+      gpus: config.gpus,
+      log: err,
       corpusCache: config.corpus_cache ?? defaultCorpusCache(),
       progress: createProgress(),
     },

@@ -20,6 +20,7 @@
 #include "cli/common.h"
 #include "index/faiss_io.h"
 #include "index/flat_search.h"
+#include "index/flat_search_cuda.h"
 #include "index/hnsw_search.h"
 #include "io/safetensors.h"
 #include "model/bert.h"
@@ -95,8 +96,10 @@ int cmd_search(const std::vector<std::string>& argv) {
       "Writes OUT with 'ids' (I64 [nq, k], row numbers, -1 where fewer than k) and 'scores'\n"
       "(F32 [nq, k]: inner products best first, or squared L2 distances best first), as\n"
       "faiss's index.search returns them. Flat indexes are searched exactly; HNSW ones\n"
-      "with faiss's algorithm and efSearch (the file's unless --ef-search). Prints one\n"
-      "JSON line with the seconds the search took.",
+      "with faiss's algorithm and efSearch (the file's unless --ef-search). With --device\n"
+      "cuda an exhaustive search runs on the GPU(s) with the vectors in fp16, as faiss's\n"
+      "GPU index with useFloat16 (Search-R1's --faiss_gpu). Prints one JSON line with the\n"
+      "seconds the search took (and the upload's, on the GPU).",
       {{"index", "FILE", "faiss index file (required)"},
        {"queries", "IN", "safetensors with 'queries' (or one tensor), [nq, d] float (required)"},
        {"k", "N", "results per query (default 10)"},
@@ -104,14 +107,26 @@ int cmd_search(const std::vector<std::string>& argv) {
        {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
        {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
        {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
+       {"device", "auto|cpu|cuda",
+        "cuda: a flat index (or --exact) searched on the GPU in fp16; HNSW graphs stay on "
+        "the CPU (default auto: the CPU)"},
+       {"gpus", "N|LIST", "with --device cuda: shard over the first N GPUs, or the listed "
+                          "ordinals (0,1) (default 1)"},
+       {"block-rows", "N", "with --device cuda: rows per matmul (default: a 256 MiB score "
+                           "matrix, at most 1M)"},
+       {"tile-rows", "N", "with --device cuda: rows per top-k tile (default max(4096, 4k))"},
        {"threads", "N", "CPU threads (default: all cores)"}},
       argv,
       {"searchr1-index search --index data/e5_Flat.index --queries q.safetensors --k 3 "
        "--out top3.safetensors"});
   if (print_help(args)) return 0;
   set_threads(args);
+  const bool cuda = index_on_cuda(args.text("device", "auto"));
+  CudaFlatOptions gpu;
+  if (args.has("gpus")) gpu.gpus = parse_gpus(args.required("gpus"));
+  gpu.block_rows = static_cast<int>(args.integer("block-rows", 0, 1));
+  gpu.tile_rows = static_cast<int>(args.integer("tile-rows", 0, 1));
   FaissIndex index = open_faiss_index(args.required("index"));
-  if (args.flag("fp16")) keep_fp16(index);
   const std::string out = args.required("out");
   const int k = static_cast<int>(args.integer("k", 10, 1));
   const int ef = static_cast<int>(args.integer("ef-search", 0, 1));
@@ -119,6 +134,25 @@ int cmd_search(const std::vector<std::string>& argv) {
     throw UsageError("--ef-search applies to HNSW indexes; " + index.path + " is " +
                      index_type_name(index));
   }
+  const bool graph = index.has_hnsw && !args.flag("exact");
+  const bool on_gpu = cuda && !graph;
+  for (const char* option : {"gpus", "block-rows", "tile-rows"}) {
+    if (args.has(option) && !on_gpu) {
+      throw UsageError(std::string("--") + option + " applies to an exhaustive search with "
+                       "--device cuda (a flat index, or --exact)");
+    }
+  }
+  if (on_gpu && k > kCudaFlatMaxK) {
+    throw UsageError("--k " + std::to_string(k) + ": --device cuda returns at most " +
+                     std::to_string(kCudaFlatMaxK) + " neighbours per query");
+  }
+  if (cuda) require_cuda();
+  if (cuda && graph) {
+    std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
+                         "(--device cuda serves exhaustive search: a flat index, or --exact)\n");
+  }
+  // On the GPU the vectors are fp16 whatever --fp16 says: no host copy is needed.
+  if (args.flag("fp16") && !on_gpu) keep_fp16(index);
   const auto file = SafetensorsFile::open(args.required("queries"));
   int64_t nq = 0, d = 0;
   const std::vector<float> queries = read_matrix(*file, "queries", &nq, &d);
@@ -126,18 +160,27 @@ int cmd_search(const std::vector<std::string>& argv) {
     throw Error(file->path() + ": queries have d = " + std::to_string(d) + " but " + index.path +
                 " holds vectors of d = " + std::to_string(index.d));
   }
-  const auto start = std::chrono::steady_clock::now();
-  const TopK r = index.has_hnsw && !args.flag("exact")
-                     ? hnsw_search(index, queries.data(), static_cast<int>(nq), k, ef)
-                     : flat_search(index, queries.data(), static_cast<int>(nq), k);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<CudaFlatIndex> gpu_index;
+  if (on_gpu) gpu_index = upload_flat_index(index, gpu);
+  const double upload_seconds = since(start);
+  start = std::chrono::steady_clock::now();
+  const TopK r = gpu_index ? gpu_index->search(queries.data(), static_cast<int>(nq), k)
+                 : graph   ? hnsw_search(index, queries.data(), static_cast<int>(nq), k, ef)
+                           : flat_search(index, queries.data(), static_cast<int>(nq), k);
+  const double seconds = since(start);
   const std::vector<int64_t> shape = {nq, k};
   write_safetensors(out, {{"ids", DType::I64, shape, r.ids.data()},
                           {"scores", DType::F32, shape, r.scores.data()}});
-  std::printf("%s\n", json::Value::object({{"nq", nq}, {"k", k}, {"seconds", seconds}})
-                          .dump()
-                          .c_str());
+  json::Value report = json::Value::object({{"nq", nq}, {"k", k}, {"seconds", seconds}});
+  if (gpu_index) {
+    report.set("device", "cuda");
+    report.set("upload_seconds", upload_seconds);
+  }
+  std::printf("%s\n", report.dump().c_str());
   return 0;
 }
 

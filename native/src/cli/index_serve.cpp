@@ -1,5 +1,6 @@
 // searchr1-index serve: the dense retriever's long-lived process. It holds a faiss index
-// (memory-mapped, or its fp16 copy) and a BERT encoder, reads JSON commands one per line
+// (memory-mapped, its fp16 copy, or with --device cuda a flat index's fp16 copy on the
+// GPU(s): index/flat_search_cuda.h) and a BERT encoder, reads JSON commands one per line
 // on stdin and writes one reply line per command on stdout: searches by token ids or by
 // vectors, and builds of a flat index from token ids into a file that survives a kill.
 // The protocol is in index/SERVE.md.
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -18,6 +20,7 @@
 #include "cli/common.h"
 #include "index/faiss_io.h"
 #include "index/flat_search.h"
+#include "index/flat_search_cuda.h"
 #include "index/hnsw_search.h"
 #include "model/bert.h"
 #include "util/error.h"
@@ -34,6 +37,7 @@ double seconds_since(Clock::time_point start) {
 
 struct Server {
   std::unique_ptr<FaissIndex> index;
+  std::unique_ptr<CudaFlatIndex> gpu;  // the index's vectors on the GPU(s), --device cuda
   std::unique_ptr<Backend> backend;  // declared before the encoder, which releases into it
   std::unique_ptr<BertEncoder> encoder;
   std::string pooling_name;
@@ -160,9 +164,23 @@ json::Value info(const Server& s) {
                                    {"pooling", s.pooling_name},
                                    {"normalize", s.normalize}});
   }
-  return json::Value::object({{"index", s.index ? index_info_json(*s.index) : json::Value()},
-                              {"encoder", encoder},
-                              {"fp16", s.index && s.index->vectors_f16 != nullptr}});
+  json::Value r = json::Value::object(
+      {{"index", s.index ? index_info_json(*s.index) : json::Value()},
+       {"encoder", encoder},
+       {"fp16", s.index && (s.index->vectors_f16 != nullptr || s.gpu != nullptr)}});
+  if (s.gpu) {  // only then, so that the reply of a CPU index stays as it was
+    json::Value gpus = json::Value::array();
+    for (const CudaShardInfo& shard : s.gpu->shards()) {
+      gpus.push(json::Value::object({{"gpu", shard.gpu},
+                                     {"name", shard.name},
+                                     {"first", shard.first},
+                                     {"rows", shard.rows},
+                                     {"bytes", static_cast<int64_t>(shard.bytes)}}));
+    }
+    r.set("index_device", "cuda");
+    r.set("gpus", gpus);
+  }
+  return r;
 }
 
 json::Value search(const Server& s, const JsonFields& f) {
@@ -188,9 +206,13 @@ json::Value search(const Server& s, const JsonFields& f) {
   const int kept = static_cast<int>(std::min<int64_t>(k, index.ntotal));
   const auto start = Clock::now();
   TopK r;
+  if (s.gpu && kept > kCudaFlatMaxK) {
+    throw Error("'k' must be <= " + std::to_string(kCudaFlatMaxK) + " with the index on the GPU");
+  }
   if (nq > 0 && kept > 0) {
-    r = index.has_hnsw && !s.exact ? hnsw_search(index, queries.data(), nq, kept, s.ef_search)
-                                   : flat_search(index, queries.data(), nq, kept);
+    r = s.gpu                         ? s.gpu->search(queries.data(), nq, kept)
+        : index.has_hnsw && !s.exact ? hnsw_search(index, queries.data(), nq, kept, s.ef_search)
+                                      : flat_search(index, queries.data(), nq, kept);
   }
   const double search_seconds = seconds_since(start);
   json::Value ids = json::Value::array(), scores = json::Value::array();
@@ -300,6 +322,23 @@ void start(Server& s, const Args& args) {
                               : std::string("no --index was given")));
   }
   if (args.flag("fp16") && !s.index) throw UsageError("--fp16 applies to an --index");
+  // --device cuda puts an exhaustive search on the GPU too; auto moves only the encoder.
+  const bool cuda = index_on_cuda(args.text("device", "auto"));
+  const bool graph = s.index && s.index->has_hnsw && !s.exact;
+  const bool on_gpu = cuda && s.index && !graph;
+  CudaFlatOptions gpu;
+  if (args.has("gpus")) {
+    gpu.gpus = parse_gpus(args.required("gpus"));
+    if (!on_gpu) {
+      throw UsageError("--gpus applies to an exhaustive search with --device cuda (a flat "
+                       "--index, or --exact)");
+    }
+  }
+  if (cuda) require_cuda();
+  if (cuda && graph) {
+    std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
+                         "(--device cuda serves the encoder, and exhaustive search)\n");
+  }
   if (args.has("model")) {
     s.backend = open_backend(args);  // sets the threads too
     s.encoder = BertEncoder::load(args.required("model"), *s.backend);
@@ -313,7 +352,12 @@ void start(Server& s, const Args& args) {
                 std::to_string(s.encoder->dim()) + " but " + s.index->path +
                 " holds vectors of d = " + std::to_string(s.index->d));
   }
-  if (args.flag("fp16")) keep_fp16(*s.index);
+  // On the GPU the vectors are fp16 whatever --fp16 says: no host copy is needed.
+  if (on_gpu) {
+    s.gpu = upload_flat_index(*s.index, gpu);
+  } else if (args.flag("fp16")) {
+    keep_fp16(*s.index);
+  }
 }
 
 }  // namespace
@@ -332,8 +376,14 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
               {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
               {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
               {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
-              {"batch-tokens", "N", "padded tokens per encoder micro-batch (default 16384)"}},
-             device_options()),
+              {"batch-tokens", "N", "padded tokens per encoder micro-batch (default 16384)"},
+              {"gpus", "N|LIST", "with --device cuda: shard a flat index over the first N "
+                                 "GPUs, or the listed ordinals (0,1) (default 1)"}},
+             concat({{"device", "auto|cpu|cuda",
+                      "auto (default): the encoder on cuda when usable, the index on the "
+                      "CPU; cuda: the encoder, and a flat index (or --exact) in fp16, on the "
+                      "GPU (HNSW graphs stay on the CPU)"}},
+                    {{"threads", "N", "CPU threads (default: all cores)"}})),
       argv,
       {"echo '{\"op\":\"info\",\"id\":1}' | searchr1-index serve --index data/e5_Flat.index "
        "--fp16"});

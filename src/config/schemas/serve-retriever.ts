@@ -29,8 +29,15 @@ export const serveRetrieverSchema = z.strictObject({
     .boolean()
     .default(false)
     .describe(
-      "Search-R1's flag: the index on the GPU (not implemented yet: searched on the CPU, with a note)",
+      "Search-R1's flag: a flat index on the GPU(s) in fp16 (HNSW graphs stay on the CPU); without a usable GPU, the CPU after a note",
     ),
+  gpus: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("GPUs a --faiss_gpu index is sharded over (null = one)"),
   corpus_cache: z
     .string()
     .min(1)

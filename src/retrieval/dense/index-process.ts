@@ -43,7 +43,10 @@ export interface IndexProcessOptions {
   efSearch?: number | null;
   /** Keep an fp16 copy of the flat vectors in memory (half the RAM). */
   fp16?: boolean;
+  /** Where the encoder runs; "cuda" puts a flat index on the GPU too (fp16, sharded). */
   device: "auto" | "cpu" | "cuda";
+  /** GPUs the index is sharded over with device "cuda"; null: one. */
+  gpus?: number | null;
   /** CPU threads; null: all cores. */
   threads: number | null;
   onLine?: (line: string) => void;
@@ -76,6 +79,7 @@ export class IndexProcess {
     if (!options.normalize) args.push("--no-normalize");
     if (options.efSearch != null) args.push("--ef-search", String(options.efSearch));
     if (options.fp16) args.push("--fp16");
+    if (options.gpus != null) args.push("--gpus", String(options.gpus));
     if (options.threads != null) args.push("--threads", String(options.threads));
     const service = await JsonLinesService.start({
       executable: nativeExecutable("searchr1-index"),
