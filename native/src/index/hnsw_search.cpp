@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "index/topk.h"
@@ -14,25 +15,57 @@ namespace {
 using Results = topk::Max<int64_t>;    // the k best distances: the worst on top
 using QueueOrder = topk::Max<int32_t>; // the candidate queue, the worst on top
 
-// The distance from one query to stored vectors (faiss's DistanceComputer). Rows are
-// copied out of the unaligned mapping into an aligned buffer first.
+// The distance of a query to a row: sum over i of q_i·x_i (inner product) or (q_i − x_i)²,
+// in 16 partial sums (one per SIMD lane) added at the end, as a vectorised
+// fvec_inner_product / fvec_L2sqr sums them. `x(i)` loads element i of the row.
+template <bool L2, class Row>
+float lane_sum(const float* q, const Row& x, int d) {
+  constexpr int kLanes = 16;
+  float part[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= d; i += kLanes) {
+    for (int j = 0; j < kLanes; j++) {
+      const float v = x(i + j);
+      part[j] += L2 ? (q[i + j] - v) * (q[i + j] - v) : q[i + j] * v;
+    }
+  }
+  float s = 0;
+  for (int j = 0; j < kLanes; j++) s += part[j];
+  for (; i < d; i++) s += L2 ? (q[i] - x(i)) * (q[i] - x(i)) : q[i] * x(i);
+  return s;
+}
+
+// Distances ("smaller is better") from one query to stored vectors (faiss's
+// DistanceComputer). Rows are read where they are mapped
+// (unaligned: memcpy loads), not copied first: the copy took a third of the search's time.
+// An fp16 copy (keep_fp16) is converted row by row instead.
 class QueryDistance {
  public:
   QueryDistance(const FaissIndex& index, const float* query)
       : index_(index), query_(query), row_(index.d) {}
   float operator()(int32_t id) {
-    index_.copy_rows(id, 1, row_.data());
     const int d = index_.d;
-    float s = 0;
-    if (index_.metric == Metric::L2) {
-      for (int i = 0; i < d; i++) s += (query_[i] - row_[i]) * (query_[i] - row_[i]);
-      return s;
+    if (index_.vectors_f16) {
+      index_.copy_rows(id, 1, row_.data());
+      const float* x = row_.data();
+      return finish(sum([x](int i) { return x[i]; }));
     }
-    for (int i = 0; i < d; i++) s += query_[i] * row_[i];
-    return -s;
+    const unsigned char* mapped = index_.vectors.bytes + uint64_t(id) * uint64_t(d) * 4;
+    return finish(sum([mapped](int i) {
+      float v;
+      std::memcpy(&v, mapped + 4 * i, 4);
+      return v;
+    }));
   }
 
  private:
+  template <class Row>
+  float sum(const Row& x) const {
+    return index_.metric == Metric::L2 ? lane_sum<true>(query_, x, index_.d)
+                                       : lane_sum<false>(query_, x, index_.d);
+  }
+  float finish(float s) const { return index_.metric == Metric::L2 ? s : -s; }
+
   const FaissIndex& index_;
   const float* query_;
   std::vector<float> row_;
