@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 
 #include "backend/sgemm.h"
 #include "util/error.h"
@@ -185,6 +186,38 @@ void OutputFolder::commit() {
   }
   if (ec) throw Error(path_ + ": cannot move the finished folder into place: " + ec.message());
   done_ = true;
+}
+
+int serve_json_lines(const CommandHandler& handle) {
+  // A request can be a 1 MB line (64 query vectors): read it in blocks, not a character at
+  // a time through C stdio (the default sync costs more than a search on a small index).
+  std::ios::sync_with_stdio(false);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    json::Value id;
+    json::Value r;
+    try {
+      const json::Value cmd = json::parse(line);
+      if (!cmd.is_object()) throw Error("a command must be a JSON object");
+      if (const json::Value* v = cmd.find("id")) id = *v;
+      const JsonFields f(cmd);
+      const std::string op = f.text("op");
+      if (op == "shutdown") {
+        std::cout << json::Value::object({{"id", id}, {"ok", true}}).dump() << std::endl;
+        return 0;
+      }
+      r = handle(op, f);
+      r.set("ok", true);
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      r = json::Value::object({{"ok", false}, {"error", e.what()}});
+    }
+    r.set("id", id);
+    std::cout << r.dump() << std::endl;
+  }
+  return 0;
 }
 
 }  // namespace sr1

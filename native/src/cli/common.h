@@ -1,6 +1,7 @@
 // Pieces the trainer's subcommands share: device/thread options, run options, and the
 // output folder that only appears once complete.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "io/safetensors.h"
 #include "model/batch.h"
 #include "model/qwen2.h"
+#include "util/json_fields.h"
 
 namespace sr1 {
 
@@ -46,6 +48,14 @@ bool print_help(const Args& args);
 
 // Appends specs to a list (for building option tables from shared parts).
 std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b);
+
+// The loop of a `serve` command (searchr1-trainer serve, searchr1-index serve): one JSON
+// command per line on stdin, one reply per line on stdout, `{..., "ok": true, "id"}` or
+// `{"ok": false, "error", "id"}` (id echoed as sent, null when missing or unreadable). A
+// refused command never stops the loop; out of memory does. `shutdown` or the end of stdin
+// returns 0.
+using CommandHandler = std::function<json::Value(const std::string& op, const JsonFields& f)>;
+int serve_json_lines(const CommandHandler& handle);
 
 // Set by SIGINT/SIGTERM; long loops check it and stop with Interrupted.
 bool interrupted();

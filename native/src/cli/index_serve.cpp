@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -390,33 +389,9 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
   if (print_help(args)) return 0;
   Server s;
   start(s, args);
-  // A batch of 64 query vectors is a 1 MB line: read it in blocks, not a character at a
-  // time through C stdio (the default sync costs more than the search on small indexes).
-  std::ios::sync_with_stdio(false);
-  std::string line;
-  while (std::getline(std::cin, line)) {
-    if (line.empty()) continue;
-    json::Value id;
-    json::Value r;
-    try {
-      const json::Value cmd = json::parse(line);
-      if (!cmd.is_object()) throw Error("a command must be a JSON object");
-      if (const json::Value* v = cmd.find("id")) id = *v;
-      const JsonFields f(cmd);
-      const std::string op = f.text("op");
-      if (op == "shutdown") {
-        std::cout << json::Value::object({{"id", id}, {"ok", true}}).dump() << std::endl;
-        return 0;
-      }
-      r = handle(s, op, f);
-      r.set("ok", true);
-    } catch (const std::exception& e) {
-      r = json::Value::object({{"ok", false}, {"error", e.what()}});
-    }
-    r.set("id", id);
-    std::cout << r.dump() << std::endl;
-  }
-  return 0;
+  return serve_json_lines([&s](const std::string& op, const JsonFields& f) {
+    return handle(s, op, f);
+  });
 }
 
 }  // namespace sr1

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -18,7 +17,6 @@
 namespace sr1 {
 namespace {
 
-void reply(json::Value r) { std::cout << r.dump() << std::endl; }
 
 // The models of one run and the learners that train them.
 struct Session {
@@ -329,32 +327,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const std::unique_ptr<Backend> backend = open_backend(args);
   Session s{*backend, read_run_options(args), "", "", nullptr, nullptr, nullptr, nullptr,
             nullptr};
-  std::string line;
-  while (std::getline(std::cin, line)) {
-    if (line.empty()) continue;
-    json::Value id;
-    json::Value r;
-    try {
-      const json::Value cmd = json::parse(line);
-      if (!cmd.is_object()) throw Error("a command must be a JSON object");
-      const JsonFields f(cmd);
-      if (const json::Value* v = cmd.find("id")) id = *v;
-      const std::string op = f.text("op");
-      if (op == "shutdown") {
-        reply(json::Value::object({{"id", id}, {"ok", true}}));
-        return 0;
-      }
-      r = handle(s, op, f);
-      r.set("ok", true);
-    } catch (const std::bad_alloc&) {
-      throw;
-    } catch (const std::exception& e) {
-      r = json::Value::object({{"ok", false}, {"error", e.what()}});
-    }
-    r.set("id", id);
-    reply(r);
-  }
-  return 0;
+  return serve_json_lines([&s](const std::string& op, const JsonFields& f) {
+    return handle(s, op, f);
+  });
 }
 
 }  // namespace sr1
