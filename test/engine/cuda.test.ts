@@ -20,27 +20,10 @@ import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
-import { get, readFloats, tempDir, trainer, trainerOk } from "../native/helpers.js";
+import { get, gpuStatus, readFloats, tempDir, trainerOk } from "../native/helpers.js";
 import { type GreedyCase, greedy, MODELS, modelDir } from "./helpers.js";
 
-/** `searchr1-trainer info`'s CUDA status (as test/native/cuda.test.ts reads it). */
-function probeCuda(): { available: boolean; reason: string } | undefined {
-  try {
-    return (
-      JSON.parse(trainer(["info"]).stdout) as { cuda: { available: boolean; reason: string } }
-    ).cuda;
-  } catch {
-    return undefined;
-  }
-}
-
-const cuda = probeCuda();
-const GPU = cuda?.available === true;
-if (!GPU) {
-  console.warn(
-    `engine/cuda.test.ts: the GPU tests are SKIPPED: ${cuda?.reason ?? "`searchr1-trainer info` failed"}`,
-  );
-}
+const { cuda, gpu: GPU } = gpuStatus("engine/cuda.test.ts");
 
 // TOL.logprob and TOL.logprobL2 of test/native/cuda.test.ts: bf16_tolerance.py's emulation
 // of the backend's bf16 rounding measured at most 1.2e-2·(1 + |lp|) per token and 5e-3 in

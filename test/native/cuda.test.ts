@@ -23,9 +23,11 @@ import {
 import { nativeExecutable } from "../../src/trainer/native.js";
 import {
   CPU,
+  type CudaStatus,
   caseFile,
   FIXTURES,
   get,
+  gpuStatus,
   MODELS,
   type ModelName,
   maxAbs,
@@ -44,31 +46,7 @@ import {
   writeRandomModel,
 } from "./random-model.js";
 
-interface CudaStatus {
-  built: boolean;
-  available: boolean;
-  reason: string;
-  gpu: string;
-  cublaslt: string;
-}
-
-/** `searchr1-trainer info`, read once to decide which tests run; undefined if it fails. */
-function probeCuda(): CudaStatus | undefined {
-  try {
-    const r = trainer(["info"]);
-    return (JSON.parse(r.stdout) as { cuda: CudaStatus }).cuda;
-  } catch {
-    return undefined; // the `info` test below says what went wrong
-  }
-}
-
-const cuda = probeCuda();
-const GPU = cuda?.available === true;
-if (!GPU) {
-  console.warn(
-    `cuda.test.ts: the GPU tests are SKIPPED: ${cuda?.reason ?? "`searchr1-trainer info` failed"}`,
-  );
-}
+const { cuda, gpu: GPU } = gpuStatus("native/cuda.test.ts");
 const NVCC = spawnSync("nvcc", ["--version"]).error === undefined;
 const DEVICES: ("cpu" | "cuda")[] = GPU ? ["cpu", "cuda"] : ["cpu"];
 const CPU_NOTE = "searchr1: note: running on the CPU";

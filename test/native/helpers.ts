@@ -80,3 +80,33 @@ export function maxAbs(a: ArrayLike<number>): number {
   for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] ?? 0));
   return m;
 }
+
+/** What `searchr1-trainer info` says of CUDA. */
+export interface CudaStatus {
+  built: boolean;
+  available: boolean;
+  reason: string;
+  gpu: string;
+  cublaslt: string;
+}
+
+/**
+ * Reads `searchr1-trainer info` once to decide which tests of `file` run: `cuda` is its
+ * CUDA status (undefined if `info` failed), `gpu` whether a GPU is usable. Without one, a
+ * warning says that `file`'s GPU tests are skipped and why.
+ */
+export function gpuStatus(file: string): { cuda: CudaStatus | undefined; gpu: boolean } {
+  let cuda: CudaStatus | undefined;
+  try {
+    cuda = (JSON.parse(trainer(["info"]).stdout) as { cuda: CudaStatus }).cuda;
+  } catch {
+    cuda = undefined; // a test that reads `info` says what went wrong
+  }
+  const gpu = cuda?.available === true;
+  if (!gpu) {
+    console.warn(
+      `${file}: the GPU tests are SKIPPED: ${cuda?.reason ?? "`searchr1-trainer info` failed"}`,
+    );
+  }
+  return { cuda, gpu };
+}

@@ -1,8 +1,3 @@
-// The native BERT encoder (native/src/model/bert.cpp, `searchr1-index encode`) against
-// PyTorch/transformers: a small random BERT in e5-base-v2's architecture, its texts tokenized
-// by transformers' AutoTokenizer and embedded as Search-R1's retriever embeds them
-// (test/retrieval/make_bert_fixtures.py, committed: CI has no Python).
-import { spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,7 +11,7 @@ import {
   type Tensor,
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
+import { gpuStatus } from "../native/helpers.js";
 import { runIndex } from "./index-tool.js";
 
 const FIXTURES = fileURLToPath(new URL("./fixtures/bert/", import.meta.url));
@@ -291,15 +286,7 @@ describe("the fixture's tokenizer.json in the tokenizers npm package", () => {
   });
 });
 
-/** `searchr1-trainer info` says whether a GPU is usable here. */
-const cudaAvailable = (() => {
-  const r = spawnSync(nativeExecutable("searchr1-trainer"), ["info"], { encoding: "utf8" });
-  try {
-    return (JSON.parse(r.stdout) as { cuda: { available: boolean } }).cuda.available;
-  } catch {
-    return false;
-  }
-})();
+const { gpu: cudaAvailable } = gpuStatus("retrieval/bert-encoder.test.ts");
 
 describe.skipIf(!cudaAvailable)("searchr1-index encode --device cuda", () => {
   it("gives the embeddings within bf16 tolerance", async () => {

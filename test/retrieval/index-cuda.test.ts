@@ -24,26 +24,9 @@ import {
 } from "../../src/tensors/safetensors.js";
 import { nativeDir } from "../../src/trainer/native.js";
 import { ServeProcess } from "../helpers/serve-process.js";
-import { trainer } from "../native/helpers.js";
+import { gpuStatus } from "../native/helpers.js";
 
-/** `searchr1-trainer info`'s CUDA status (as test/native/cuda.test.ts reads it). */
-function probeCuda(): { available: boolean; reason: string } | undefined {
-  try {
-    return (
-      JSON.parse(trainer(["info"]).stdout) as { cuda: { available: boolean; reason: string } }
-    ).cuda;
-  } catch {
-    return undefined;
-  }
-}
-
-const cuda = probeCuda();
-const GPU = cuda?.available === true;
-if (!GPU) {
-  console.warn(
-    `retrieval/index-cuda.test.ts: the GPU tests are SKIPPED: ${cuda?.reason ?? "`searchr1-trainer info` failed"}`,
-  );
-}
+const { cuda, gpu: GPU } = gpuStatus("retrieval/index-cuda.test.ts");
 
 const FIXTURES = fileURLToPath(new URL("./fixtures/faiss/", import.meta.url));
 const fixture = (name: string): string => join(FIXTURES, name);
