@@ -234,6 +234,14 @@ function procRss(pid: number): Rss {
 const rssCell = (r: Rss | undefined) =>
   r ? `${mib(r.VmRSS)} (${mib(r.RssAnon)} + ${mib(r.RssFile)})` : "—";
 
+/** A row of the memory table: before load (ours has no such point), after load, after the searches. */
+const rssRow = (name: string, r: { start?: Rss; loaded?: Rss; searched?: Rss } | undefined) => [
+  name,
+  rssCell(r?.start),
+  rssCell(r?.loaded),
+  rssCell(r?.searched),
+];
+
 // ---- our side ----
 
 interface Call {
@@ -773,24 +781,9 @@ async function main() {
       );
       scanRows("flat fp32", ours, cs, vectorBytes);
       memory.push(
-        [
-          "faiss IndexFlatIP, read_index (in memory)",
-          rssCell(f.rss.start),
-          rssCell(f.rss.loaded),
-          rssCell(f.rss.searched),
-        ],
-        [
-          "searchr1-index serve --index flat.index (memory-mapped)",
-          "—",
-          rssCell(ours.rss?.loaded),
-          rssCell(ours.rss?.searched),
-        ],
-        [
-          "faiss IndexFlatIP, read_index with IO_FLAG_MMAP_IFC",
-          rssCell(fm.rss.start),
-          rssCell(fm.rss.loaded),
-          rssCell(fm.rss.searched),
-        ],
+        rssRow("faiss IndexFlatIP, read_index (in memory)", f.rss),
+        rssRow("searchr1-index serve --index flat.index (memory-mapped)", ours.rss),
+        rssRow("faiss IndexFlatIP, read_index with IO_FLAG_MMAP_IFC", fm.rss),
       );
     }
   }
@@ -814,18 +807,8 @@ async function main() {
       speedRows("flat fp16", ours, recall(ours.ids, exact).toFixed(3), cs);
       scanRows("flat fp16", ours, cs, vectorBytes / 2);
       memory.push(
-        [
-          "searchr1-index serve --index flat.index --fp16",
-          "—",
-          rssCell(ours.rss?.loaded),
-          rssCell(ours.rss?.searched),
-        ],
-        [
-          "faiss IndexScalarQuantizer QT_fp16, read_index",
-          rssCell(sq.rss.start),
-          rssCell(sq.rss.loaded),
-          rssCell(sq.rss.searched),
-        ],
+        rssRow("searchr1-index serve --index flat.index --fp16", ours.rss),
+        rssRow("faiss IndexScalarQuantizer QT_fp16, read_index", sq.rss),
       );
     }
   }
@@ -858,18 +841,8 @@ async function main() {
       );
       if (i === 0) {
         memory.push(
-          [
-            `searchr1-index serve --index hnsw (efSearch ${ef})`,
-            "—",
-            rssCell(ours.rss?.loaded),
-            rssCell(ours.rss?.searched),
-          ],
-          [
-            "faiss IndexHNSWFlat, read_index",
-            rssCell(h.rss.start),
-            rssCell(h.rss.loaded),
-            rssCell(h.rss.searched),
-          ],
+          rssRow(`searchr1-index serve --index hnsw (efSearch ${ef})`, ours.rss),
+          rssRow("faiss IndexHNSWFlat, read_index", h.rss),
         );
       }
     }
