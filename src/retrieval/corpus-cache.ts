@@ -67,7 +67,13 @@ export async function openCachedCorpus(
 async function readEntry(dir: string): Promise<CorpusIdentity | null> {
   const text = await readFile(join(dir, META), "utf8").catch(() => null);
   if (text === null) return null;
-  const parsed = corpusIdentitySchema.safeParse(JSON.parse(text));
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return null; // not ours, or damaged: made again
+  }
+  const parsed = corpusIdentitySchema.safeParse(json);
   return parsed.success ? parsed.data : null;
 }
 

@@ -107,7 +107,11 @@ export class DenseRetriever implements Retriever {
       const batch = this.queue;
       this.queue = [];
       const byTopk = new Map<number, Pending[]>();
-      for (const p of batch) byTopk.set(p.topk, [...(byTopk.get(p.topk) ?? []), p]);
+      for (const p of batch) {
+        const group = byTopk.get(p.topk);
+        if (group) group.push(p);
+        else byTopk.set(p.topk, [p]);
+      }
       await Promise.all([...byTopk].map(([topk, group]) => this.searchGroup(group, topk)));
     }
     this.running = false;
