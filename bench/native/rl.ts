@@ -13,18 +13,18 @@
  *   native padded   `searchr1-trainer serve`, update_actor with remove_padding false
  *   torch padded    torch_rl.py update: the same update on the same [rows, T] micro-batches
  *   native removed  `searchr1-trainer serve`, update_actor with remove_padding true
- *   torch removed   torch_rl.py update --remove-padding: the same cut and compaction
+ *   torch removed   torch_rl.py update --remove-padding: rows sorted and compacted
  * then they take turns, one update each per round, for 1 + K rounds, so that the load other
  * work puts on a shared machine falls on all four alike.
  * Every update is the whole batch as one mini-batch (one optimizer step), micro-batches cut
  * by a budget of real tokens (ppo_max_token_len_per_gpu, --budget, default 4T), no
  * shuffling: clip 0.2, dual clip 3, low_var_kl at coefficient 0.001, token-mean over the
  * loss tokens, entropy coefficient 0, gradients clipped at 1.0, AdamW lr 1e-6, weight decay
- * 0.01. With padding removal the trainer sorts the rows longest first, cuts them by the
- * budget and cuts each micro-batch to its longest row; the torch side does the same (it is
- * a few lines of indexing), so "removed" compares like with like. PyTorch has no
- * variable-length (packed) attention on CPU, so padded micro-batches, or micro-batches cut
- * to their longest row, are what it can do. The native side's time is the round trip of
+ * 0.01. With padding removal the trainer packs each micro-batch's sequences end to end into one
+ * row (attention within each sequence), so it computes the real tokens only. PyTorch has
+ * no variable-length (packed) attention on CPU, so the least padding it can compute is what
+ * torch_rl.py does: rows sorted longest first, cut by the budget, each micro-batch cut to
+ * its longest row. The native side's time is the round trip of
  * each update_actor command (reading the small batch file included); torch_rl.py times its
  * own updates (time.perf_counter). Both sides' CPU time per update is reported too (the
  * trainer's from /proc/PID/stat, torch's time.process_time): on a shared machine it moves

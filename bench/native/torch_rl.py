@@ -30,10 +30,11 @@ update  runs the actor update of `searchr1-trainer serve`'s update_actor, N time
         does) plus 0.001 x low_var_kl against ref_log_probs (clamped to +-10), both
         token-means over the loss tokens (predicted and in the response mask) of the whole
         batch, gradients accumulated over micro-batches, clip at norm 1.0, AdamW. The
-        micro-batches are cut as the trainer cuts them: consecutive rows while their real
-        tokens fit in --budget (at least one row); with --remove-padding the rows are first
+        micro-batches are consecutive rows while their real tokens fit in --budget (at
+        least one row), as the trainer cuts them; with --remove-padding the rows are first
         sorted longest first (stable) and each micro-batch holds its rows' real tokens
-        left-aligned, as wide as its longest row. Without it each micro-batch is [rows, T]
+        left-aligned, as wide as its longest row: the least padding PyTorch can compute on
+        the CPU, where it has no packed attention (the trainer packs instead). Without it each micro-batch is [rows, T]
         as given (verl's use_remove_padding=False path). The model is Hugging Face's
         Qwen2ForCausalLM code in fp32 (torch_qwen2.py) on a padded batch: attention mask,
         position ids from the mask, full [b, w, V] logits, log-probs through
@@ -184,7 +185,8 @@ def make(args):
 # ---------------------------------------------------------------------------
 
 def micro_batches(mask, budget, remove_padding):
-    """The trainer's cut (native/src/train/minibatch.cpp): a list of (rows, compact)."""
+    """The trainer's cut by budget (native/src/train/minibatch.cpp), of rows sorted longest
+    first with remove_padding: a list of (rows, compact)."""
     B = mask.shape[0]
     length = mask.sum(1).tolist()
     runs = ((mask[:, 1:] == 1) & (mask[:, :-1] == 0)).sum(1) + (mask[:, 0] == 1).long()

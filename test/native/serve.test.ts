@@ -255,8 +255,8 @@ describe("serve: checkpoints resume bit-exactly", () => {
 
 describe("serve: micro-batches do not change an update", () => {
   // The cut changes only the order in which fp32 gradients are summed; with remove_padding
-  // each micro-batch is also narrower (rows sorted by length, padding dropped), so its
-  // forward rounds differently. Measured (CPU, 2 threads), both modes:
+  // each micro-batch is also packed (its sequences end to end in one row, padding dropped),
+  // so its forward rounds differently. Measured (CPU, 2 threads), both modes:
   //  - metrics: padded, the forward metrics are equal (allowed 1e-12 relative); grad_norm
   //    differs by 2.6e-8 relative. remove_padding: at most 1.3e-7 of max(|value|, 1)
   //    (pg_loss 6.1e-8, kl_loss 8.2e-8, grad_norm 1.3e-7). Allowed 1e-6 of it.
@@ -343,8 +343,8 @@ describe("serve: update_actor is grad --loss ppo and one AdamW step", () => {
   // float64 (CPU, 2 threads), padded: the difference is at most half an ulp of the new fp32
   // weight (it is stored in fp32; 6e-5 of lr for the norm weights near 1) plus 2.8e-7 of the
   // step (the kernel's fp32 arithmetic: m, v, sqrt, the division and lr/(1 - beta1));
-  // allowed half an ulp plus 1e-6 of the step. With remove_padding the rows are summed in
-  // another order (sorted by length), so the gradient differs from grad's by rounding, dg,
+  // allowed half an ulp plus 1e-6 of the step. With remove_padding the rows are packed
+  // into one and summed in another order, so the gradient differs from grad's by rounding, dg,
   // which the step turns into lr * dg/(|g| + eps): allowed besides lr * TAU * G/(|g| + eps),
   // G the tensor's largest |gradient|, dg <= TAU * G, measured TAU 5.7e-10, allowed 1e-7.
   // The loss terms are grad's to the last fp32 bit either way. Entries with a zero gradient

@@ -113,11 +113,15 @@ class Backend {
                             float theta) = 0;
   virtual void rope_backward(XPtr dqkv, const int32_t* pos, const AttentionShape& s,
                              float theta) = 0;
-  // Grouped-query attention with a key mask (key_mask[b*T+j] != 0: real token), causal or,
-  // when !s.causal, bidirectional: query i of a sequence sees its keys j <= i, or all of them.
-  // out[N, NH*hd]; lse[B, NH, T] keeps each row's log-sum-exp for the backward pass
-  // (-inf for a query row that can see no key; its output is zeros). lse may be null when
-  // no backward pass follows (the encoder).
+  // Grouped-query attention, causal or, when !s.causal, bidirectional. key_mask[b*T+j] is 0
+  // for padding, which no query sees, and otherwise the id of the sequence token j belongs
+  // to. A row may hold several sequences end to end (packing, verl's remove-padding): the
+  // row is cut into spans, a new span starting at each token whose id differs from the last
+  // nonzero id before it (padding between sequences stays in the span before it). Query i
+  // sees the unmasked keys j of its own span with j <= i, or all of them. A 0/1 mask is one
+  // span per row. out[N, NH*hd]; lse[B, NH, T] keeps each row's log-sum-exp for the backward
+  // pass (-inf for a query row that can see no key; its output is zeros). lse may be null
+  // when no backward pass follows (the encoder).
   virtual void attention_forward(XPtr out, float* lse, XPtr qkv, const int32_t* key_mask,
                                  const AttentionShape& s) = 0;
   // dqkv[N, qkv_dim] = gradient of q, k, v (overwritten). Causal attention only: throws

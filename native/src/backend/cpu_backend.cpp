@@ -172,6 +172,49 @@ void softmax_backward(float* dp, const float* p, const float* dout, const float*
   }
 }
 
+// A range [begin, end) of row b's positions that attention never crosses (the contract
+// above Backend::attention_forward): the whole row for a 0/1 mask, one per sequence of a
+// packed row.
+struct Span {
+  int b, begin, end;
+};
+
+// The spans of every row of key_mask[B, T], in order: a span starts at each token whose
+// sequence id differs from the last nonzero id before it.
+std::vector<Span> attention_spans(const int32_t* key_mask, int B, int T) {
+  std::vector<Span> spans;
+  for (int b = 0; b < B; b++) {
+    const int32_t* m = key_mask + static_cast<size_t>(b) * T;
+    int begin = 0, id = 0;
+    for (int j = 0; j < T; j++) {
+      if (m[j] == 0) continue;
+      if (id != 0 && m[j] != id) {
+        spans.push_back({b, begin, j});
+        begin = j;
+      }
+      id = m[j];
+    }
+    spans.push_back({b, begin, T});
+  }
+  return spans;
+}
+
+// Queries i0 .. i0 + rows - 1 of a span: spans are tiled from their first position.
+struct QueryTile {
+  Span span;
+  int i0, rows;
+};
+
+std::vector<QueryTile> query_tiles(const std::vector<Span>& spans) {
+  std::vector<QueryTile> tiles;
+  for (const Span& span : spans) {
+    for (int i0 = span.begin; i0 < span.end; i0 += kQueryTile) {
+      tiles.push_back({span, i0, std::min(kQueryTile, span.end - i0)});
+    }
+  }
+  return tiles;
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -309,43 +352,46 @@ class CpuBackend final : public Backend {
     rotate(F(dqkv), pos, s, theta, -1.0f);  // the transpose of a rotation is its inverse
   }
 
-  // One task per (sequence, head, tile of kQueryTile queries), each on one thread with
+  // One task per (span, head, tile of kQueryTile queries of the span), each on one thread with
   // single-threaded sgemm, so the result does not depend on the thread count:
-  // S = Q K^T * scale over the keys up to the tile's last query (causal) or all T keys, the
-  // causal and key masks and the softmax row by row (attention_softmax), then out = P V.
+  // S = Q K^T * scale over the span's keys up to the tile's last query (causal) or all of
+  // them, the causal and key masks and the softmax row by row (attention_softmax), then
+  // out = P V. A row of one span (a 0/1 mask) is tiled from its first position as before
+  // packing existed, so its results are the same bits.
   void attention_forward(XPtr xout, float* lse, XPtr xqkv, const int32_t* key_mask,
                          const AttentionShape& s) override {
     float* out = F(xout);
     const float* qkv = F(xqkv);
     const int T = s.T, NH = s.num_heads, hd = s.head_dim, QKV = s.qkv_dim(), OD = NH * hd;
-    const int group = NH / s.num_kv_heads, tiles = (T + kQueryTile - 1) / kQueryTile;
+    const int group = NH / s.num_kv_heads;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const std::vector<QueryTile> tiles = query_tiles(attention_spans(key_mask, s.B, T));
+    const int n_tiles = static_cast<int>(tiles.size());
     const SerialSgemm serial;
 #pragma omp parallel
     {
       std::vector<float> p(static_cast<size_t>(std::min(T, kQueryTile)) * T);
-#pragma omp for collapse(3) schedule(dynamic, 1)
-      for (int b = 0; b < s.B; b++) {
+#pragma omp for collapse(2) schedule(dynamic, 1)
+      for (int t = 0; t < n_tiles; t++) {
         for (int h = 0; h < NH; h++) {
-          for (int t = 0; t < tiles; t++) {
-            const int i0 = t * kQueryTile, rows = std::min(kQueryTile, T - i0);
-            const int keys = s.causal ? i0 + rows : T;
-            const Heads x = heads(qkv, s, b, h / group);
-            sgemm(Trans::No, Trans::Yes, rows, keys, hd, scale, x.row(i0) + h * hd, QKV, x.k(0),
-                  QKV, 0.0f, p.data(), keys);
-            float* tile_lse =
-                lse != nullptr ? lse + (static_cast<size_t>(b) * NH + h) * T + i0 : nullptr;
-            attention_softmax(p.data(), tile_lse, key_mask + static_cast<size_t>(b) * T, i0, rows,
-                              keys, s.causal);
-            sgemm(Trans::No, Trans::No, rows, hd, keys, 1.0f, p.data(), keys, x.v(0), QKV, 0.0f,
-                  out + (static_cast<size_t>(b) * T + i0) * OD + h * hd, OD);
-          }
+          const QueryTile& q = tiles[t];
+          const int b = q.span.b, k0 = q.span.begin;
+          const int keys = (s.causal ? q.i0 + q.rows : q.span.end) - k0;
+          const Heads x = heads(qkv, s, b, h / group);
+          sgemm(Trans::No, Trans::Yes, q.rows, keys, hd, scale, x.row(q.i0) + h * hd, QKV,
+                x.k(k0), QKV, 0.0f, p.data(), keys);
+          float* tile_lse =
+              lse != nullptr ? lse + (static_cast<size_t>(b) * NH + h) * T + q.i0 : nullptr;
+          attention_softmax(p.data(), tile_lse, key_mask + static_cast<size_t>(b) * T + k0,
+                            q.i0 - k0, q.rows, keys, s.causal);
+          sgemm(Trans::No, Trans::No, q.rows, hd, keys, 1.0f, p.data(), keys, x.v(k0), QKV,
+                0.0f, out + (static_cast<size_t>(b) * T + q.i0) * OD + h * hd, OD);
         }
       }
     }
   }
 
-  // One task per (sequence, kv head): it owns the dk/dv rows of that head and the dq rows
+  // One task per (span, kv head): it owns the span's dk/dv rows of that head and the dq rows
   // of the query heads in its group, and adds the heads' and query tiles' shares of dk and
   // dv in a fixed order, on one thread with single-threaded sgemm. Per tile: P again from
   // the scores and the saved lse (causal_probs), dV += P^T dO, dP = dO V^T, dS (softmax_
@@ -355,42 +401,45 @@ class CpuBackend final : public Backend {
     if (!s.causal) throw Error("attention_backward: bidirectional attention is forward only");
     float* dqkv = F(xdqkv);
     const float *dout = F(xdout), *qkv = F(xqkv), *out = F(xout);
-    const int B = s.B, T = s.T, NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim;
+    const int T = s.T, NH = s.num_heads, NKV = s.num_kv_heads, hd = s.head_dim;
     const int group = NH / NKV, QKV = s.qkv_dim(), OD = NH * hd;
-    const int tiles = (T + kQueryTile - 1) / kQueryTile;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const std::vector<Span> spans = attention_spans(key_mask, s.B, T);
+    const int n_spans = static_cast<int>(spans.size());
     const SerialSgemm serial;
 #pragma omp parallel
     {
       const size_t tile_size = static_cast<size_t>(std::min(T, kQueryTile)) * T;
       std::vector<float> p(tile_size), dp(tile_size);
 #pragma omp for collapse(2) schedule(dynamic, 1)
-      for (int b = 0; b < B; b++) {
+      for (int sp = 0; sp < n_spans; sp++) {
         for (int g = 0; g < NKV; g++) {
+          const Span& span = spans[sp];
+          const int b = span.b, k0 = span.begin;
           const Heads x = heads(qkv, s, b, g);
-          const int* km = key_mask + static_cast<size_t>(b) * T;
+          const int* km = key_mask + static_cast<size_t>(b) * T + k0;
           float* rows = dqkv + static_cast<size_t>(b) * T * QKV;
-          float* dk = rows + (NH + g) * hd;
-          float* dv = rows + (NH + NKV + g) * hd;
-          for (int j = 0; j < T; j++) {
+          float* dk = rows + static_cast<size_t>(k0) * QKV + (NH + g) * hd;
+          float* dv = rows + static_cast<size_t>(k0) * QKV + (NH + NKV + g) * hd;
+          for (int j = 0; j < span.end - k0; j++) {
             std::memset(dk + static_cast<size_t>(j) * QKV, 0, hd * sizeof(float));
             std::memset(dv + static_cast<size_t>(j) * QKV, 0, hd * sizeof(float));
           }
           for (int h = g * group; h < (g + 1) * group; h++) {
-            for (int t = 0; t < tiles; t++) {
-              const int i0 = t * kQueryTile, n = std::min(kQueryTile, T - i0), keys = i0 + n;
+            for (int i0 = k0; i0 < span.end; i0 += kQueryTile) {
+              const int n = std::min(kQueryTile, span.end - i0), keys = i0 + n - k0;
               const float* q = x.row(i0) + h * hd;
               const size_t r = (static_cast<size_t>(b) * T + i0) * OD + h * hd;
-              sgemm(Trans::No, Trans::Yes, n, keys, hd, scale, q, QKV, x.k(0), QKV, 0.0f,
+              sgemm(Trans::No, Trans::Yes, n, keys, hd, scale, q, QKV, x.k(k0), QKV, 0.0f,
                     p.data(), keys);
-              causal_probs(p.data(), lse + (static_cast<size_t>(b) * NH + h) * T + i0, km, i0,
-                           n, keys);
+              causal_probs(p.data(), lse + (static_cast<size_t>(b) * NH + h) * T + i0, km,
+                           i0 - k0, n, keys);
               sgemm(Trans::Yes, Trans::No, keys, hd, n, 1.0f, p.data(), keys, dout + r, OD, 1.0f,
                     dv, QKV);
-              sgemm(Trans::No, Trans::Yes, n, keys, hd, 1.0f, dout + r, OD, x.v(0), QKV, 0.0f,
+              sgemm(Trans::No, Trans::Yes, n, keys, hd, 1.0f, dout + r, OD, x.v(k0), QKV, 0.0f,
                     dp.data(), keys);
               softmax_backward(dp.data(), p.data(), dout + r, out + r, OD, n, keys, hd, scale);
-              sgemm(Trans::No, Trans::No, n, hd, keys, 1.0f, dp.data(), keys, x.k(0), QKV, 0.0f,
+              sgemm(Trans::No, Trans::No, n, hd, keys, 1.0f, dp.data(), keys, x.k(k0), QKV, 0.0f,
                     rows + static_cast<size_t>(i0) * QKV + h * hd, QKV);
               sgemm(Trans::Yes, Trans::No, keys, hd, n, 1.0f, dp.data(), keys, q, QKV, 1.0f, dk,
                     QKV);

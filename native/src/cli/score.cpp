@@ -1,9 +1,11 @@
 // searchr1-trainer score: per-token log-probs and entropies of a batch.
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "train/minibatch.h"
 
 namespace sr1 {
 
@@ -26,11 +28,13 @@ int cmd_score(const std::vector<std::string>& argv) {
   if (print_help(args)) return 0;
   BatchCommand c = open_batch_command(args);
   const long repeat = args.integer("repeat", 1, 1);
-  std::vector<float> logprobs(c.batch.ids.size()), entropy(c.batch.ids.size());
+  // The sequences packed end to end: no compute on padding (log-probs as the trainer's).
+  const MicroBatch packed = packed_batch(c.batch);
+  std::vector<float> plp(packed.source.size()), pent(plp.size());
   for (long pass = 1; pass <= repeat; pass++) {
     c.backend->reset_peak_bytes();
     const auto start = std::chrono::steady_clock::now();
-    c.model->score(c.batch, c.run, logprobs.data(), entropy.data());
+    c.model->score(packed.batch, c.run, plp.data(), pent.data());
     c.backend->synchronize();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -39,6 +43,9 @@ int cmd_score(const std::vector<std::string>& argv) {
                   static_cast<double>(c.backend->peak_bytes()) / (1 << 20));
     }
   }
+  std::vector<float> logprobs(c.batch.ids.size()), entropy(c.batch.ids.size());
+  unpack(packed, plp.data(), logprobs.data(), logprobs.size());
+  unpack(packed, pent.data(), entropy.data(), entropy.size());
   const std::vector<int64_t> shape = {c.batch.B, c.batch.T};
   write_safetensors(c.out, {{"logprobs", DType::F32, shape, logprobs.data()},
                             {"entropy", DType::F32, shape, entropy.data()}});

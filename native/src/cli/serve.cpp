@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "train/actor.h"
 #include "train/critic.h"
+#include "train/minibatch.h"
 #include "util/error.h"
 #include "util/json_fields.h"
 
@@ -246,14 +247,20 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
   } else if (op == "log_probs") {
     Qwen2Model& m = s.model(f.text("model", "policy"));
     const BatchFile b = open_batch(f, m);
+    const MicroBatch p = packed_batch(b.batch);
+    std::vector<float> plp(p.source.size()), pent(plp.size());
+    m.score(p.batch, read_run(f, s.run), plp.data(), pent.data());
     std::vector<float> lp(b.batch.ids.size()), ent(lp.size());
-    m.score(b.batch, read_run(f, s.run), lp.data(), ent.data());
+    unpack(p, plp.data(), lp.data(), lp.size());
+    unpack(p, pent.data(), ent.data(), ent.size());
     write_token_tensors(f.text("out"), b.batch, {{"log_probs", lp.data()}, {"entropy", ent.data()}});
   } else if (op == "values") {
     Qwen2Model& critic = s.critic_of().model();
     const BatchFile b = open_batch(f, critic);
-    std::vector<float> v(b.batch.ids.size());
-    critic.values(b.batch, s.run, v.data());
+    const MicroBatch p = packed_batch(b.batch);
+    std::vector<float> pv(p.source.size()), v(b.batch.ids.size());
+    critic.values(p.batch, s.run, pv.data());
+    unpack(p, pv.data(), v.data(), v.size());
     write_token_tensors(f.text("out"), b.batch, {{"values", v.data()}});
   } else if (op == "update_actor") {
     Learner& actor = s.actor_learner();

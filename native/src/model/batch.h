@@ -11,13 +11,17 @@ namespace sr1 {
 struct Batch {
   int B = 0, T = 0;
   std::vector<int32_t> ids;        // [B*T]; padded positions hold 0
-  std::vector<int32_t> mask;       // [B*T]; 1 = real token
+  // [B*T]; 0 = padding, else the id of the token's sequence: 1 in a batch file, 1, 2, ... in
+  // a packed micro-batch, whose rows hold several sequences end to end (the attention
+  // contract in backend/backend.h).
+  std::vector<int32_t> mask;
   std::vector<int32_t> positions;  // [B*T]; rotary position = real tokens before it
 
-  // Token (b, t) is predicted (gets a log-prob) when it and the token before it are real.
+  // Token (b, t) is predicted (gets a log-prob) when the token before it is a real token of
+  // the same sequence.
   bool predicted(int b, int t) const {
     const size_t i = static_cast<size_t>(b) * T + t;
-    return t >= 1 && mask[i] != 0 && mask[i - 1] != 0;
+    return t >= 1 && mask[i] != 0 && mask[i - 1] == mask[i];
   }
   // Rows [b0, b1) as a batch of their own (a micro-batch).
   Batch rows(int b0, int b1) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "util/error.h"
 
@@ -27,15 +28,18 @@ void for_each_mini_batch(int B, const MiniBatching& m, std::mt19937_64& rng,
 
 namespace {
 
-// Real tokens of row b, and whether they form one contiguous run.
-int row_length(const Batch& batch, int b, bool* contiguous) {
+// Real tokens of row b, and the range [first, last + 1) they lie in.
+int row_length(const Batch& batch, int b, int* begin, int* end) {
   const int32_t* m = batch.mask.data() + static_cast<size_t>(b) * batch.T;
-  int n = 0, runs = 0;
+  int n = 0;
+  *begin = batch.T;
+  *end = 0;
   for (int t = 0; t < batch.T; t++) {
-    n += m[t] != 0;
-    runs += m[t] != 0 && (t == 0 || m[t - 1] == 0);
+    if (m[t] == 0) continue;
+    n++;
+    *begin = std::min(*begin, t);
+    *end = t + 1;
   }
-  *contiguous = runs <= 1;
   return n;
 }
 
@@ -47,69 +51,66 @@ MicroBatch as_is(const Batch& batch, const std::vector<int>& rows) {
   return mb;
 }
 
-MicroBatch compacted(const Batch& batch, const std::vector<int>& rows, int width) {
+// One row: each given row's range [begin, end), with sequence id k + 1 for the k-th.
+MicroBatch packed(const Batch& batch, const std::vector<int>& rows, const std::vector<int>& begin,
+                  const std::vector<int>& end) {
   MicroBatch mb;
   Batch& out = mb.batch;
-  out.B = static_cast<int>(rows.size());
-  out.T = width;
-  for (int r : rows) {
-    int t_out = 0;
-    for (int t = 0; t < batch.T; t++) {
+  out.B = 1;
+  for (size_t k = 0; k < rows.size(); k++) {
+    const int r = rows[k];
+    for (int t = begin[r]; t < end[r]; t++) {
       const size_t i = static_cast<size_t>(r) * batch.T + t;
-      if (batch.mask[i] == 0) continue;
+      const bool real = batch.mask[i] != 0;
       out.ids.push_back(batch.ids[i]);
-      out.mask.push_back(1);
+      out.mask.push_back(real ? static_cast<int32_t>(k + 1) : 0);
       out.positions.push_back(batch.positions[i]);
       mb.source.push_back(static_cast<int32_t>(i));
-      t_out++;
-    }
-    for (; t_out < width; t_out++) {
-      out.ids.push_back(0);
-      out.mask.push_back(0);
-      out.positions.push_back(0);
-      mb.source.push_back(-1);
     }
   }
+  if (out.ids.empty()) {  // rows of padding only: one position of padding, nothing predicted
+    out.ids.push_back(0);
+    out.mask.push_back(0);
+    out.positions.push_back(0);
+    mb.source.push_back(-1);
+  }
+  out.T = static_cast<int>(out.ids.size());
   return mb;
 }
 
 }  // namespace
 
 std::vector<MicroBatch> micro_batches(const Batch& batch, long budget, bool remove_padding) {
-  std::vector<int> length(batch.B), order(batch.B);
-  std::vector<bool> contiguous(batch.B);
-  for (int b = 0; b < batch.B; b++) {
-    bool c = false;
-    length[b] = row_length(batch, b, &c);
-    contiguous[b] = c;
-  }
-  std::iota(order.begin(), order.end(), 0);
-  if (remove_padding) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return length[a] > length[b]; });
-  }
+  std::vector<int> length(batch.B), begin(batch.B), end(batch.B);
+  for (int b = 0; b < batch.B; b++) length[b] = row_length(batch, b, &begin[b], &end[b]);
   std::vector<MicroBatch> out;
   std::vector<int> rows;
   long tokens = 0;
   const auto close = [&]() {
     if (rows.empty()) return;
-    bool compact = remove_padding;
-    int width = 1;
-    for (int r : rows) {
-      compact = compact && contiguous[r];
-      width = std::max(width, length[r]);
-    }
-    out.push_back(compact ? compacted(batch, rows, width) : as_is(batch, rows));
+    out.push_back(remove_padding ? packed(batch, rows, begin, end) : as_is(batch, rows));
     rows.clear();
     tokens = 0;
   };
-  for (int b : order) {
+  for (int b = 0; b < batch.B; b++) {
     if (budget > 0 && !rows.empty() && tokens + length[b] > budget) close();
     rows.push_back(b);
     tokens += length[b];
   }
   close();
   return out;
+}
+
+MicroBatch packed_batch(const Batch& batch) {
+  std::vector<MicroBatch> one = micro_batches(batch, 0, true);
+  return one.empty() ? packed(batch, {}, {}, {}) : std::move(one.front());
+}
+
+void unpack(const MicroBatch& mb, const float* x, float* out, size_t n) {
+  std::fill(out, out + n, 0.0f);
+  for (size_t i = 0; i < mb.source.size(); i++) {
+    if (mb.source[i] >= 0) out[mb.source[i]] = x[i];
+  }
 }
 
 Batch select_rows(const Batch& data, const std::vector<int>& rows) {

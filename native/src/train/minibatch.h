@@ -17,9 +17,9 @@ struct MiniBatching {
   int epochs = 1;
   long max_token_len = 0;   // real tokens per micro-batch; 0 = the whole mini-batch
   bool shuffle = true;
-  // Micro-batches without padding: rows sorted by length, each row's tokens moved to the
-  // front and the micro-batch as wide as its longest row (verl's use_remove_padding, by
-  // rows: the computation is that of the padded batch, minus the padding).
+  // Micro-batches without padding (verl's use_remove_padding): the sequences of a
+  // micro-batch packed end to end into one row, each keeping its positions and attending
+  // only to itself, so the computation is that of the padded batch, minus the padding.
   bool remove_padding = true;
 };
 
@@ -35,12 +35,20 @@ struct MicroBatch {
 void for_each_mini_batch(int B, const MiniBatching& m, std::mt19937_64& rng,
                          const std::function<void(const std::vector<int>& rows)>& step);
 
-// The micro-batches of a mini-batch: as many rows as fit in `budget` real tokens (at least
-// one row; budget 0 = all rows in one), in row order, or by decreasing length and compacted
-// with remove_padding. A row whose mask has a hole in the middle keeps its layout (its
-// micro-batch is then not compacted), since moving its tokens would change which are
-// predicted.
+// The micro-batches of a mini-batch: consecutive rows, as many as fit in `budget` real
+// tokens (at least one row; budget 0 = all rows in one), packed into one row with
+// remove_padding. A row packs from its first to its last real token, so padding inside it
+// (a hole in its mask) stays where it is and the same tokens are predicted.
 std::vector<MicroBatch> micro_batches(const Batch& batch, long budget, bool remove_padding);
+
+// All the batch's sequences packed into one row, for a forward pass (log-probs, values):
+// each sequence is computed as in any other packing, so its log-probs are those an update's
+// packed micro-batches compute.
+MicroBatch packed_batch(const Batch& batch);
+
+// A per-position output of a micro-batch in the layout of the batch it came from:
+// out[source[i]] = x[i] for the n = B*T positions of `out`, zeros elsewhere (padding).
+void unpack(const MicroBatch& mb, const float* x, float* out, size_t n);
 
 // The given rows of a batch, and of a per-token [B*T] tensor aligned with it.
 Batch select_rows(const Batch& data, const std::vector<int>& rows);
