@@ -13,6 +13,11 @@
 //
 // Scores are kept in log2 units (scaled by log2(e)) so the exponentials are exp2f; lse is
 // stored in natural-log units, as the CPU reference defines it.
+//
+// A row may pack several sequences (key_mask holds sequence ids, see Backend::attention_forward).
+// A first kernel finds each position's span [span_begin, span_end). Query i then sees key j when
+// j is no padding, j's span is i's (span_begin[j] == span_begin[i]) and, if causal, j <= i; the
+// kernels skip the tiles that lie wholly outside the spans of their rows.
 #include <mma.h>
 
 #include <cmath>
@@ -82,6 +87,81 @@ __device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, size_t ld,
   }
 }
 
+// ---- spans ----
+
+__device__ __forceinline__ int highest_lane(unsigned bits) {
+  return 31 - __clz(static_cast<int>(bits));
+}
+__device__ __forceinline__ int lowest_lane(unsigned bits) {
+  return __ffs(static_cast<int>(bits)) - 1;
+}
+
+// Chunks of 32 positions a warp loads at once, so that it waits on one load latency per
+// kSpanChunks chunks rather than per chunk.
+constexpr int kSpanChunks = 8;
+
+// span_begin and span_end [B, T] of key_mask [B, T]: one warp per row walks it in chunks of 32
+// positions, one per lane, carrying from chunk to chunk what the positions before it decide.
+__global__ void __launch_bounds__(32)
+    attention_spans_kernel(int32_t* __restrict__ span_begin, int32_t* __restrict__ span_end,
+                           const int32_t* __restrict__ key_mask, int T) {
+  constexpr int kStep = 32 * kSpanChunks;
+  const size_t row = static_cast<size_t>(blockIdx.x) * T;
+  const int32_t* mask = key_mask + row;
+  int32_t* sb = span_begin + row;
+  int32_t* se = span_end + row;
+  const int lane = threadIdx.x;
+  const unsigned below = (1u << lane) - 1, at_or_below = kFullMask >> (31 - lane);
+
+  // Left to right. A span starts at a nonzero id that differs from the last nonzero id before
+  // it; a position's span begins at the last start at or before it, or at 0 (leading padding
+  // belongs to the first span).
+  int last_id = 0, begin = 0;  // over the chunks already done; last_id 0 while none was seen
+  for (int c0 = 0; c0 < T; c0 += kStep) {
+    int ids[kSpanChunks];
+#pragma unroll
+    for (int u = 0; u < kSpanChunks; ++u) {
+      const int j = c0 + 32 * u + lane;
+      ids[u] = j < T ? mask[j] : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kSpanChunks; ++u) {
+      const int c = c0 + 32 * u, id = ids[u];
+      const unsigned nonzero = __ballot_sync(kFullMask, id != 0);
+      const unsigned nonzero_below = nonzero & below;
+      // The last nonzero id before this lane's position: in the chunk, or carried.
+      const int src = nonzero_below != 0 ? highest_lane(nonzero_below) : 0;
+      const int id_below = __shfl_sync(kFullMask, id, src);
+      const int prev = nonzero_below != 0 ? id_below : last_id;
+      const unsigned starts = __ballot_sync(kFullMask, id != 0 && prev != 0 && id != prev);
+      const unsigned starts_here = starts & at_or_below;
+      if (c + lane < T) sb[c + lane] = starts_here ? c + highest_lane(starts_here) : begin;
+      if (nonzero != 0) last_id = __shfl_sync(kFullMask, id, highest_lane(nonzero));
+      if (starts != 0) begin = c + highest_lane(starts);
+    }
+  }
+
+  // Right to left. A position's span ends at the first start after it, or at T; j > 0 is a
+  // start exactly when span_begin[j] == j. Each lane reads back only what it wrote itself.
+  int end = T;  // the first start after the chunks still to do
+  for (int c0 = (T - 1) / kStep * kStep; c0 >= 0; c0 -= kStep) {
+    int begins[kSpanChunks];
+#pragma unroll
+    for (int u = 0; u < kSpanChunks; ++u) {
+      const int j = c0 + 32 * u + lane;
+      begins[u] = j < T ? sb[j] : -1;
+    }
+#pragma unroll
+    for (int u = kSpanChunks - 1; u >= 0; --u) {
+      const int c = c0 + 32 * u, j = c + lane;
+      const unsigned starts = __ballot_sync(kFullMask, j > 0 && begins[u] == j);
+      const unsigned starts_above = starts & ~at_or_below;
+      if (j < T) se[j] = starts_above ? c + lowest_lane(starts_above) : end;
+      if (starts != 0) end = c + lowest_lane(starts);
+    }
+  }
+}
+
 // ---- forward ----
 
 // One block per (query tile, query head, sequence); each warp owns 16 query rows of the tile
@@ -108,7 +188,8 @@ struct Fwd {
 template <int HD>
 __global__ void __launch_bounds__(Fwd<HD>::kThreads)
     attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                             int T, int NH, int NKV, float scale_log2, bool causal) {
+                             const int32_t* span_begin, const int32_t* span_end, int T, int NH,
+                             int NKV, float scale_log2, bool causal) {
   using C = Fwd<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem + C::kQ);
@@ -127,15 +208,22 @@ __global__ void __launch_bounds__(Fwd<HD>::kThreads)
   const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * HD;
   const bf16* seq = qkv + static_cast<size_t>(b) * T * QKV;
   const int32_t* mask = key_mask + static_cast<size_t>(b) * T;
+  const int32_t* lo = span_begin + static_cast<size_t>(b) * T;  // row b's span bounds
+  const int32_t* hi = span_end + static_cast<size_t>(b) * T;
 
   load_rows<C::BQ, HD, C::LDH, C::kThreads>(sQ, seq + h * HD, QKV, q0, T);
   for (int idx = lane; idx < 16 * HD; idx += 32) sO[(r0 + idx / HD) * C::LDO + idx % HD] = 0.0f;
-  // Running max (log2 units) and sum of exp2(score - max) of row r0 + lane, held by lanes < 16.
+  // Running max (log2 units) and sum of exp2(score - max) of row r0 + lane, and the row's span
+  // begin, held by lanes < 16. A row past T gets span -2, which no key has: it sees nothing.
+  const int my_row = q0 + r0 + lane;
+  const int my_span = lane < 16 && my_row < T ? lo[my_row] : -2;
   float row_max = -INFINITY, row_sum = 0.0f;
 
-  // Keys up to the tile's last row (causal) or all of them, and no further than T.
-  const int key_end = causal ? min(q0 + C::BQ, T) : T;
-  for (int k0 = 0; k0 < key_end; k0 += C::BK) {
+  // Only the keys of the tile's spans, which never go back along the row: from the first row's
+  // span begin to the last row (causal) or the last row's span end.
+  const int q_last = min(q0 + C::BQ, T) - 1;
+  const int key_end = causal ? q_last + 1 : hi[q_last];
+  for (int k0 = lo[q0] / C::BK * C::BK; k0 < key_end; k0 += C::BK) {
     __syncthreads();  // every warp is done with the previous K and V tiles (and Q is loaded)
     load_rows<C::BK, HD, C::LDH, C::kThreads>(sK, seq + (NH + g) * HD, QKV, k0, T);
     load_rows<C::BK, HD, C::LDH, C::kThreads>(sV, seq + (NH + NKV + g) * HD, QKV, k0, T);
@@ -153,20 +241,21 @@ __global__ void __launch_bounds__(Fwd<HD>::kThreads)
 
     // Online softmax, one row at a time across the warp; lane handles columns lane + 32 t.
     constexpr int kCols = C::BK / 32;
-    bool key_ok[kCols];
+    int key_span[kCols];  // the span begin of each of the lane's keys; -1: padding or past T
 #pragma unroll
     for (int t = 0; t < kCols; ++t) {
       const int j = k0 + lane + 32 * t;
-      key_ok[t] = j < T && mask[j] != 0;
+      key_span[t] = j < T && mask[j] != 0 ? lo[j] : -1;
     }
     for (int r = 0; r < 16; ++r) {
       const int row = r0 + r, i = q0 + row;
+      const int span = __shfl_sync(kFullMask, my_span, r);
       float s[kCols];
       float tile_max = -INFINITY;
 #pragma unroll
       for (int t = 0; t < kCols; ++t) {
         const int j = k0 + lane + 32 * t;
-        const bool valid = i < T && (j <= i || !causal) && key_ok[t];
+        const bool valid = key_span[t] == span && (j <= i || !causal);
         s[t] = valid ? sS[row * C::LDS + lane + 32 * t] * scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, s[t]);
       }
@@ -206,7 +295,6 @@ __global__ void __launch_bounds__(Fwd<HD>::kThreads)
 
   // A row that saw no key has row_sum 0 (and O = 0): its lse is -inf and its output zeros.
   // lse is null when no backward pass follows.
-  const int my_row = q0 + r0 + lane;
   if (lse != nullptr && lane < 16 && my_row < T) {
     lse[(static_cast<size_t>(b) * NH + h) * T + my_row] =
         row_sum > 0.0f ? (row_max + log2f(row_sum)) * kLn2 : -INFINITY;
@@ -246,8 +334,8 @@ __global__ void attention_delta_kernel(float* delta, const bf16* dout, const bf1
 
 // One block per (key tile, kv head, sequence): it owns dK and dV of those keys (fp32 in shared
 // memory) and accumulates them over every query head of the kv head's group and every query
-// tile on or below the diagonal. dQ is added into an fp32 scratch with atomics, since the
-// key tiles of a query row live in different blocks.
+// tile on or below the diagonal that the keys' spans reach. dQ is added into an fp32 scratch
+// with atomics, since the key tiles of a query row live in different blocks.
 //
 // HD = 128 halves the query tile to stay within the shared memory budget.
 template <int HD>
@@ -270,8 +358,9 @@ struct Bwd {
   static constexpr size_t kdV = kdK + align128(sizeof(float) * BK * LDA);
   static constexpr size_t kLse = kdV + align128(sizeof(float) * BK * LDA);
   static constexpr size_t kDelta = kLse + align128(sizeof(float) * BQ);
-  static constexpr size_t kKeyOk = kDelta + align128(sizeof(float) * BQ);
-  static constexpr size_t kBytes = kKeyOk + align128(sizeof(int) * BK);
+  static constexpr size_t kSpan = kDelta + align128(sizeof(float) * BQ);
+  static constexpr size_t kKeySpan = kSpan + align128(sizeof(int) * BQ);
+  static constexpr size_t kBytes = kKeySpan + align128(sizeof(int) * BK);
   // The dQ tile is staged where S and dP were, once dS has been computed from them.
   static constexpr size_t kdQ = kS;
   static_assert(sizeof(float) * BQ * LDA <= kP - kS, "the dQ tile must fit over S and dP");
@@ -282,7 +371,8 @@ template <int HD>
 __global__ void __launch_bounds__(Bwd<HD>::kThreads)
     attention_backward_kernel(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv,
                               const float* lse, const float* delta, const int32_t* key_mask,
-                              int T, int NH, int NKV, float scale, float scale_log2) {
+                              const int32_t* span_begin, const int32_t* span_end, int T, int NH,
+                              int NKV, float scale, float scale_log2) {
   using C = Bwd<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem + C::kK);
@@ -297,7 +387,8 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
   float* sdV = reinterpret_cast<float*>(smem + C::kdV);
   float* sLse = reinterpret_cast<float*>(smem + C::kLse);  // log2 units
   float* sDelta = reinterpret_cast<float*>(smem + C::kDelta);
-  int* sKeyOk = reinterpret_cast<int*>(smem + C::kKeyOk);
+  int* sSpan = reinterpret_cast<int*>(smem + C::kSpan);  // span begin of each query row
+  int* sKeySpan = reinterpret_cast<int*>(smem + C::kKeySpan);  // of each key; -1: padding
   float* sdQ = reinterpret_cast<float*>(smem + C::kdQ);
 
   const int k0 = blockIdx.x * C::BK;
@@ -307,6 +398,11 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
   const bf16* seq = qkv + static_cast<size_t>(b) * T * QKV;
   const bf16* seq_dout = dout + static_cast<size_t>(b) * T * OD;
   const int32_t* mask = key_mask + static_cast<size_t>(b) * T;
+  const int32_t* lo = span_begin + static_cast<size_t>(b) * T;  // row b's span bounds
+  const int32_t* hi = span_end + static_cast<size_t>(b) * T;
+  // Queries from this span end on belong to later spans than every key of the tile (spans
+  // never go back along the row), so see none of them.
+  const int query_end = hi[min(k0 + C::BK, T) - 1];
 
   load_rows<C::BK, HD, C::LDH, C::kThreads>(sK, seq + (NH + g) * HD, QKV, k0, T);
   load_rows<C::BK, HD, C::LDH, C::kThreads>(sV, seq + (NH + NKV + g) * HD, QKV, k0, T);
@@ -317,8 +413,8 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
   bool any_key = false;
   for (int c = threadIdx.x; c < C::BK; c += C::kThreads) {
     const int j = k0 + c;
-    sKeyOk[c] = j < T && mask[j] != 0;
-    any_key |= sKeyOk[c] != 0;
+    sKeySpan[c] = j < T && mask[j] != 0 ? lo[j] : -1;
+    any_key |= sKeySpan[c] >= 0;
   }
 
   // A tile of padding keys neither gets nor gives gradient: its dK and dV stay zero.
@@ -327,7 +423,7 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
       const float* row_lse = lse + (static_cast<size_t>(b) * NH + h) * T;
       const float* row_delta = delta + (static_cast<size_t>(b) * NH + h) * T;
       // Query tiles before the one holding row k0 lie wholly above the diagonal.
-      for (int q0 = k0 / C::BQ * C::BQ; q0 < T; q0 += C::BQ) {
+      for (int q0 = k0 / C::BQ * C::BQ; q0 < query_end; q0 += C::BQ) {
         __syncthreads();  // the previous query tile's Q, dO, P, dS and dQ are no longer read
         load_rows<C::BQ, HD, C::LDH, C::kThreads>(sQ, seq + h * HD, QKV, q0, T);
         load_rows<C::BQ, HD, C::LDH, C::kThreads>(sdO, seq_dout + h * HD, OD, q0, T);
@@ -335,6 +431,7 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
           const bool in = q0 + r < T;
           sLse[r] = in ? row_lse[q0 + r] * kLog2e : 0.0f;
           sDelta[r] = in ? row_delta[q0 + r] : 0.0f;
+          sSpan[r] = in ? lo[q0 + r] : -2;  // as in the forward
         }
         __syncthreads();
 
@@ -355,12 +452,13 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
         }
         __syncthreads();
 
-        // P = exp(S * scale - lse) (0 where masked) and dS = P * (dP - delta) * scale. A row
-        // with lse = -inf has every key masked, so exp2 never sees +inf - -inf.
+        // P = exp(S * scale - lse) (0 where masked, as in the forward) and
+        // dS = P * (dP - delta) * scale. A row with lse = -inf has every key masked, so exp2
+        // never sees +inf - -inf.
         for (int idx = threadIdx.x; idx < C::BQ * C::BK; idx += C::kThreads) {
           const int r = idx / C::BK, c = idx % C::BK;
           const int i = q0 + r, j = k0 + c;
-          const bool valid = i < T && j <= i && sKeyOk[c] != 0;
+          const bool valid = sKeySpan[c] == sSpan[r] && j <= i;
           const float p = valid ? exp2f(sS[r * C::LDS + c] * scale_log2 - sLse[r]) : 0.0f;
           const float ds = p * (sdP[r * C::LDS + c] - sDelta[r]) * scale;
           sP[r * C::LDP + c] = __float2bfloat16_rn(p);
@@ -442,8 +540,27 @@ void require_aligned(const void* p, const char* what) {
 
 float softmax_scale(int hd) { return 1.0f / std::sqrt(static_cast<float>(hd)); }
 
+// Both scratches start with the spans: span_begin [B*T], then span_end [B*T] (int32).
+struct Spans {
+  int32_t* begin;
+  int32_t* end;
+};
+
+size_t spans_bytes(const AttentionShape& s) {
+  return 2 * sizeof(int32_t) * static_cast<size_t>(s.B) * s.T;
+}
+
+Spans find_spans(void* scratch, const int32_t* key_mask, const AttentionShape& s,
+                 cudaStream_t stream) {
+  int32_t* begin = static_cast<int32_t*>(scratch);
+  Spans spans{begin, begin + static_cast<size_t>(s.B) * s.T};
+  attention_spans_kernel<<<s.B, 32, 0, stream>>>(spans.begin, spans.end, key_mask, s.T);
+  check_launch("attention_spans_kernel");
+  return spans;
+}
+
 template <int HD>
-void forward_hd(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+void forward_hd(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask, Spans spans,
                 const AttentionShape& s, cudaStream_t stream) {
   using C = Fwd<HD>;
   check(cudaFuncSetAttribute(attention_forward_kernel<HD>,
@@ -452,15 +569,15 @@ void forward_hd(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
         "attention_forward shared memory");
   const dim3 grid((s.T + C::BQ - 1) / C::BQ, s.num_heads, s.B);
   attention_forward_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
-      out, lse, qkv, key_mask, s.T, s.num_heads, s.num_kv_heads, softmax_scale(HD) * kLog2e,
-      s.causal);
+      out, lse, qkv, key_mask, spans.begin, spans.end, s.T, s.num_heads, s.num_kv_heads,
+      softmax_scale(HD) * kLog2e, s.causal);
   check_launch("attention_forward_kernel");
 }
 
 template <int HD>
 void backward_hd(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, const float* lse,
-                 const float* delta, const int32_t* key_mask, const AttentionShape& s,
-                 cudaStream_t stream) {
+                 const float* delta, const int32_t* key_mask, Spans spans,
+                 const AttentionShape& s, cudaStream_t stream) {
   using C = Bwd<HD>;
   check(cudaFuncSetAttribute(attention_backward_kernel<HD>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -469,8 +586,8 @@ void backward_hd(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, const
   const dim3 grid((s.T + C::BK - 1) / C::BK, s.num_kv_heads, s.B);
   const float scale = softmax_scale(HD);
   attention_backward_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
-      dqkv, dq, dout, qkv, lse, delta, key_mask, s.T, s.num_heads, s.num_kv_heads, scale,
-      scale * kLog2e);
+      dqkv, dq, dout, qkv, lse, delta, key_mask, spans.begin, spans.end, s.T, s.num_heads,
+      s.num_kv_heads, scale, scale * kLog2e);
   check_launch("attention_backward_kernel");
 }
 
@@ -484,36 +601,40 @@ bool attention_supports(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
+size_t attention_forward_scratch(const AttentionShape& s) { return spans_bytes(s); }
+
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                       const AttentionShape& s, cudaStream_t stream) {
+                       const AttentionShape& s, void* scratch, cudaStream_t stream) {
   if (s.B == 0 || s.T == 0) return;
+  if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
   require_aligned(qkv, "qkv");
+  const Spans spans = find_spans(scratch, key_mask, s, stream);
   switch (s.head_dim) {
-    case 16: return forward_hd<16>(out, lse, qkv, key_mask, s, stream);
-    case 32: return forward_hd<32>(out, lse, qkv, key_mask, s, stream);
-    case 64: return forward_hd<64>(out, lse, qkv, key_mask, s, stream);
-    case 128: return forward_hd<128>(out, lse, qkv, key_mask, s, stream);
-    default: unsupported(s.head_dim);
+    case 16: return forward_hd<16>(out, lse, qkv, key_mask, spans, s, stream);
+    case 32: return forward_hd<32>(out, lse, qkv, key_mask, spans, s, stream);
+    case 64: return forward_hd<64>(out, lse, qkv, key_mask, spans, s, stream);
+    case 128: return forward_hd<128>(out, lse, qkv, key_mask, spans, s, stream);
   }
 }
 
-// dq [B*T, NH*hd], then delta [B, NH, T]
+// The spans, then dq [B*T, NH*hd] and delta [B, NH, T] in fp32.
 size_t attention_backward_scratch(const AttentionShape& s) {
   const size_t N = static_cast<size_t>(s.B) * s.T;
-  return N * s.num_heads * s.head_dim + N * s.num_heads;
+  return spans_bytes(s) + sizeof(float) * (N * s.num_heads * s.head_dim + N * s.num_heads);
 }
 
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
-                        float* scratch, cudaStream_t stream) {
+                        void* scratch, cudaStream_t stream) {
   if (!s.causal) throw Error("attention_backward: bidirectional attention is forward only");
   if (s.B == 0 || s.T == 0) return;
   if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
   require_aligned(qkv, "qkv");
   require_aligned(dout, "dout");
   const int N = s.B * s.T, QD = s.num_heads * s.head_dim;
-  float* dq = scratch;
-  float* delta = scratch + static_cast<size_t>(N) * QD;
+  const Spans spans = find_spans(scratch, key_mask, s, stream);
+  float* dq = reinterpret_cast<float*>(spans.end + N);
+  float* delta = dq + static_cast<size_t>(N) * QD;
   check(cudaMemsetAsync(dq, 0, sizeof(float) * N * QD, stream), "attention dq scratch");
 
   constexpr int kThreads = 256;
@@ -523,10 +644,10 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   check_launch("attention_delta_kernel");
 
   switch (s.head_dim) {
-    case 16: backward_hd<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, s, stream); break;
-    case 32: backward_hd<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, s, stream); break;
-    case 64: backward_hd<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, s, stream); break;
-    case 128: backward_hd<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, s, stream); break;
+    case 16: backward_hd<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
+    case 32: backward_hd<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
+    case 64: backward_hd<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
+    case 128: backward_hd<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
   }
 
   const size_t pairs = static_cast<size_t>(N) * QD / 2;

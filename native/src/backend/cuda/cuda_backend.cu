@@ -46,7 +46,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     // Destructors must not throw: errors here are reported by the next CUDA call, if any.
-    for (void* p : {workspace_, static_cast<void*>(partials_), static_cast<void*>(scratch_)}) {
+    for (void* p : {workspace_, static_cast<void*>(partials_), scratch_}) {
       if (p != nullptr) cudaFree(p);
     }
     cudaStreamDestroy(stream_);
@@ -130,14 +130,14 @@ class CudaBackend final : public Backend {
   void attention_forward(XPtr out, float* lse, XPtr qkv, const int32_t* key_mask,
                          const AttentionShape& s) override {
     require_head_dim(s);
-    cuda::attention_forward(X(out), lse, X(qkv), key_mask, s, stream_);
+    cuda::attention_forward(X(out), lse, X(qkv), key_mask, s,
+                            scratch(cuda::attention_forward_scratch(s)), stream_);
   }
   void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
                           const int32_t* key_mask, const AttentionShape& s) override {
     require_head_dim(s);
-    float* scratch = scratch_floats(cuda::attention_backward_scratch(s));
-    cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s, scratch,
-                             stream_);
+    cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s,
+                             scratch(cuda::attention_backward_scratch(s)), stream_);
   }
   void kv_store(XPtr k, XPtr v, XPtr qkv, const int32_t* slots, const PagedShape& s) override {
     cuda::kv_store(X(k), X(v), X(qkv), slots, s, stream_);
@@ -211,13 +211,14 @@ class CudaBackend final : public Backend {
     synchronize();
   }
 
-  // Attention backward's fp32 scratch, grown to the largest shape seen.
-  float* scratch_floats(size_t n) {
-    if (n > scratch_n_) {
+  // The attention calls' scratch (kernels.h), grown to the most bytes asked for. Work queued
+  // on the stream may still use the old buffer: release()'s cudaFree waits for it.
+  void* scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
       if (scratch_ != nullptr) release(scratch_);
       scratch_ = nullptr;  // raw() may throw; never leave a dangling pointer behind
-      scratch_ = static_cast<float*>(raw(n * sizeof(float)));
-      scratch_n_ = n;
+      scratch_ = raw(bytes);
+      scratch_bytes_ = bytes;
     }
     return scratch_;
   }
@@ -233,8 +234,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   double* partials_ = nullptr;
-  float* scratch_ = nullptr;
-  size_t scratch_n_ = 0;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
 };
 
 // Why the runtime found no device, in words a user can act on.

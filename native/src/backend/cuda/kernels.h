@@ -72,17 +72,18 @@ double sum_squares(const float* x, size_t n, double* partials, cudaStream_t stre
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& a,
                   cudaStream_t stream);
 
-// ---- attention.cu: flash-style GQA attention (no T x T matrix in memory); causal, or
-// bidirectional (forward only) when !s.causal ----
+// ---- attention.cu: flash-style GQA attention (no T x T matrix in memory) over the spans of
+// packed rows; causal, or bidirectional (forward only) when !s.causal ----
 // Head dims the kernels are built for; others are refused by the backend with a message.
 bool attention_supports(int head_dim);
-void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                       const AttentionShape& s, cudaStream_t stream);
-// Floats of scratch attention_backward needs for this shape.
+// Bytes of device scratch each call needs for this shape (the same buffer may serve both).
+size_t attention_forward_scratch(const AttentionShape& s);
 size_t attention_backward_scratch(const AttentionShape& s);
+void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                       const AttentionShape& s, void* scratch, cudaStream_t stream);
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
-                        float* scratch, cudaStream_t stream);
+                        void* scratch, cudaStream_t stream);
 
 // ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape) ----
 bool paged_attention_supports(int head_dim);
