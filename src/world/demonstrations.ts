@@ -37,7 +37,10 @@ export interface Demonstration {
   /** Everything after the prompt: generated turns and observations, then `<|im_end|>`. */
   response: string;
   ids: number[];
-  /** 1 on generated tokens (the final `<|im_end|>` included), 0 on prompt and observations. */
+  /**
+   * 1 on the trained tokens: the generated ones (the final `<|im_end|>` included) except a
+   * guess's name; 0 on prompt and observations.
+   */
   lossMask: number[];
   searches: number;
 }
@@ -119,21 +122,29 @@ export async function buildDemonstrations(
     const ids = await tokenizer.encode(prompt, { addSpecialTokens: false });
     const lossMask: number[] = ids.map(() => 0);
     let response = "";
-    const append = async (text: string, generated: boolean) => {
+    const append = async (text: string, trained: boolean) => {
       const piece = await tokenizer.encode(text, { addSpecialTokens: false });
       ids.push(...piece);
-      for (const _ of piece) lossMask.push(generated ? 1 : 0);
+      for (const _ of piece) lossMask.push(trained ? 1 : 0);
       response += text;
     };
-    const guess = () => {
+    // A guess's name is noise: the warm start learns when to guess, and the answer's format,
+    // but never to write a random name where an answer goes (its tokens are not trained).
+    // The cut falls where the tokenizer splits anyway (before a space and an added token).
+    const appendGuess = async (afterMissedSearch: boolean, plan?: string) => {
       const pool = names[q.answerKind];
-      return pool[rng.int(pool.length)] as string;
+      const name = pool[rng.int(pool.length)] as string;
+      const turn = guessTurn(name, afterMissedSearch, plan);
+      const at = turn.lastIndexOf(` ${name} </answer>`);
+      await append(turn.slice(0, at), true);
+      await append(` ${name}`, false);
+      await append(turn.slice(at + name.length + 1), true);
     };
 
     let kind: DemonstrationKind = rng.uniform() < guessFraction ? "guess" : "search";
     let searches = 0;
     if (kind === "guess") {
-      await append(guessTurn(guess(), false, options.planBeforeGuess ? q.plan : undefined), true);
+      await appendGuess(false, options.planBeforeGuess ? q.plan : undefined);
     } else {
       for (const [i, hop] of q.hops.entries()) {
         await append(searchTurn(q, i), true);
@@ -146,7 +157,8 @@ export async function buildDemonstrations(
           break;
         }
       }
-      await append(kind === "search" ? answerTurn(q) : guessTurn(guess(), true), true);
+      if (kind === "search") await append(answerTurn(q), true);
+      else await appendGuess(true);
     }
     ids.push(eos);
     lossMask.push(1);

@@ -22,6 +22,11 @@ let world: WorldSummary;
 let file: WorldFile;
 let demos: DemonstrationSummary;
 
+interface Run {
+  mask: number;
+  text: string;
+}
+
 interface DemoLine {
   id: string;
   data_source: string;
@@ -120,7 +125,7 @@ describe("writeDemonstrations", () => {
     }
   });
 
-  it("masks the prompt and the observations and trains on every generated token", async () => {
+  it("masks the prompt, the observations and a guess's name, and trains on every other generated token", async () => {
     const tensors = await readSafetensors(demos.safetensors);
     const ids = tensors.get("input_ids");
     const attention = tensors.get("attention_mask");
@@ -157,7 +162,7 @@ describe("writeDemonstrations", () => {
       expect(row.slice(0, prompt.length)).toEqual(prompt);
       expect(await tok.decode(row, false)).toBe(line.prompt + line.response);
       // Runs of equal mask: after the prompt, generated turns (1) and observations (0) alternate.
-      const runs: { mask: number; text: string }[] = [];
+      const runs: Run[] = [];
       let start = 0;
       for (let t = 1; t <= line.tokens; t++) {
         if (t === line.tokens || lm[b * T + t] !== lm[b * T + start]) {
@@ -167,7 +172,12 @@ describe("writeDemonstrations", () => {
         }
       }
       expect(runs[0]).toEqual({ mask: 0, text: line.prompt });
-      for (const [i, run] of runs.slice(1).entries()) {
+      // A guess's name is not trained: its turn is three runs, the name masked between the
+      // turn's head and its end.
+      const guessed = line.kind !== "search";
+      const turns = runs.slice(1);
+      const last = guessed ? turns.splice(-3) : [];
+      for (const [i, run] of turns.entries()) {
         expect(run.mask).toBe(i % 2 === 0 ? 1 : 0);
         if (run.mask === 1) {
           for (const fact of heldOut) expect(run.text).not.toContain(fact);
@@ -178,6 +188,13 @@ describe("writeDemonstrations", () => {
             /^\n\n<information>Doc 1\(Title: "[^"]+"\) [\s\S]*<\/information>\n\n$/,
           );
         }
+      }
+      if (guessed) {
+        const [head, name, end] = last as [Run, Run, Run];
+        expect([head.mask, name.mask, end.mask]).toEqual([1, 0, 1]);
+        expect(head.text).toMatch(/^<think> .* <\/think>\n<answer>$/);
+        expect(name.text).toMatch(/^ [A-Z][a-z]+( [A-Z][a-z]+)?$/);
+        expect(end.text).toBe(" </answer><|im_end|>");
       }
     }
   });
