@@ -1,7 +1,7 @@
 // searchr1-gemm-check: the portable sgemm against a plain triple loop (in double) on shapes
 // that hit every edge of its tiling (1 x N, M x 1, sizes off the tile multiples, M, N and K
 // across a cache block, K = 0), all four transpose cases, beta 0/1/other and strides wider
-// than the rows, then its batch- and thread-invariance. Prints "ok: ..." or the first
+// than the rows, the portable sgemv likewise, then sgemm's batch- and thread-invariance. Prints "ok: ..." or the first
 // mismatch (and exits 1). With --bench M N K: GFLOP/s of the portable kernel and of `sgemm`
 // (OpenBLAS where the build has it) in the three cases the CPU backend calls.
 // Built on demand, not by `npm install`: cmake --build <dir> --target searchr1-gemm-check.
@@ -83,6 +83,35 @@ bool check(const Case& s, Trans ta, Trans tb, float alpha, float beta, std::mt19
                     j);
         return false;
       }
+    }
+  }
+  return true;
+}
+
+// sgemv_portable against the same reference: y = alpha A x + beta y, row stride wider than K.
+bool check_gemv(int M, int K, float alpha, float beta, std::mt19937& rng) {
+  const int lda = K + 3;
+  const std::vector<float> A = random_matrix(static_cast<size_t>(M) * lda, rng);
+  const std::vector<float> x = random_matrix(K, rng);
+  std::vector<float> y = random_matrix(M, rng);
+  if (beta == 0.0f) {  // beta 0 must not read y
+    for (float& v : y) v = std::nanf("");
+  }
+  const std::vector<float> y0 = y;
+  sr1::sgemv_portable(M, K, alpha, A.data(), lda, x.data(), beta, y.data());
+  for (int i = 0; i < M; i++) {
+    double sum = 0, mag = 0;
+    for (int k = 0; k < K; k++) {
+      const double t = static_cast<double>(A[static_cast<size_t>(i) * lda + k]) * x[k];
+      sum += t;
+      mag += std::fabs(t);
+    }
+    const double c0 = beta == 0.0f ? 0.0 : static_cast<double>(beta) * y0[i];
+    const double want = alpha * sum + c0;
+    if (!(std::fabs(y[i] - want) <= 1e-5 * (std::fabs(alpha) * mag + std::fabs(c0)) + 1e-30)) {
+      std::printf("FAIL sgemv M=%d K=%d alpha=%g beta=%g: y[%d] = %.9g, want %.9g\n", M, K, alpha,
+                  beta, i, y[i], want);
+      return false;
     }
   }
   return true;
@@ -177,6 +206,12 @@ int main(int argc, char** argv) {
           n++;
         }
       }
+    }
+  }
+  for (const auto& [M, K] : {std::pair{1, 1}, {5, 17}, {37, 15}, {300, 600}, {1100, 40}, {3, 0}}) {
+    for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.5f, 0.25f}}) {
+      if (!check_gemv(M, K, alpha, beta, rng)) return 1;
+      n++;
     }
   }
   if (!check_invariance(rng)) return 1;

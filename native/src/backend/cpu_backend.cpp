@@ -320,8 +320,12 @@ class CpuBackend final : public Backend {
       for (int n = 0; n < N; n++) std::memcpy(out + static_cast<size_t>(n) * OC, bias,
                                               OC * sizeof(float));
     }
-    sgemm(Trans::No, Trans::Yes, N, OC, C, 1.0f, inp, C, w, C, bias != nullptr ? 1.0f : 0.0f,
-          out, OC);
+    const float beta = bias != nullptr ? 1.0f : 0.0f;
+    if (N == 1) {  // a decode step of one sequence: read w once, as it is
+      sgemv(OC, C, 1.0f, w, C, inp, beta, out);
+    } else {
+      sgemm(Trans::No, Trans::Yes, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+    }
   }
 
   void matmul_backward(XPtr xdinp, float* dw, float* dbias, XPtr xdout, XPtr xinp, XPtr xw,

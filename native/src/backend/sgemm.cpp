@@ -14,6 +14,10 @@ void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
   const auto op = [](Trans t) { return t == Trans::Yes ? CblasTrans : CblasNoTrans; };
   cblas_sgemm(CblasRowMajor, op(ta), op(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+void sgemv(int M, int K, float alpha, const float* A, int lda, const float* x, float beta,
+           float* y) {
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, M, K, alpha, A, lda, x, 1, beta, y, 1);
+}
 void set_sgemm_threads(int n) { openblas_set_num_threads(n); }
 SerialSgemm::SerialSgemm() : threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
 SerialSgemm::~SerialSgemm() { openblas_set_num_threads(threads_); }
@@ -24,6 +28,10 @@ const char* sgemm_library() { return "openblas"; }
 void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc) {
   sgemm_portable(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void sgemv(int M, int K, float alpha, const float* A, int lda, const float* x, float beta,
+           float* y) {
+  sgemv_portable(M, K, alpha, A, lda, x, beta, y);
 }
 void set_sgemm_threads(int) {}  // omp_set_num_threads, which the caller does, is enough
 SerialSgemm::SerialSgemm() = default;
