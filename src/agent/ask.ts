@@ -68,7 +68,7 @@ export async function ask(
       response: await tokenizer.decode(trajectory.responseIds, false),
     };
   } catch (err) {
-    throw session.failure(err);
+    throw await session.failure(err);
   } finally {
     await session.close();
   }

@@ -48,6 +48,7 @@ export function agentSettings(
 export class AgentSession {
   private died: string | null = null;
   private readonly stop = new AbortController();
+  private readonly interrupt: AbortSignal;
   readonly signal: AbortSignal;
 
   private constructor(
@@ -56,6 +57,7 @@ export class AgentSession {
     readonly retriever: RetrieverClient,
     signal: AbortSignal,
   ) {
+    this.interrupt = signal;
     this.signal = AbortSignal.any([signal, this.stop.signal]);
     // One listener per request in flight: hundreds at once are expected, not a leak.
     setMaxListeners(0, this.signal, signal);
@@ -126,8 +128,17 @@ export class AgentSession {
     return { engine: this.connected.client, retriever: this.retriever, tokenizer };
   }
 
-  /** The error to report for `err`: the engine's death when that is what happened. */
-  failure(err: unknown): unknown {
+  /**
+   * The error to report for `err`: a child's death when that is what happened. A request can
+   * fail on the socket a dying child hung up a moment before its exit is seen, so a child
+   * still running gets up to a second to be reported in its own words (not after Ctrl-C).
+   */
+  async failure(err: unknown): Promise<unknown> {
+    if (!this.died && !this.interrupt.aborted) {
+      await Promise.all(
+        [this.connected.child, this.retrieverChild].map((child) => child?.settle(1000)),
+      );
+    }
     return this.died ? new ServiceError(this.died) : err;
   }
 

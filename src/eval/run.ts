@@ -111,7 +111,7 @@ async function evaluate(
     task.finish();
   } catch (err) {
     task.finish();
-    throw session.failure(err);
+    throw await session.failure(err);
   } finally {
     await session.close();
   }

@@ -86,6 +86,18 @@ export class ChildServer {
     this.deathListeners.push(listener);
   }
 
+  /** Resolves once the child has exited (its death already told to listeners), or after `ms`. */
+  async settle(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.child.then(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, ms);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
   /** SIGTERM (the server drains and exits), then waits for it. */
   async stop(): Promise<void> {
     this.stopping = true;

@@ -191,7 +191,7 @@ export async function runTrain(
         view.stepDone(row, totalSteps);
       }
     } catch (err) {
-      throw session.failure(err);
+      throw await session.failure(err);
     }
   } finally {
     await session?.close();
