@@ -30,6 +30,7 @@ import { Bm25Engine, loadShared } from "../../src/retrieval/bm25/engine.js";
 import { readMeta } from "../../src/retrieval/bm25/format.js";
 import { Bm25Retriever } from "../../src/retrieval/bm25/retriever.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
+import { fmt, log } from "../common.js";
 import { type CorpusParams, DEFAULT_CORPUS, ensureCorpus, makeQueries } from "./corpus.js";
 
 const TOPKS = [3, 10] as const;
@@ -71,9 +72,6 @@ const script = join(root, "bench", "bm25", "xapian_bench.py");
 const cli = join(root, "bin", "searchr1");
 const stopwords = LUCENE_STOPWORDS.join(",");
 
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const now = () => Number(process.hrtime.bigint()) / 1e9;
 
 /** The first Python that imports xapian, with its versions; exits with a message if none. */

@@ -40,6 +40,7 @@ import { parseArgs } from "node:util";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { readSafetensorsHeader, shapeStr, type TensorInfo } from "../../src/tensors/safetensors.js";
+import { fmt, log } from "../common.js";
 
 const TP = 2;
 const RUNS = 2;
@@ -58,10 +59,6 @@ const python = opts.python ?? "/usr/bin/python3";
 const root = packageRoot();
 const script = join(root, "bench", "convert", "torch_convert.py");
 const cli = join(root, "bin", "searchr1");
-
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 /** One timed child process. */
 interface Run {

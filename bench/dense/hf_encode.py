@@ -29,7 +29,7 @@ Exit status 3 when torch or transformers cannot be imported.
 
 import argparse
 import json
-import platform
+import os
 import sys
 import time
 
@@ -43,20 +43,14 @@ except ImportError as err:
           file=sys.stderr)
     sys.exit(3)
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_stack import stack  # noqa: E402 (in bench/, the parent of this script's folder)
+
 WARMUP_ROWS = 8
 
 
-def blas_name():
-    info = torch.__config__.show()
-    for name in ("Intel(R) oneAPI Math Kernel Library", "MKL", "OpenBLAS", "BLIS"):
-        if name in info:
-            return "MKL" if "Math Kernel" in name else name
-    return "unknown"
-
-
 def cmd_check(_args):
-    print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
-                      "python": platform.python_version(), "blas": blas_name()}))
+    print(json.dumps(stack(torch, transformers)))
 
 
 def cmd_make(args):

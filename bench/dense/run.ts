@@ -73,9 +73,11 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
+import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { readSafetensors, toFloat32, writeSafetensors } from "../../src/tensors/safetensors.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { fmt as formatNumber, log, threadCappedEnv } from "../common.js";
 
 const K = 10;
 const BATCH = 64;
@@ -171,20 +173,9 @@ const dataDir = join(
 );
 const python = opts.python ?? process.env.DENSE_BENCH_PYTHON ?? "python3";
 const benchDir = join(packageRoot(), "bench", "dense");
-const childEnv = {
-  ...process.env,
-  OMP_NUM_THREADS: String(threads),
-  OPENBLAS_NUM_THREADS: String(threads),
-  MKL_NUM_THREADS: String(threads),
-  HF_HUB_DISABLE_PROGRESS_BARS: "1",
-  TRANSFORMERS_VERBOSITY: "error",
-};
+const childEnv = threadCappedEnv(threads);
 
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  Number.isFinite(n)
-    ? n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits })
-    : "—";
+const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? formatNumber(n, digits) : "—");
 const mib = (bytes: number | undefined) => (bytes === undefined ? "—" : fmt(bytes / 2 ** 20));
 const ratio = (theirs: number, ours: number) =>
   Number.isFinite(theirs / ours) ? `${(theirs / ours).toFixed(2)}×` : "—";
@@ -556,18 +547,6 @@ function findIndexExe(): string {
   }
 }
 
-/** Counter-based mulberry32, for reproducible token ids. */
-function rng(seed: number): (n: number) => number {
-  let state = seed >>> 0;
-  return (n) => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) % n;
-  };
-}
-
 async function main() {
   const exe = findIndexExe();
   const fv = runPython("faiss_bench.py", ["check"]);
@@ -880,7 +859,8 @@ async function main() {
           String(BERT.maxPositions),
         ]);
       }
-      const next = rng(20260524);
+      const draw = new Rng(20260524);
+      const next = (n: number) => draw.int(n);
       const ids = new BigInt64Array(passages * tokens);
       for (let b = 0; b < passages; b++) {
         for (let t = 0; t < tokens; t++) {

@@ -56,8 +56,10 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
+import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { fmt, log, threadCappedEnv } from "../common.js";
 import { type Shape as NativeShape, shapeArgs } from "../native/step.js";
 
 /** bench:native's shape, with the engine bench's own fields. */
@@ -140,20 +142,8 @@ const shapes = (() => {
 })();
 const python = opts.python ?? "python3";
 const script = join(packageRoot(), "bench", "engine", "hf_generate.py");
-// Both sides get the thread count from their options (--threads, torch.set_num_threads); the
-// environment also caps the pools those do not reach (OpenBLAS's, MKL's).
-const childEnv = {
-  ...process.env,
-  OMP_NUM_THREADS: String(threads),
-  OPENBLAS_NUM_THREADS: String(threads),
-  MKL_NUM_THREADS: String(threads),
-  HF_HUB_DISABLE_PROGRESS_BARS: "1",
-  TRANSFORMERS_VERBOSITY: "error",
-};
+const childEnv = threadCappedEnv(threads);
 
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const mib = (bytes: number) => fmt(bytes / 2 ** 20, 1);
 
 /** Runs hf_generate.py; exits 0 with a message when torch or transformers is missing. */
@@ -176,18 +166,6 @@ function runPython(args: string[]): string {
   return r.stdout;
 }
 
-/** Counter-based mulberry32, for reproducible prompt tokens. */
-function rng(seed: number): (n: number) => number {
-  let state = seed >>> 0;
-  return (n) => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) % n;
-  };
-}
-
 interface Workload {
   name: string;
   /** One entry per sequence (GRPO: prompt p's samples at p·4 … p·4+3). */
@@ -196,7 +174,8 @@ interface Workload {
 }
 
 function workloads(shape: Shape): Workload[] {
-  const next = rng(20250501);
+  const draw = new Rng(20250501);
+  const next = (n: number) => draw.int(n);
   const tokens = (n: number) =>
     Array.from({ length: n }, () => FIRST_ID + next(shape.vocab - FIRST_ID));
   const prefix = tokens(GRPO_PREFIX);

@@ -39,6 +39,7 @@ import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { fmt, log } from "../common.js";
 import { type Shape, STEP_FLAGS } from "./step.js";
 
 export interface GpuOptions {
@@ -119,10 +120,6 @@ interface Result {
   train: { native: Run; torch?: Run };
   score: { native: Run; torch?: Run };
 }
-
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 function fail(message: string, code = 1): never {
   console.error(`bench:native --gpu: ${message}`);

@@ -43,6 +43,7 @@ import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { fmt, log } from "../common.js";
 import { CPU_SHAPES, shapeArgs } from "./step.js";
 
 export interface RlOptions {
@@ -86,10 +87,6 @@ interface Run {
   /** median CPU seconds of the timed updates */
   cpuMedian: number;
 }
-
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
 function median(xs: number[]): number {
   const sorted = [...xs].sort((a, b) => a - b);

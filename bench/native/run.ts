@@ -40,6 +40,7 @@ import { CliError } from "../../src/runtime/errors.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { nativeExecutable } from "../../src/trainer/native.js";
+import { fmt, log, threadCappedEnv } from "../common.js";
 import { gpuBench } from "./gpu.js";
 import { rlBench } from "./rl.js";
 import { CPU_SHAPES as SHAPES, type Shape, STEP_FLAGS, shapeArgs } from "./step.js";
@@ -79,18 +80,7 @@ const timedSteps = positiveInt("steps", opts.steps, opts.rl ? 3 : 5);
 const threads = positiveInt("threads", opts.threads, availableParallelism());
 const python = opts.python ?? "/usr/bin/python3";
 const script = join(packageRoot(), "bench", "native", "torch_step.py");
-// Both sides get the thread count from their options (--threads, torch.set_num_threads);
-// the environment also caps the pools those do not reach: Debian's torch calls the
-// libblas.so.3 alternative (OpenBLAS), whose pthread pool would otherwise use every core.
-const childEnv = {
-  ...process.env,
-  OMP_NUM_THREADS: String(threads),
-  OPENBLAS_NUM_THREADS: String(threads),
-};
-
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const fmt = (n: number, digits = 0) =>
-  n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const childEnv = threadCappedEnv(threads);
 
 /** One line of the trainer's --metrics file (torch_step.py prints the same). */
 interface StepMetrics {
