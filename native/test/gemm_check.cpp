@@ -1,9 +1,10 @@
 // searchr1-gemm-check: the portable sgemm against a plain triple loop (in double) on shapes
 // that hit every edge of its tiling (1 x N, M x 1, sizes off the tile multiples, M, N and K
 // across a cache block, K = 0), all four transpose cases, beta 0/1/other and strides wider
-// than the rows, the portable sgemv likewise, then sgemm's batch- and thread-invariance. Prints "ok: ..." or the first
-// mismatch (and exits 1). With --bench M N K: GFLOP/s of the portable kernel and of `sgemm`
-// (OpenBLAS where the build has it) in the three cases the CPU backend calls.
+// than the rows, `dots` likewise (B's rows unaligned), then the batch- and thread-invariance
+// of both. Prints "ok: ..." or the first mismatch (and exits 1). With --bench M N K: GFLOP/s
+// of the portable kernel and of `sgemm` (OpenBLAS where the build has it) in the three cases
+// the CPU backend calls, and of `dots` in the forward one.
 // Built on demand, not by `npm install`: cmake --build <dir> --target searchr1-gemm-check.
 #include <omp.h>
 
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/dots.h"
 #include "backend/sgemm.h"
 
 using sr1::Trans;
@@ -88,31 +90,77 @@ bool check(const Case& s, Trans ta, Trans tb, float alpha, float beta, std::mt19
   return true;
 }
 
-// sgemv_portable against the same reference: y = alpha A x + beta y, row stride wider than K.
-bool check_gemv(int M, int K, float alpha, float beta, std::mt19937& rng) {
-  const int lda = K + 3;
+// dots against the same reference: C = alpha A Bᵀ + beta C, strides wider than the rows,
+// and B's rows at an odd byte address (as in a memory-mapped faiss file).
+bool check_dots(int M, int N, int K, float alpha, float beta, std::mt19937& rng) {
+  const int lda = K + 3, ldb = K + 5, ldc = N + 2;
   const std::vector<float> A = random_matrix(static_cast<size_t>(M) * lda, rng);
-  const std::vector<float> x = random_matrix(K, rng);
-  std::vector<float> y = random_matrix(M, rng);
-  if (beta == 0.0f) {  // beta 0 must not read y
-    for (float& v : y) v = std::nanf("");
+  const std::vector<float> B = random_matrix(static_cast<size_t>(N) * ldb, rng);
+  std::vector<unsigned char> odd(B.size() * sizeof(float) + 1);
+  std::memcpy(odd.data() + 1, B.data(), B.size() * sizeof(float));
+  const float* b_odd = reinterpret_cast<const float*>(odd.data() + 1);
+  std::vector<float> C = random_matrix(static_cast<size_t>(M) * ldc, rng);
+  if (beta == 0.0f) {  // beta 0 must not read C
+    for (float& v : C) v = std::nanf("");
   }
-  const std::vector<float> y0 = y;
-  sr1::sgemv_portable(M, K, alpha, A.data(), lda, x.data(), beta, y.data());
+  const std::vector<float> C0 = C;
+  sr1::dots(M, N, K, alpha, A.data(), lda, b_odd, ldb, beta, C.data(), ldc);
   for (int i = 0; i < M; i++) {
-    double sum = 0, mag = 0;
-    for (int k = 0; k < K; k++) {
-      const double t = static_cast<double>(A[static_cast<size_t>(i) * lda + k]) * x[k];
-      sum += t;
-      mag += std::fabs(t);
+    for (int j = 0; j < ldc; j++) {
+      const size_t ij = static_cast<size_t>(i) * ldc + j;
+      if (j >= N) {  // the padding between rows is left alone
+        if (std::memcmp(&C[ij], &C0[ij], sizeof(float)) == 0) continue;
+        std::printf("FAIL dots M=%d N=%d K=%d: wrote C[%d][%d] outside the matrix\n", M, N, K,
+                    i, j);
+        return false;
+      }
+      double sum = 0, mag = 0;
+      for (int k = 0; k < K; k++) {
+        const double t = static_cast<double>(A[static_cast<size_t>(i) * lda + k]) *
+                         B[static_cast<size_t>(j) * ldb + k];
+        sum += t;
+        mag += std::fabs(t);
+      }
+      const double c0 = beta == 0.0f ? 0.0 : static_cast<double>(beta) * C0[ij];
+      const double want = alpha * sum + c0;
+      if (!(std::fabs(C[ij] - want) <= 1e-5 * (std::fabs(alpha) * mag + std::fabs(c0)) + 1e-30)) {
+        std::printf("FAIL dots M=%d N=%d K=%d alpha=%g beta=%g: C[%d][%d] = %.9g, want %.9g\n",
+                    M, N, K, alpha, beta, i, j, C[ij], want);
+        return false;
+      }
     }
-    const double c0 = beta == 0.0f ? 0.0 : static_cast<double>(beta) * y0[i];
-    const double want = alpha * sum + c0;
-    if (!(std::fabs(y[i] - want) <= 1e-5 * (std::fabs(alpha) * mag + std::fabs(c0)) + 1e-30)) {
-      std::printf("FAIL sgemv M=%d K=%d alpha=%g beta=%g: y[%d] = %.9g, want %.9g\n", M, K, alpha,
-                  beta, i, y[i], want);
-      return false;
-    }
+  }
+  return true;
+}
+
+// dots sums every pair on its own: a row of a 37-row product equals, bit for bit, the row
+// alone, on 1 thread or 3, and dots_gathered over the same rows in another order.
+bool check_dots_invariance(std::mt19937& rng) {
+  const int M = 37, N = 70, K = 600, row = 5;
+  const std::vector<float> A = random_matrix(static_cast<size_t>(M) * K, rng);
+  const std::vector<float> B = random_matrix(static_cast<size_t>(N) * K, rng);
+  std::vector<float> all(static_cast<size_t>(M) * N), one(N), three(all.size()), gathered(N);
+  sr1::dots(M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, all.data(), N);
+  sr1::dots(1, N, K, 1.0f, A.data() + row * K, K, B.data(), K, 0.0f, one.data(), N);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  sr1::dots(M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, three.data(), N);
+  omp_set_num_threads(threads);
+  std::vector<const float*> rows(N);
+  for (int j = 0; j < N; j++) rows[j] = B.data() + static_cast<size_t>(N - 1 - j) * K;
+  sr1::dots_gathered(N, K, A.data() + row * K, rows.data(), gathered.data());
+  std::reverse(gathered.begin(), gathered.end());
+  if (std::memcmp(one.data(), all.data() + row * N, N * sizeof(float)) != 0) {
+    std::printf("FAIL: a row of dots computed alone differs from the same row in a batch\n");
+    return false;
+  }
+  if (three != all) {
+    std::printf("FAIL: dots on 3 threads gives a different product than on %d\n", threads);
+    return false;
+  }
+  if (gathered != one) {
+    std::printf("FAIL: dots_gathered differs from dots over the same rows\n");
+    return false;
   }
   return true;
 }
@@ -179,9 +227,16 @@ int bench(int M, int N, int K) {
       sr1::sgemm(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N);
     });
     std::printf(
-        "bench M=%d N=%d K=%d op=%s threads=%d: portable %.1f GFLOP/s, %s %.1f GFLOP/s\n", M,
-        N, K, ta == Trans::Yes ? "TN" : tb == Trans::Yes ? "NT" : "NN", omp_get_max_threads(),
+        "bench M=%d N=%d K=%d op=%s threads=%d: portable %.1f GFLOP/s, %s %.1f GFLOP/s", M, N,
+        K, ta == Trans::Yes ? "TN" : tb == Trans::Yes ? "NT" : "NN", omp_get_max_threads(),
         flop / portable / 1e9, sr1::sgemm_library(), flop / dispatched / 1e9);
+    if (tb == Trans::Yes) {
+      const double dots = seconds_per_call(reps, [&] {
+        sr1::dots(M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, C.data(), N);
+      });
+      std::printf(", dots %.1f GFLOP/s", flop / dots / 1e9);
+    }
+    std::printf("\n");
   }
   return 0;
 }
@@ -208,13 +263,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (const auto& [M, K] : {std::pair{1, 1}, {5, 17}, {37, 15}, {300, 600}, {1100, 40}, {3, 0}}) {
+  const Case dot_cases[] = {{1, 1, 1},  {1, 37, 5},   {3, 7, 16},  {5, 13, 17},  {4, 6, 48},
+                            {9, 31, 600}, {33, 70, 47}, {2, 1100, 40}, {1, 300, 0}};
+  for (const Case& s : dot_cases) {
     for (const auto& [alpha, beta] : {std::pair{1.0f, 0.0f}, {1.0f, 1.0f}, {-0.5f, 0.25f}}) {
-      if (!check_gemv(M, K, alpha, beta, rng)) return 1;
+      if (!check_dots(s.M, s.N, s.K, alpha, beta, rng)) return 1;
       n++;
     }
   }
-  if (!check_invariance(rng)) return 1;
+  if (!check_invariance(rng) || !check_dots_invariance(rng)) return 1;
   std::printf("ok: %d cases match the reference; results are batch- and thread-invariant\n", n);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/dots.h"
 #include "backend/rope_table.h"
 #include "backend/sgemm.h"
 #include "util/error.h"
@@ -21,6 +22,11 @@ namespace sr1 {
 namespace {
 
 constexpr float kNoKeys = -std::numeric_limits<float>::infinity();  // lse of an empty row
+
+// Up to this many input rows a forward matmul runs on `dots` rather than sgemm: 1.2-2.5x
+// OpenBLAS's sgemm from 2 to 32 rows, behind it from about 48 (searchr1-gemm-check --bench,
+// 2-core AVX-512 Xeon, Qwen2 shapes).
+constexpr int kDotsMaxRows = 32;
 
 // Per-thread partial sums of a [C] vector, added into `dst` at the end: used for the
 // column sums of bias and norm-weight gradients, which every row contributes to. The
@@ -321,8 +327,12 @@ class CpuBackend final : public Backend {
                                               OC * sizeof(float));
     }
     const float beta = bias != nullptr ? 1.0f : 0.0f;
-    if (N == 1) {  // a decode step of one sequence: read w once, as it is
+    // A decode step (a row per running sequence) reads w once, as it is: sgemm would first
+    // copy all of w into its blocked layout and reuse little of the copy.
+    if (N == 1) {
       sgemv(OC, C, 1.0f, w, C, inp, beta, out);
+    } else if (N <= kDotsMaxRows) {
+      dots(N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
     } else {
       sgemm(Trans::No, Trans::Yes, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
     }

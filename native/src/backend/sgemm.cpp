@@ -1,8 +1,10 @@
-// sgemm's dispatch: OpenBLAS when CMake found it, else the portable kernel.
+// sgemm's dispatch: OpenBLAS when CMake found it, else the portable kernels.
 #include "backend/sgemm.h"
 
 #ifdef SR1_HAVE_CBLAS
 #include <cblas.h>
+#else
+#include "backend/dots.h"
 #endif
 
 namespace sr1 {
@@ -31,7 +33,7 @@ void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
 }
 void sgemv(int M, int K, float alpha, const float* A, int lda, const float* x, float beta,
            float* y) {
-  sgemv_portable(M, K, alpha, A, lda, x, beta, y);
+  dots(1, M, K, alpha, x, K, A, lda, beta, y, M);
 }
 void set_sgemm_threads(int) {}  // omp_set_num_threads, which the caller does, is enough
 SerialSgemm::SerialSgemm() = default;

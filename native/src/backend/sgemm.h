@@ -16,17 +16,15 @@ void sgemm(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
 // y = alpha * A x + beta * y, A an M x K row-major matrix (lda its row stride): the product
 // of a matrix with one vector, which sgemm would compute at a fraction of the speed (it
 // first copies the whole matrix into its blocked layout, and a vector reuses none of it).
-// beta == 0 overwrites y. Its sums may round differently from sgemm's.
+// beta == 0 overwrites y. OpenBLAS's where the build has it, else `dots` (dots.h). Its sums
+// may round differently from sgemm's.
 void sgemv(int M, int K, float alpha, const float* A, int lda, const float* x, float beta,
            float* y);
 
-// The portable kernels themselves (compiled in every build: searchr1-gemm-check tests and
-// times sgemm's).
+// The portable kernel itself (compiled in every build: searchr1-gemm-check tests and times
+// sgemm's).
 void sgemm_portable(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A,
                     int lda, const float* B, int ldb, float beta, float* C, int ldc);
-
-void sgemv_portable(int M, int K, float alpha, const float* A, int lda, const float* x,
-                    float beta, float* y);
 
 // Threads for sgemm: OpenBLAS keeps its own pool; the portable kernel uses OpenMP's.
 void set_sgemm_threads(int n);

@@ -169,24 +169,4 @@ void sgemm_portable(Trans ta, Trans tb, int M, int N, int K, float alpha, const 
   }
 }
 
-// One row of A per task: y[i] is its dot product with x, in 16 partial sums (one vector
-// register at AVX-512) added at the end, so the row streams through once at full width.
-void sgemv_portable(int M, int K, float alpha, const float* A, int lda, const float* x,
-                    float beta, float* y) {
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < M; i++) {
-    const float* a = A + static_cast<Index>(i) * lda;
-    float lanes[16] = {};
-    int k = 0;
-    for (; k + 16 <= K; k += 16) {
-#pragma omp simd
-      for (int l = 0; l < 16; l++) lanes[l] += a[k + l] * x[k + l];
-    }
-    float dot = 0.0f;
-    for (; k < K; k++) dot += a[k] * x[k];
-    for (float lane : lanes) dot += lane;
-    y[i] = alpha * dot + (beta == 0.0f ? 0.0f : beta * y[i]);
-  }
-}
-
 }  // namespace sr1

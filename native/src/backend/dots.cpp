@@ -1,0 +1,166 @@
+// The dot products of dots.h: a register tile of MR a rows x kNR b rows, each pair summed in
+// a vector of 16 lanes over k, written with GCC/Clang vector types so that the compiler maps
+// a 16-lane vector onto one AVX-512 register, two AVX ones or four SSE/NEON ones.
+#include "backend/dots.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+// GCC notes that passing a 64-byte vector by value would follow a different ABI on machines
+// without AVX-512; these functions are internal and inlined, so no ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace sr1 {
+namespace {
+
+using Index = std::ptrdiff_t;
+
+constexpr int kLanes = 16;
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+// The tile: MR x kNR accumulators of 16 lanes must fit the registers beside the kNR b
+// vectors and one a vector. AVX-512 (32 registers of 16 floats): 4 x 6 sums; AVX (16 of 8,
+// two per sum): 2 x 2; SSE/NEON (four per sum): 1 x 2.
+#if defined(__AVX512F__)
+constexpr int kMR = 4, kNR = 6;
+#elif defined(__AVX__)
+constexpr int kMR = 2, kNR = 2;
+#else
+constexpr int kMR = 1, kNR = 2;
+#endif
+
+Lanes load(const float* p) {  // unaligned: a memcpy the compiler turns into one load
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Lane m of the result is lanes l and l + g of x and y side by side (32 lanes: x's, then
+// y's), where l is the m-th lane that starts the first half of a 2g-lane group. From two
+// vectors of 16 / (2g) sums in groups of 2g lanes, one of twice as many sums in groups of g.
+constexpr int half_group(int m, int g) { return m / g * 2 * g + m % g; }
+
+template <int g, std::size_t... m>
+Lanes fold_pair(const Lanes& x, const Lanes& y, std::index_sequence<m...>) {
+  return __builtin_shufflevector(x, y, half_group(m, g)...) +
+         __builtin_shufflevector(x, y, (half_group(m, g) + g)...);
+}
+
+template <int g>
+Lanes fold_pair(const Lanes& x, const Lanes& y) {
+  return fold_pair<g>(x, y, std::make_index_sequence<kLanes>{});
+}
+
+// out[i] = the 16 lanes of v[i] added, for i < N: lane l + lane l + 8, then + 4, + 2, + 1
+// (the order of dots.h), sixteen vectors at a time in a tree of 15 shuffled adds instead of
+// 16 reductions of one vector each.
+template <int N>
+void reduce(const Lanes* v, float* out) {
+  for (int i0 = 0; i0 < N; i0 += kLanes) {
+    Lanes w[kLanes];
+    for (int i = 0; i < kLanes; i++) w[i] = v[std::min(i0 + i, N - 1)];  // pad: repeat
+    for (int i = 0; i < 8; i++) w[i] = fold_pair<8>(w[2 * i], w[2 * i + 1]);
+    for (int i = 0; i < 4; i++) w[i] = fold_pair<4>(w[2 * i], w[2 * i + 1]);
+    for (int i = 0; i < 2; i++) w[i] = fold_pair<2>(w[2 * i], w[2 * i + 1]);
+    w[0] = fold_pair<1>(w[0], w[1]);
+    for (int i = 0; i < std::min(kLanes, N - i0); i++) out[i0 + i] = w[0][i];
+  }
+}
+
+// The n < 16 floats at p, then zeros.
+Lanes load_partial(const float* p, int n) {
+  Lanes v = {};
+  std::memcpy(&v, p, n * sizeof(float));
+  return v;
+}
+
+// sums[i * kNR + j] = a[i] · b[j] for i < MR, j < kNR.
+template <int MR>
+void tile(int k, const float* const* a, const float* const* b, float* sums) {
+  Lanes acc[MR * kNR] = {};
+  const auto step = [&](auto load_at) {
+    Lanes bv[kNR];
+    for (int j = 0; j < kNR; j++) bv[j] = load_at(b[j]);
+    for (int i = 0; i < MR; i++) {
+      const Lanes av = load_at(a[i]);
+      for (int j = 0; j < kNR; j++) acc[i * kNR + j] += av * bv[j];
+    }
+  };
+  int p = 0;
+  for (; p + kLanes <= k; p += kLanes) step([p](const float* row) { return load(row + p); });
+  // The last k mod 16 terms are one more step with the lanes past the end zero.
+  if (p < k) step([p, k](const float* row) { return load_partial(row + p, k - p); });
+  reduce<MR * kNR>(acc, sums);
+}
+
+// tile<mr> for a run-time mr in 1..MR.
+template <int MR>
+void tile_rows(int mr, int k, const float* const* a, const float* const* b, float* sums) {
+  if constexpr (MR > 1) {
+    if (mr < MR) return tile_rows<MR - 1>(mr, k, a, b, sums);
+  }
+  tile<MR>(k, a, b, sums);
+}
+
+// The kNR b pointers of the tile starting at row j0 of n: past the end, the last row again
+// (its sums are computed and dropped; every pair is summed on its own, so this changes no
+// other result).
+template <class Row>
+void tile_columns(int j0, int n, const Row& row, const float** b) {
+  for (int j = 0; j < kNR; j++) b[j] = row(std::min(j0 + j, n - 1));
+}
+
+// dots over the b rows [j_begin, j_end), on the calling thread.
+void dots_range(int j_begin, int j_end, int m, int k, float alpha, const float* A, Index lda,
+                const float* B, Index ldb, float beta, float* C, Index ldc) {
+  const float* b[kNR];
+  const float* a[kMR];
+  float sums[kMR * kNR];
+  for (int j0 = j_begin; j0 < j_end; j0 += kNR) {
+    tile_columns(j0, j_end, [&](int j) { return B + j * ldb; }, b);
+    const int nr = std::min(kNR, j_end - j0);
+    for (int i0 = 0; i0 < m; i0 += kMR) {  // the tile's b rows stay in L1 across A's rows
+      const int mr = std::min(kMR, m - i0);
+      for (int i = 0; i < mr; i++) a[i] = A + (i0 + i) * lda;
+      tile_rows<kMR>(mr, k, a, b, sums);
+      for (int i = 0; i < mr; i++) {
+        float* c = C + (i0 + i) * ldc + j0;
+        for (int j = 0; j < nr; j++) {
+          c[j] = alpha * sums[i * kNR + j] + (beta == 0.0f ? 0.0f : beta * c[j]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dots(int m, int n, int k, float alpha, const float* A, Index lda, const float* B,
+          Index ldb, float beta, float* C, Index ldc) {
+  if (m <= 0 || n <= 0) return;
+  const int tiles = (n + kNR - 1) / kNR;
+  // Each thread takes a contiguous run of tiles, so its b rows stream in order. Small
+  // products stay on one thread: waking the others would cost more than they save.
+#pragma omp parallel if (double(m) * n * k >= 1 << 18)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int j_begin = std::min(n, tiles * t / nt * kNR);
+    const int j_end = std::min(n, tiles * (t + 1) / nt * kNR);
+    dots_range(j_begin, j_end, m, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+void dots_gathered(int n, int k, const float* a, const float* const* rows, float* out) {
+  const float* b[kNR];
+  float sums[kNR];
+  for (int j0 = 0; j0 < n; j0 += kNR) {
+    tile_columns(j0, n, [&](int j) { return rows[j]; }, b);
+    tile<1>(k, &a, b, sums);
+    std::copy(sums, sums + std::min(kNR, n - j0), out + j0);
+  }
+}
+
+}  // namespace sr1
