@@ -102,8 +102,15 @@ struct FaissIndex {
   std::shared_ptr<MappedFile> file;  // keeps the mapping alive
   std::shared_ptr<uint16_t[]> vectors_f16;  // keep_fp16's copy, read instead of `vectors`
 
-  // Copies rows [first, first+count) into dst (aligned, count*d floats). Every search
-  // reads the vectors through this.
+  // Row `first` and those after it where they lie in the mapped file (unaligned: read them
+  // with memcpy loads, as dots.h does), or nullptr where searches read the fp16 copy.
+  const float* mapped_rows(int64_t first) const {
+    if (vectors_f16) return nullptr;
+    return reinterpret_cast<const float*>(vectors.bytes +
+                                          static_cast<uint64_t>(first) * d * sizeof(float));
+  }
+  // Copies rows [first, first+count) into dst (aligned, count*d floats), converted from the
+  // fp16 copy where there is one.
   void copy_rows(int64_t first, int64_t count, float* dst) const {
     const uint64_t at = static_cast<uint64_t>(first) * d, n = static_cast<uint64_t>(count) * d;
     if (vectors_f16) {

@@ -3,38 +3,48 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
-#include "backend/sgemm.h"
+#include "backend/dots.h"
 #include "index/topk.h"
 #include "util/error.h"
 
 namespace sr1 {
 namespace {
 
+// |x|², x a row that may be unaligned (in the mapped file).
 float squared_norm(const float* x, int d) {
   float s = 0;
-  for (int i = 0; i < d; i++) s += x[i] * x[i];
+  for (int i = 0; i < d; i++) {
+    float v;
+    std::memcpy(&v, x + i, sizeof v);
+    s += v * v;
+  }
   return s;
 }
 
-// What one thread computes for one block: the block's rows, copied aligned, and the
-// queries' scores against them (nq x rows, row-major).
+// What one thread computes for one block: the queries' scores against the block's rows
+// (nq x rows, row-major); `vectors` holds the rows converted from an fp16 copy.
 struct Block {
   int64_t first = 0;
   int rows = 0;
   std::vector<float> vectors, scores, norms;
 };
 
-// scores = queries · rowsᵀ, then turned into squared L2 distances the way faiss's BLAS
-// path does (so that scores agree to round-off with faiss's).
+// scores = queries · rowsᵀ, read from the mapping where they lie, then turned into squared
+// L2 distances the way faiss's BLAS path does (so that scores agree to round-off with
+// faiss's).
 void score_block(const FaissIndex& index, const float* queries, const float* query_norms,
                  int nq, Block& b) {
   const int d = index.d;
-  index.copy_rows(b.first, b.rows, b.vectors.data());
-  sgemm(Trans::No, Trans::Yes, nq, b.rows, d, 1.0f, queries, d, b.vectors.data(), d, 0.0f,
-        b.scores.data(), b.rows);
+  const float* rows = index.mapped_rows(b.first);
+  if (rows == nullptr) {
+    index.copy_rows(b.first, b.rows, b.vectors.data());
+    rows = b.vectors.data();
+  }
+  dots(nq, b.rows, d, 1.0f, queries, d, rows, d, 0.0f, b.scores.data(), b.rows);
   if (index.metric != Metric::L2) return;
-  for (int j = 0; j < b.rows; j++) b.norms[j] = squared_norm(b.vectors.data() + size_t(j) * d, d);
+  for (int j = 0; j < b.rows; j++) b.norms[j] = squared_norm(rows + size_t(j) * d, d);
   for (int i = 0; i < nq; i++) {
     float* s = b.scores.data() + size_t(i) * b.rows;
     for (int j = 0; j < b.rows; j++) {
@@ -72,7 +82,7 @@ void scan(const FaissIndex& index, const float* queries, int nq, int k, int bloc
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     Block& mine = blocks[t];  // allocated by the thread that uses it (first touch)
-    mine.vectors.resize(size_t(block_rows) * index.d);
+    if (index.vectors_f16) mine.vectors.resize(size_t(block_rows) * index.d);
     mine.scores.resize(size_t(block_rows) * nq);
     mine.norms.resize(block_rows);
     const int64_t round_rows = int64_t(nt) * block_rows;
@@ -104,11 +114,7 @@ TopK flat_search(const FaissIndex& index, const float* queries, int nq, int k,
   r.k = k;
   r.ids.resize(size_t(nq) * k);
   r.scores.resize(size_t(nq) * k);
-  // The threads split the rows themselves: each one's sgemm must run on one thread
-  // (OpenBLAS would otherwise start its own pool inside ours; the portable kernel's nested
-  // OpenMP region is inactive anyway).
-  const int threads = omp_get_max_threads();
-  set_sgemm_threads(1);
+  // The threads split the rows themselves (dots inside their region runs on the caller).
   const int batch = std::max(1, options.query_batch);
   for (int q0 = 0; q0 < nq; q0 += batch) {
     const int n = std::min(batch, nq - q0);
@@ -121,7 +127,6 @@ TopK flat_search(const FaissIndex& index, const float* queries, int nq, int k,
       scan<topk::Min<int64_t>>(index, q, n, k, options.block_rows, val, ids);
     }
   }
-  set_sgemm_threads(threads);
   return r;
 }
 

@@ -9,12 +9,13 @@
 // higher id first, for L2 the lower id first). k > ntotal leaves id -1 and the worst
 // possible score (-FLT_MAX for inner product, FLT_MAX for L2) in the missing places.
 //
-// The scan is memory-bound: each round, every thread copies its own block of rows out of
-// the (unaligned) mapped file into an aligned buffer that stays in its cache, multiplies
-// all queries by it with a single-threaded sgemm, and then the threads split the queries
-// and feed that round's blocks, in row order, into each query's heap. With keep_fp16
-// (faiss_io.h) the blocks are converted from the fp16 copy in memory instead, so scores
-// differ from faiss's fp32 ones by fp16 rounding, as with faiss's GPU index in float16.
+// Each round, every thread multiplies all queries by its own block of rows with `dots`
+// (backend/dots.h), which reads the rows once, where they lie in the (unaligned) mapped
+// file: sgemm would first copy them into its blocked layout, which costs as much as reading
+// them. Then the threads split the queries and feed that round's blocks, in row order, into
+// each query's heap. With keep_fp16 (faiss_io.h) each block is first converted from the fp16
+// copy in memory into a buffer that stays in the thread's cache, so scores differ from
+// faiss's fp32 ones by fp16 rounding, as with faiss's GPU index in float16.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/dots.h"
 #include "index/topk.h"
 #include "util/error.h"
 
@@ -15,60 +16,75 @@ namespace {
 using Results = topk::Max<int64_t>;    // the k best distances: the worst on top
 using QueueOrder = topk::Max<int32_t>; // the candidate queue, the worst on top
 
-// The distance of a query to a row: sum over i of q_i·x_i (inner product) or (q_i − x_i)²,
-// in 16 partial sums (one per SIMD lane) added at the end, as a vectorised
-// fvec_inner_product / fvec_L2sqr sums them. `x(i)` loads element i of the row.
-template <bool L2, class Row>
-float lane_sum(const float* q, const Row& x, int d) {
+// The squared L2 distance of a query to a row (unaligned: memcpy loads), in 16 partial sums
+// (one per SIMD lane) added at the end, as a vectorised fvec_L2sqr sums them.
+float l2_sum(const float* q, const float* x, int d) {
   constexpr int kLanes = 16;
+  const auto at = [x](int i) {
+    float v;
+    std::memcpy(&v, x + i, sizeof v);
+    return v;
+  };
   float part[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= d; i += kLanes) {
-    for (int j = 0; j < kLanes; j++) {
-      const float v = x(i + j);
-      part[j] += L2 ? (q[i + j] - v) * (q[i + j] - v) : q[i + j] * v;
-    }
+    for (int j = 0; j < kLanes; j++) part[j] += (q[i + j] - at(i + j)) * (q[i + j] - at(i + j));
   }
   float s = 0;
   for (int j = 0; j < kLanes; j++) s += part[j];
-  for (; i < d; i++) s += L2 ? (q[i] - x(i)) * (q[i] - x(i)) : q[i] * x(i);
+  for (; i < d; i++) s += (q[i] - at(i)) * (q[i] - at(i));
   return s;
 }
 
 // Distances ("smaller is better") from one query to stored vectors (faiss's
-// DistanceComputer). Rows are read where they are mapped
-// (unaligned: memcpy loads), not copied first: the copy took a third of the search's time.
-// An fp16 copy (keep_fp16) is converted row by row instead.
+// DistanceComputer). Rows are read where they are mapped (unaligned: memcpy loads), not
+// copied first: the copy took a third of the search's time. An fp16 copy (keep_fp16) is
+// converted row by row instead. Inner products are taken several rows at a time (dots.h),
+// which overlaps their cache misses as faiss's distances_batch_4 does.
 class QueryDistance {
  public:
   QueryDistance(const FaissIndex& index, const float* query)
       : index_(index), query_(query), row_(index.d) {}
+
   float operator()(int32_t id) {
+    float d;
+    batch(&id, 1, &d);
+    return d;
+  }
+
+  // out[j] = the distance to row ids[j], for j < n.
+  void batch(const int32_t* ids, int n, float* out) {
     const int d = index_.d;
-    if (index_.vectors_f16) {
-      index_.copy_rows(id, 1, row_.data());
-      const float* x = row_.data();
-      return finish(sum([x](int i) { return x[i]; }));
+    if (index_.metric == Metric::InnerProduct) {
+      rows_.resize(n);
+      if (index_.vectors_f16) {
+        converted_.resize(size_t(n) * d);
+        for (int j = 0; j < n; j++) {
+          rows_[j] = converted_.data() + size_t(j) * d;
+          index_.copy_rows(ids[j], 1, converted_.data() + size_t(j) * d);
+        }
+      } else {
+        for (int j = 0; j < n; j++) rows_[j] = index_.mapped_rows(ids[j]);
+      }
+      dots_gathered(n, d, query_, rows_.data(), out);
+      for (int j = 0; j < n; j++) out[j] = -out[j];
+      return;
     }
-    const unsigned char* mapped = index_.vectors.bytes + uint64_t(id) * uint64_t(d) * 4;
-    return finish(sum([mapped](int i) {
-      float v;
-      std::memcpy(&v, mapped + 4 * i, 4);
-      return v;
-    }));
+    for (int j = 0; j < n; j++) {
+      const float* x = index_.mapped_rows(ids[j]);
+      if (x == nullptr) {
+        index_.copy_rows(ids[j], 1, row_.data());
+        x = row_.data();
+      }
+      out[j] = l2_sum(query_, x, d);
+    }
   }
 
  private:
-  template <class Row>
-  float sum(const Row& x) const {
-    return index_.metric == Metric::L2 ? lane_sum<true>(query_, x, index_.d)
-                                       : lane_sum<false>(query_, x, index_.d);
-  }
-  float finish(float s) const { return index_.metric == Metric::L2 ? s : -s; }
-
   const FaissIndex& index_;
   const float* query_;
-  std::vector<float> row_;
+  std::vector<float> row_, converted_;
+  std::vector<const float*> rows_;
 };
 
 // faiss's VisitedTable: a mark per node, cleared lazily by bumping the mark value.
@@ -164,15 +180,24 @@ int neighbors(const FaissIndex& index, int32_t node, int level, std::vector<int3
   return n;
 }
 
+// What a thread reuses from one query to the next.
+struct Scratch {
+  explicit Scratch(int64_t ntotal) : visited(ntotal) {}
+  Visited visited;
+  std::vector<int32_t> ids;  // a node's neighbours
+  std::vector<float> dis;    // their distances
+};
+
 // Step 1: on one level, move to a strictly closer neighbour until there is none.
 void greedy_descend(const FaissIndex& index, QueryDistance& dist, int level, int32_t& nearest,
-                    float& d_nearest, std::vector<int32_t>& buf) {
+                    float& d_nearest, Scratch& s) {
   for (;;) {
     const int32_t previous = nearest;
-    const int n = neighbors(index, previous, level, buf);
+    const int n = neighbors(index, previous, level, s.ids);
+    s.dis.resize(n);
+    dist.batch(s.ids.data(), n, s.dis.data());
     for (int j = 0; j < n; j++) {
-      const float d = dist(buf[j]);
-      if (d < d_nearest) nearest = buf[j], d_nearest = d;
+      if (s.dis[j] < d_nearest) nearest = s.ids[j], d_nearest = s.dis[j];
     }
     if (nearest == previous) return;
   }
@@ -185,29 +210,34 @@ void add_result(int k, float* val, int64_t* ids, float d, int32_t id) {
 
 // Step 2: the beam search on level 0 from `entry` (faiss's search_from_candidates).
 void search_level0(const FaissIndex& index, QueryDistance& dist, int32_t entry, float d_entry,
-                   int k, int ef_search, Visited& visited, std::vector<int32_t>& buf,
-                   float* val, int64_t* ids) {
+                   int k, int ef_search, Scratch& s, float* val, int64_t* ids) {
   CandidateQueue candidates(std::max(ef_search, k));
   candidates.push(entry, d_entry);
   add_result(k, val, ids, d_entry, entry);
-  visited.set(entry);
+  s.visited.set(entry);
   while (candidates.size() > 0) {
     float d0 = 0;
     const int32_t v0 = candidates.pop_min(&d0);
     // Stop once efSearch candidates seen so far are closer than the best left.
     if (candidates.count_below(d0) >= ef_search) break;
-    const int n = neighbors(index, v0, 0, buf);
+    // The unvisited neighbours (marked now, as faiss does before computing any), then
+    // their distances in one batch, offered in neighbour order.
+    const int n = neighbors(index, v0, 0, s.ids);
+    int fresh = 0;
     for (int j = 0; j < n; j++) {
-      if (!visited.set(buf[j])) continue;
-      const float d = dist(buf[j]);
-      add_result(k, val, ids, d, buf[j]);
-      candidates.push(buf[j], d);
+      if (s.visited.set(s.ids[j])) s.ids[fresh++] = s.ids[j];
+    }
+    s.dis.resize(fresh);
+    dist.batch(s.ids.data(), fresh, s.dis.data());
+    for (int j = 0; j < fresh; j++) {
+      add_result(k, val, ids, s.dis[j], s.ids[j]);
+      candidates.push(s.ids[j], s.dis[j]);
     }
   }
 }
 
-void search_one(const FaissIndex& index, const float* query, int k, int ef_search,
-                Visited& visited, std::vector<int32_t>& buf, float* val, int64_t* ids) {
+void search_one(const FaissIndex& index, const float* query, int k, int ef_search, Scratch& s,
+                float* val, int64_t* ids) {
   topk::heapify<Results>(k, val, ids);
   const HnswGraph& g = index.hnsw;
   if (g.entry_point >= 0) {
@@ -215,10 +245,10 @@ void search_one(const FaissIndex& index, const float* query, int k, int ef_searc
     int32_t nearest = g.entry_point;
     float d_nearest = dist(nearest);
     for (int level = g.max_level; level >= 1; level--) {
-      greedy_descend(index, dist, level, nearest, d_nearest, buf);
+      greedy_descend(index, dist, level, nearest, d_nearest, s);
     }
-    search_level0(index, dist, nearest, d_nearest, k, ef_search, visited, buf, val, ids);
-    visited.next_query();
+    search_level0(index, dist, nearest, d_nearest, k, ef_search, s, val, ids);
+    s.visited.next_query();
   }
   topk::reorder<Results>(k, val, ids);
   if (index.metric == Metric::InnerProduct) {
@@ -240,12 +270,11 @@ TopK hnsw_search(const FaissIndex& index, const float* queries, int nq, int k, i
   std::string error;  // exceptions must not leave an OpenMP region
 #pragma omp parallel
   {
-    Visited visited(index.ntotal);
-    std::vector<int32_t> buf;
+    Scratch scratch(index.ntotal);
 #pragma omp for schedule(dynamic, 1)
     for (int i = 0; i < nq; i++) {
       try {
-        search_one(index, queries + size_t(i) * index.d, k, ef, visited, buf,
+        search_one(index, queries + size_t(i) * index.d, k, ef, scratch,
                    r.scores.data() + size_t(i) * k, r.ids.data() + size_t(i) * k);
       } catch (const std::exception& e) {
 #pragma omp critical
