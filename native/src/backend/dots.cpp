@@ -54,20 +54,27 @@ Lanes fold_pair(const Lanes& x, const Lanes& y) {
   return fold_pair<g>(x, y, std::make_index_sequence<kLanes>{});
 }
 
+// One level of the tree: w[0..n) to w[0..(n + 1) / 2), each pair folded at group size g
+// (an odd last vector is folded with itself; the copy of its sums is never read).
+template <int g, int n>
+void fold_level(Lanes* w) {
+  for (int i = 0; i < (n + 1) / 2; i++) w[i] = fold_pair<g>(w[2 * i], w[std::min(2 * i + 1, n - 1)]);
+}
+
 // out[i] = the 16 lanes of v[i] added, for i < N: lane l + lane l + 8, then + 4, + 2, + 1
-// (the order of dots.h), sixteen vectors at a time in a tree of 15 shuffled adds instead of
-// 16 reductions of one vector each.
+// (the order of dots.h), up to sixteen vectors at a time in a tree of shuffled adds (15 for
+// sixteen sums, 4 + 2 + 1 + 1 for six) instead of one reduction per vector.
 template <int N>
 void reduce(const Lanes* v, float* out) {
-  for (int i0 = 0; i0 < N; i0 += kLanes) {
-    Lanes w[kLanes];
-    for (int i = 0; i < kLanes; i++) w[i] = v[std::min(i0 + i, N - 1)];  // pad: repeat
-    for (int i = 0; i < 8; i++) w[i] = fold_pair<8>(w[2 * i], w[2 * i + 1]);
-    for (int i = 0; i < 4; i++) w[i] = fold_pair<4>(w[2 * i], w[2 * i + 1]);
-    for (int i = 0; i < 2; i++) w[i] = fold_pair<2>(w[2 * i], w[2 * i + 1]);
-    w[0] = fold_pair<1>(w[0], w[1]);
-    for (int i = 0; i < std::min(kLanes, N - i0); i++) out[i0 + i] = w[0][i];
-  }
+  constexpr int n = std::min(N, kLanes), n8 = (n + 1) / 2, n4 = (n8 + 1) / 2, n2 = (n4 + 1) / 2;
+  Lanes w[n];
+  for (int i = 0; i < n; i++) w[i] = v[i];
+  fold_level<8, n>(w);
+  fold_level<4, n8>(w);
+  fold_level<2, n4>(w);
+  fold_level<1, n2>(w);
+  for (int i = 0; i < n; i++) out[i] = w[0][i];
+  if constexpr (N > kLanes) reduce<N - kLanes>(v + kLanes, out + kLanes);
 }
 
 // The n < 16 floats at p, then zeros.
