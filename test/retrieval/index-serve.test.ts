@@ -191,6 +191,23 @@ describe("--fp16", () => {
     expect(await serve.close()).toBe(0);
   });
 
+  // A few queries have the rows converted a slice at a time (flat_search.cpp, kFewQueries),
+  // a batch has whole blocks converted; every score is the same sum either way (dots.h).
+  it.each(["flat-ip", "flat-l2"])(
+    "%s: a query alone gets what it gets in a batch, bit for bit",
+    async (name) => {
+      const e = await expected(name);
+      const serve = new Serve(["--index", fixture(`${name}.index`), "--fp16"]);
+      const batch = await serve.search({ k: 10, vectors: e.queries });
+      for (const i of [0, 1, 17]) {
+        const alone = await serve.search({ k: 10, vectors: [e.queries[i]] });
+        expect(alone.ids[0]).toStrictEqual(batch.ids[i]);
+        expect(alone.scores[0]).toStrictEqual(batch.scores[i]);
+      }
+      expect(await serve.close()).toBe(0);
+    },
+  );
+
   it("HNSW: the graph walk over the fp16 vectors finds faiss's neighbours", async () => {
     const e = await expected("hnsw-ip");
     const serve = new Serve(["--index", fixture("hnsw-ip.index"), "--fp16"]);

@@ -13,9 +13,10 @@
 // (backend/dots.h), which reads the rows once, where they lie in the (unaligned) mapped
 // file: sgemm would first copy them into its blocked layout, which costs as much as reading
 // them. Then the threads split the queries and feed that round's blocks, in row order, into
-// each query's heap. With keep_fp16 (faiss_io.h) each block is first converted from the fp16
-// copy in memory into a buffer that stays in the thread's cache, so scores differ from
-// faiss's fp32 ones by fp16 rounding, as with faiss's GPU index in float16.
+// each query's heap. With keep_fp16 (faiss_io.h) the rows are first converted from the fp16
+// copy in memory into the thread's buffer (a block, or for a few queries a slice that stays
+// in L2), so scores differ from faiss's fp32 ones by fp16 rounding, as with faiss's GPU index
+// in float16.
 #pragma once
 #include <cstdint>
 #include <vector>
