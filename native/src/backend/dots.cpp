@@ -58,7 +58,9 @@ Lanes fold_pair(const Lanes& x, const Lanes& y) {
 // (an odd last vector is folded with itself; the copy of its sums is never read).
 template <int g, int n>
 void fold_level(Lanes* w) {
-  for (int i = 0; i < (n + 1) / 2; i++) w[i] = fold_pair<g>(w[2 * i], w[std::min(2 * i + 1, n - 1)]);
+  for (int i = 0; i < (n + 1) / 2; i++) {
+    w[i] = fold_pair<g>(w[2 * i], w[std::min(2 * i + 1, n - 1)]);
+  }
 }
 
 // out[i] = the 16 lanes of v[i] added, for i < N: lane l + lane l + 8, then + 4, + 2, + 1

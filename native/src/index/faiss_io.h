@@ -88,6 +88,13 @@ struct HnswGraph {
 // n fp16 values to fp32 (F16C instructions where the build targets them).
 void f16_to_f32_array(const uint16_t* src, uint64_t n, float* dst);
 
+// Element i of a row that may be unaligned (FaissIndex::mapped_rows): a memcpy load.
+inline float row_element(const float* row, int64_t i) {
+  float v;
+  std::memcpy(&v, row + i, sizeof v);
+  return v;
+}
+
 // An opened index: the flat vectors (row i has id i) and, for IHNf, the graph over them.
 struct FaissIndex {
   std::string path;

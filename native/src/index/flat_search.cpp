@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "backend/dots.h"
 #include "index/topk.h"
@@ -15,11 +14,7 @@ namespace {
 // |x|², x a row that may be unaligned (in the mapped file).
 float squared_norm(const float* x, int d) {
   float s = 0;
-  for (int i = 0; i < d; i++) {
-    float v;
-    std::memcpy(&v, x + i, sizeof v);
-    s += v * v;
-  }
+  for (int i = 0; i < d; i++) s += row_element(x, i) * row_element(x, i);
   return s;
 }
 

@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "backend/dots.h"
@@ -20,19 +19,18 @@ using QueueOrder = topk::Max<int32_t>; // the candidate queue, the worst on top
 // (one per SIMD lane) added at the end, as a vectorised fvec_L2sqr sums them.
 float l2_sum(const float* q, const float* x, int d) {
   constexpr int kLanes = 16;
-  const auto at = [x](int i) {
-    float v;
-    std::memcpy(&v, x + i, sizeof v);
-    return v;
+  const auto diff2 = [q, x](int i) {
+    const float t = q[i] - row_element(x, i);
+    return t * t;
   };
   float part[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= d; i += kLanes) {
-    for (int j = 0; j < kLanes; j++) part[j] += (q[i + j] - at(i + j)) * (q[i + j] - at(i + j));
+    for (int j = 0; j < kLanes; j++) part[j] += diff2(i + j);
   }
   float s = 0;
   for (int j = 0; j < kLanes; j++) s += part[j];
-  for (; i < d; i++) s += (q[i] - at(i)) * (q[i] - at(i));
+  for (; i < d; i++) s += diff2(i);
   return s;
 }
 
@@ -43,8 +41,7 @@ float l2_sum(const float* q, const float* x, int d) {
 // which overlaps their cache misses as faiss's distances_batch_4 does.
 class QueryDistance {
  public:
-  QueryDistance(const FaissIndex& index, const float* query)
-      : index_(index), query_(query), row_(index.d) {}
+  QueryDistance(const FaissIndex& index, const float* query) : index_(index), query_(query) {}
 
   float operator()(int32_t id) {
     float d;
@@ -54,36 +51,34 @@ class QueryDistance {
 
   // out[j] = the distance to row ids[j], for j < n.
   void batch(const int32_t* ids, int n, float* out) {
-    const int d = index_.d;
+    const float* const* rows = rows_of(ids, n);
     if (index_.metric == Metric::InnerProduct) {
-      rows_.resize(n);
-      if (index_.vectors_f16) {
-        converted_.resize(size_t(n) * d);
-        for (int j = 0; j < n; j++) {
-          rows_[j] = converted_.data() + size_t(j) * d;
-          index_.copy_rows(ids[j], 1, converted_.data() + size_t(j) * d);
-        }
-      } else {
-        for (int j = 0; j < n; j++) rows_[j] = index_.mapped_rows(ids[j]);
-      }
-      dots_gathered(n, d, query_, rows_.data(), out);
+      dots_gathered(n, index_.d, query_, rows, out);
       for (int j = 0; j < n; j++) out[j] = -out[j];
-      return;
-    }
-    for (int j = 0; j < n; j++) {
-      const float* x = index_.mapped_rows(ids[j]);
-      if (x == nullptr) {
-        index_.copy_rows(ids[j], 1, row_.data());
-        x = row_.data();
-      }
-      out[j] = l2_sum(query_, x, d);
+    } else {
+      for (int j = 0; j < n; j++) out[j] = l2_sum(query_, rows[j], index_.d);
     }
   }
 
  private:
+  // The rows ids[0..n): where they are mapped, or converted from the fp16 copy.
+  const float* const* rows_of(const int32_t* ids, int n) {
+    rows_.resize(n);
+    if (index_.vectors_f16) converted_.resize(size_t(n) * index_.d);
+    for (int j = 0; j < n; j++) {
+      rows_[j] = index_.mapped_rows(ids[j]);
+      if (rows_[j] == nullptr) {
+        float* row = converted_.data() + size_t(j) * index_.d;
+        index_.copy_rows(ids[j], 1, row);
+        rows_[j] = row;
+      }
+    }
+    return rows_.data();
+  }
+
   const FaissIndex& index_;
   const float* query_;
-  std::vector<float> row_, converted_;
+  std::vector<float> converted_;
   std::vector<const float*> rows_;
 };
 
