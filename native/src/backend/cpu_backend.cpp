@@ -63,12 +63,13 @@ inline void axpy(float* y, float a, const float* x, int n) {
 // query), so memory stays bounded for long sequences.
 constexpr int kQueryTile = 64;
 
-// e^x for the softmax's x <= 0, in a form the compiler vectorises (libm's expf is a call per
-// element, and was half of the attention's time): x = n ln2 + r with |r| <= ln2 / 2, e^r by
+// e^x for x <= 0 (a softmax's shifted scores, a log-prob, -|x| in a sigmoid), in a form the
+// compiler vectorises (libm's expf is a call per element, and was half of the attention's
+// time, and most of SwiGLU's): x = n ln2 + r with |r| <= ln2 / 2, e^r by
 // Cephes' expf polynomial, times 2^n built in the exponent bits; within 1.02 ulp of e^x on
 // [-87, 0] (checked on every float there), and 0 below -87.3, where e^x leaves the normal
 // floats, -inf included. No floor or float-to-int conversion: GCC vectorises neither here.
-inline float softmax_exp(float x) {
+inline float exp_nonpositive(float x) {
   const float xc = std::max(x, -100.0f);
   const float t = xc * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to n
   const float n = t - 12582912.0f;
@@ -89,6 +90,12 @@ inline float softmax_exp(float x) {
   return p * two_n;
 }
 
+// The logistic sigmoid 1 / (1 + e^-x), from e^-|x| so the exponential never overflows.
+inline float sigmoid(float x) {
+  const float e = exp_nonpositive(-std::fabs(x));
+  return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+
 // The exact (erf) GELU, x * Phi(x), Phi(x) = 1 - erfc(x / sqrt 2) / 2, in a form the compiler
 // vectorises (libm's erff is a call per element: 7x slower, and a fifth of an encoder's time).
 // erfc(z) for z >= 0 is Abramowitz & Stegun 7.1.26, t P(t) e^(-z^2) with t = 1 / (1 + p z),
@@ -101,7 +108,7 @@ inline float gelu(float x) {
   const float poly =
       t * (0.254829592f +
            t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  const float half_erfc = 0.5f * poly * softmax_exp(-z * z);
+  const float half_erfc = 0.5f * poly * exp_nonpositive(-z * z);
   return x * (x >= 0.0f ? 1.0f - half_erfc : half_erfc);
 }
 
@@ -124,7 +131,7 @@ float softmax(float* row, int n) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; j++) {
-    row[j] = softmax_exp(row[j] - mx);
+    row[j] = exp_nonpositive(row[j] - mx);
     sum += row[j];
   }
   const float inv = 1.0f / sum;
@@ -159,7 +166,7 @@ void causal_probs(float* p, const float* lse, const int32_t* key_mask, int i0, i
     mask_keys(row, key_mask, n);
     const float row_lse = lse[r];
 #pragma omp simd
-    for (int j = 0; j < n; j++) row[j] = softmax_exp(row[j] - row_lse);
+    for (int j = 0; j < n; j++) row[j] = exp_nonpositive(row[j] - row_lse);
     std::memset(row + n, 0, (keys - n) * sizeof(float));
   }
 }
@@ -528,7 +535,8 @@ class CpuBackend final : public Backend {
       const float* g = gu + static_cast<size_t>(n) * 2 * I;
       const float* u = g + I;
       float* o = out + static_cast<size_t>(n) * I;
-      for (int i = 0; i < I; i++) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+#pragma omp simd
+      for (int i = 0; i < I; i++) o[i] = g[i] * sigmoid(g[i]) * u[i];
     }
   }
 
@@ -542,8 +550,9 @@ class CpuBackend final : public Backend {
       const float* d = dout + static_cast<size_t>(n) * I;
       float* dg = dgu + static_cast<size_t>(n) * 2 * I;
       float* du = dg + I;
+#pragma omp simd
       for (int i = 0; i < I; i++) {
-        const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+        const float sig = sigmoid(g[i]);
         du[i] = d[i] * g[i] * sig;
         dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
       }
@@ -619,13 +628,13 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
       const float* z = logits + static_cast<size_t>(r) * V;
-      float mx = z[0];
-      for (int v = 1; v < V; v++) mx = std::max(mx, z[v]);
+      const float mx = row_max(z, V);
       double sum = 0, ez = 0;  // sums of e^(z - max) and of e^(z - max) * z
+#pragma omp simd reduction(+ : sum, ez)
       for (int v = 0; v < V; v++) {
-        const double e = std::exp(static_cast<double>(z[v] - mx));
+        const float e = exp_nonpositive(z[v] - mx);
         sum += e;
-        ez += e * z[v];
+        ez += static_cast<double>(e) * z[v];
       }
       const double lse = mx + std::log(sum);
       logprob[r] = static_cast<float>(z[targets[r]] - lse);
@@ -643,16 +652,19 @@ class CpuBackend final : public Backend {
       const float c = coef[r];
       const float e = ent_coef != nullptr ? ent_coef[r] : 0.0f;
       if (e == 0.0f) {
-        for (int v = 0; v < V; v++) z[v] = c * std::exp(z[v] - lse);
+#pragma omp simd
+        for (int v = 0; v < V; v++) z[v] = c * exp_nonpositive(z[v] - lse);
       } else {
         // dH/dz_v = -p_v * (log p_v + H), H = -sum p log p
         double h = 0;
+#pragma omp simd reduction(- : h)
         for (int v = 0; v < V; v++) {
-          const double logp = static_cast<double>(z[v]) - lse;
-          h -= std::exp(logp) * logp;
+          const float logp = z[v] - lse;
+          h -= static_cast<double>(exp_nonpositive(logp)) * logp;
         }
+#pragma omp simd
         for (int v = 0; v < V; v++) {
-          const float logp = z[v] - lse, p = std::exp(logp);
+          const float logp = z[v] - lse, p = exp_nonpositive(logp);
           z[v] = c * p - e * p * (logp + static_cast<float>(h));
         }
       }
@@ -716,11 +728,19 @@ class CpuBackend final : public Backend {
                  (s.num_heads + s.num_kv_heads + g) * hd};
   }
 
-  static float row_lse(const float* z, int V) {
+  static float row_max(const float* z, int V) {
     float mx = z[0];
-    for (int v = 1; v < V; v++) mx = std::max(mx, z[v]);
+#pragma omp simd reduction(max : mx)
+    for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+    return mx;
+  }
+
+  // log sum_v e^z_v, summed in double: a vocabulary of 150k terms.
+  static float row_lse(const float* z, int V) {
+    const float mx = row_max(z, V);
     double sum = 0;
-    for (int v = 0; v < V; v++) sum += std::exp(static_cast<double>(z[v]) - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) sum += exp_nonpositive(z[v] - mx);
     return mx + static_cast<float>(std::log(sum));
   }
 

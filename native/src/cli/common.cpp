@@ -18,10 +18,16 @@ namespace fs = std::filesystem;
 
 namespace sr1 {
 
-void ensure_passive_openmp(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+void ensure_thread_policy(char** argv, bool blas_threads_sleep) {
+  bool changed = false;
+  const auto set_default = [&changed](const char* name, const char* value) {
+    if (std::getenv(name) != nullptr) return;
+    setenv(name, value, 1);
+    changed = true;
+  };
+  set_default("OMP_WAIT_POLICY", "PASSIVE");
+  if (blas_threads_sleep) set_default("OPENBLAS_THREAD_TIMEOUT", "4");
+  if (changed) execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 
 std::vector<OptionSpec> device_options() {

@@ -17,9 +17,14 @@ namespace sr1 {
 
 // OpenMP threads that spin after each parallel region steal the cores OpenBLAS's own
 // threads need for the next matmul (measured: a training step 2-4x slower on 2 cores).
-// libgomp reads OMP_WAIT_POLICY when it loads, before main, so this sets it and re-executes
-// the program; call it first thing in main.
-void ensure_passive_openmp(char** argv);
+// OpenBLAS's threads spin too (sched_yield, for up to 2^28 cycles after each call) and take
+// cores from the OpenMP regions between matmuls: with `blas_threads_sleep` they sleep right
+// after a call (OPENBLAS_THREAD_TIMEOUT=4: 2^4 cycles), which made an RL update 10 % faster;
+// the engine leaves them spinning, as its decode makes hundreds of small calls a token and
+// waking a sleeping thread for each halved its batch-1 speed. Both libraries read their
+// variables when they load, before main, so this sets the missing ones and re-executes the
+// program; call it first thing in main. Variables the user set are left as they are.
+void ensure_thread_policy(char** argv, bool blas_threads_sleep);
 
 // --device, --threads
 std::vector<OptionSpec> device_options();

@@ -308,7 +308,7 @@ int run(const std::vector<std::string>& argv) {
 }  // namespace sr1
 
 int main(int argc, char** argv) {
-  sr1::ensure_passive_openmp(argv);
+  sr1::ensure_thread_policy(argv, /*blas_threads_sleep=*/false);
   try {
     return sr1::run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const sr1::UsageError& e) {

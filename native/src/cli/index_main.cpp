@@ -323,7 +323,7 @@ int cmd_index_serve(const std::vector<std::string>& argv);  // cli/index_serve.c
 }  // namespace sr1
 
 int main(int argc, char** argv) {
-  sr1::ensure_passive_openmp(argv);
+  sr1::ensure_thread_policy(argv, /*blas_threads_sleep=*/true);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(sr1::kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -33,7 +33,7 @@ const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  sr1::ensure_passive_openmp(argv);
+  sr1::ensure_thread_policy(argv, /*blas_threads_sleep=*/true);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
