@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "backend/dots.h"
@@ -92,6 +93,7 @@ class Visited {
     marks_[i] = mark_;
     return true;
   }
+  int64_t size() const { return int64_t(marks_.size()); }
   void next_query() {
     if (++mark_ == 250) {  // faiss's limit too; then really clear
       std::fill(marks_.begin(), marks_.end(), 0);
@@ -178,6 +180,14 @@ int neighbors(const FaissIndex& index, int32_t node, int level, std::vector<int3
 // What a thread reuses from one query to the next.
 struct Scratch {
   explicit Scratch(int64_t ntotal) : visited(ntotal) {}
+  // This thread's scratch for an index of ntotal nodes, kept from call to call: a server
+  // searching one query per call would otherwise allocate and clear a table of ntotal marks
+  // for each (200 KB at 200,000 vectors), as long as a search at efSearch 16.
+  static Scratch& of_thread(int64_t ntotal) {
+    thread_local std::unique_ptr<Scratch> mine;
+    if (!mine || mine->visited.size() != ntotal) mine = std::make_unique<Scratch>(ntotal);
+    return *mine;
+  }
   Visited visited;
   std::vector<int32_t> ids;  // a node's neighbours
   std::vector<float> dis;    // their distances
@@ -236,6 +246,7 @@ void search_one(const FaissIndex& index, const float* query, int k, int ef_searc
   topk::heapify<Results>(k, val, ids);
   const HnswGraph& g = index.hnsw;
   if (g.entry_point >= 0) {
+    s.visited.next_query();  // first, so marks a failed search left behind never count
     QueryDistance dist(index, query);
     int32_t nearest = g.entry_point;
     float d_nearest = dist(nearest);
@@ -243,7 +254,6 @@ void search_one(const FaissIndex& index, const float* query, int k, int ef_searc
       greedy_descend(index, dist, level, nearest, d_nearest, s);
     }
     search_level0(index, dist, nearest, d_nearest, k, ef_search, s, val, ids);
-    s.visited.next_query();
   }
   topk::reorder<Results>(k, val, ids);
   if (index.metric == Metric::InnerProduct) {
@@ -263,9 +273,10 @@ TopK hnsw_search(const FaissIndex& index, const float* queries, int nq, int k, i
   r.ids.resize(size_t(nq) * k);
   r.scores.resize(size_t(nq) * k);
   std::string error;  // exceptions must not leave an OpenMP region
-#pragma omp parallel
+  // One query runs on the calling thread: waking the others would only cost (as in faiss).
+#pragma omp parallel if (nq > 1)
   {
-    Scratch scratch(index.ntotal);
+    Scratch& scratch = Scratch::of_thread(index.ntotal);
 #pragma omp for schedule(dynamic, 1)
     for (int i = 0; i < nq; i++) {
       try {
