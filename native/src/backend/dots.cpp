@@ -6,8 +6,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 // GCC notes that passing a 64-byte vector by value would follow a different ABI on machines
 // without AVX-512; these functions are internal and inlined, so no ABI is involved.
@@ -122,25 +124,77 @@ void tile_columns(int j0, int n, const Row& row, const float** b) {
   for (int j = 0; j < kNR; j++) b[j] = row(std::min(j0 + j, n - 1));
 }
 
-// dots over the b rows [j_begin, j_end), on the calling thread.
+// Rows of k floats that start on a 64-byte boundary: where they are, or copied. A load that
+// straddles two cache lines costs about two, and rows rarely start on a line (a faiss
+// file's vectors at byte 45, a malloc'd block at 16): aligned, a tile of 64 queries x 768
+// ran 1.7x faster (one thread: 106 vs 64 GFLOP/s), for one extra pass over each row.
+class AlignedRows {
+ public:
+  // rows[i] = row(i) for i < n, each copied unless it starts on a line.
+  template <class Row>
+  const float* const* take(int n, int k, const Row& row) {
+    const std::size_t stride = (k + kLanes - 1) / kLanes * kLanes;
+    rows_.resize(n);
+    copies_.resize(n * stride / kLanes);
+    for (int i = 0; i < n; i++) {
+      rows_[i] = row(i);
+      if (reinterpret_cast<std::uintptr_t>(rows_[i]) % sizeof(Lanes) == 0) continue;
+      float* to = reinterpret_cast<float*>(copies_.data()) + i * stride;
+      rows_[i] = static_cast<const float*>(std::memcpy(to, rows_[i], k * sizeof(float)));
+    }
+    return rows_.data();
+  }
+
+ private:
+  std::vector<const float*> rows_;
+  std::vector<Lanes> copies_;  // aligned by its type
+};
+
+// Writes a tile's sums to C.
+void store(const float* sums, int mr, int nr, float alpha, float beta, float* c, Index ldc) {
+  for (int i = 0; i < mr; i++, c += ldc) {
+    for (int j = 0; j < nr; j++) {
+      c[j] = alpha * sums[i * kNR + j] + (beta == 0.0f ? 0.0f : beta * c[j]);
+    }
+  }
+}
+
+// The part-th of `parts` shares of the cache lines of rows [j, j + n), asked for ahead:
+// spread over the passes of one tile, the next tile's rows arrive from memory while this
+// one is multiplied, and copying them then reads L1 (the copies took 22 % of a batch of 64
+// queries without, 8 % with).
+void prefetch_share(const float* B, Index ldb, int j, int n, int k, int part, int parts) {
+  const int per_row = k / kLanes + 1;  // a row's lines, its last element's included
+  for (int l = n * per_row * part / parts; l < n * per_row * (part + 1) / parts; l++) {
+    const float* row = B + (j + l / per_row) * ldb;
+    __builtin_prefetch(row + std::max(0, std::min(l % per_row * kLanes, k - 1)), 0, 3);
+  }
+}
+
+// A's rows are aligned once per call. B's are aligned a tile at a time when A has at least
+// this many rows; with fewer the product is bound by reading B from memory, and copying its
+// rows only added work (0.8x at 1 to 4 rows, even at 8 and 16, 1.2x at 24 and 32).
+constexpr int kAlignBFromRows = 20;
+
+// dots over the b rows [j_begin, j_end), on the calling thread: each tile of kNR b rows is
+// multiplied with all of A's from L1.
 void dots_range(int j_begin, int j_end, int m, int k, float alpha, const float* A, Index lda,
                 const float* B, Index ldb, float beta, float* C, Index ldc) {
-  const float* b[kNR];
-  const float* a[kMR];
+  thread_local AlignedRows a_rows, b_rows;
+  const float* const* a = a_rows.take(m, k, [&](int i) { return A + i * lda; });
+  const bool align_b = m >= kAlignBFromRows;
+  const int passes = (m + kMR - 1) / kMR;
+  const float* bp[kNR];
   float sums[kMR * kNR];
   for (int j0 = j_begin; j0 < j_end; j0 += kNR) {
-    tile_columns(j0, j_end, [&](int j) { return B + j * ldb; }, b);
-    const int nr = std::min(kNR, j_end - j0);
-    for (int i0 = 0; i0 < m; i0 += kMR) {  // the tile's b rows stay in L1 across A's rows
+    tile_columns(j0, j_end, [&](int j) { return B + j * ldb; }, bp);
+    const float* const* b = align_b ? b_rows.take(kNR, k, [&](int j) { return bp[j]; }) : bp;
+    const int next = std::clamp(j_end - j0 - kNR, 0, kNR);
+    for (int i0 = 0; i0 < m; i0 += kMR) {
+      if (align_b) prefetch_share(B, ldb, j0 + kNR, next, k, i0 / kMR, passes);
       const int mr = std::min(kMR, m - i0);
-      for (int i = 0; i < mr; i++) a[i] = A + (i0 + i) * lda;
-      tile_rows<kMR>(mr, k, a, b, sums);
-      for (int i = 0; i < mr; i++) {
-        float* c = C + (i0 + i) * ldc + j0;
-        for (int j = 0; j < nr; j++) {
-          c[j] = alpha * sums[i * kNR + j] + (beta == 0.0f ? 0.0f : beta * c[j]);
-        }
-      }
+      tile_rows<kMR>(mr, k, a + i0, b, sums);
+      store(sums, mr, std::min(kNR, j_end - j0), alpha, beta, C + i0 * ldc + j0, ldc);
     }
   }
 }

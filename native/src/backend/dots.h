@@ -3,8 +3,10 @@
 // rows (a decode step of a few sequences against a weight matrix, a batch of queries against
 // a block of an index, one query against a handful of HNSW neighbours), sgemm spends much of
 // its time copying the large side into its blocked layout and then reuses little of that
-// copy. Here each b row is loaded from where it is (any alignment: a memory-mapped faiss file
-// starts its vectors at byte 45) and multiplied with every a row while it sits in L1.
+// copy. Here each b row is read from where it is (any alignment: a memory-mapped faiss file
+// starts its vectors at byte 45) and multiplied with every a row while it sits in L1; where
+// there are enough a rows to make the product compute-bound, a few b rows at a time are
+// first copied to cache-line-aligned storage (a load that straddles two lines costs two).
 //
 // Every dot product is summed the same way, whatever the shapes, the place of the pair in a
 // tile, the thread count or the machine's vector width: 16 lanes (lane l accumulates the

@@ -34,7 +34,10 @@ struct TopK {
 
 struct FlatSearchOptions {
   int block_rows = 1024;  // database rows per thread per round (faiss's bs_y)
-  int query_batch = 512;  // queries per scan of the matrix
+  // Queries per scan of the matrix: every tile of rows is multiplied with all of them from
+  // L2 (128 x 768 floats: 384 KiB). 512 at a time spilled to L3: 512 queries of d = 768 in
+  // 1.74-1.81 s against 1.17-1.58 s in scans of 128 (64: 1.64-1.87 s, the matrix read 8 times).
+  int query_batch = 128;
 };
 
 // queries: nq rows of index.d floats. Uses all OpenMP threads.
