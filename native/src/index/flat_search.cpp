@@ -63,15 +63,25 @@ void score_block(const FaissIndex& index, const float* queries, const float* que
 }
 
 // Feeds query i's scores of one block into its heap, rows in id order (faiss's
-// HeapBlockResultHandler::add_results).
+// HeapBlockResultHandler::add_results). Once the heap is full few scores beat its worst:
+// runs of kRun scores are first compared with it all at once (vectorised) and skipped
+// when none does.
 template <class C>
 void add_block(const Block& b, int i, int k, float* val, int64_t* ids) {
+  constexpr int kRun = 16;
   const float* s = b.scores.data() + size_t(i) * b.rows;
   float worst = val[0];
-  for (int j = 0; j < b.rows; j++) {
-    if (C::cmp(worst, s[j])) {
-      topk::replace_top<C>(k, val, ids, s[j], b.first + j);
-      worst = val[0];
+  for (int j0 = 0; j0 < b.rows; j0 += kRun) {
+    const int end = std::min(b.rows, j0 + kRun);
+    bool any = false;
+#pragma omp simd reduction(|| : any)
+    for (int j = j0; j < end; j++) any = any || C::cmp(worst, s[j]);
+    if (!any) continue;
+    for (int j = j0; j < end; j++) {
+      if (C::cmp(worst, s[j])) {
+        topk::replace_top<C>(k, val, ids, s[j], b.first + j);
+        worst = val[0];
+      }
     }
   }
 }
