@@ -146,6 +146,30 @@ describe("search with vectors equals faiss's search", () => {
     });
   }
 
+  it("HNSW: the file is paged in before the first reply (a flat file is read as it is scanned)", async () => {
+    // Rss of the process's mapping of `path`, from /proc/<pid>/smaps.
+    const mappedBytes = (serve: Serve, path: string): number => {
+      const smaps = readFileSync(`/proc/${serve.proc.pid}/smaps`, "utf8");
+      const at = smaps.indexOf(` ${path}\n`);
+      expect(at, `${path} is mapped`).toBeGreaterThan(0);
+      const rss = /\nRss:\s+(\d+) kB/.exec(smaps.slice(at));
+      return Number(rss?.[1]) * 1024;
+    };
+    const page = 4096;
+    for (const [name, pagedIn] of [
+      ["hnsw-ip", true],
+      ["flat-ip", false],
+    ] as const) {
+      const path = fixture(`${name}.index`);
+      const serve = new Serve(["--index", path]);
+      await serve.ok("info");
+      const size = statSync(path).size;
+      if (pagedIn) expect(mappedBytes(serve, path)).toBeGreaterThanOrEqual(size - (size % page));
+      else expect(mappedBytes(serve, path)).toBeLessThan(size / 2);
+      expect(await serve.close()).toBe(0);
+    }
+  });
+
   it("info: the index as `searchr1-index info` describes it, no encoder", async () => {
     const serve = new Serve(["--index", fixture("hnsw-ip.index")]);
     const info = await serve.ok("info");

@@ -357,6 +357,7 @@ void start(Server& s, const Args& args) {
   } else if (args.flag("fp16")) {
     keep_fp16(*s.index);
   }
+  if (graph) page_in(*s.index);  // before the first reply: no search waits on the disk
 }
 
 }  // namespace

@@ -71,6 +71,31 @@ void MappedFile::release(uint64_t offset, uint64_t len) const {
   advise(data_, offset, len, MADV_DONTNEED);
 }
 
+void MappedFile::populate(uint64_t offset, uint64_t len,
+                          const std::function<void(uint64_t done)>& progress) const {
+  if (data_ == nullptr || len == 0) return;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kChunk = uint64_t{1} << 28;
+  advise(data_, offset, len, MADV_SEQUENTIAL);  // read ahead while populating
+  for (uint64_t done = 0; done < len; done += kChunk) {
+    const uint64_t at = offset + done, n = std::min(kChunk, len - done);
+#ifdef MADV_POPULATE_READ
+    const bool populated = [&] {
+      const uint64_t start = at / page * page;
+      return madvise(const_cast<unsigned char*>(data_) + start, n + (at - start),
+                     MADV_POPULATE_READ) == 0;
+    }();
+#else
+    const bool populated = false;
+#endif
+    if (!populated) {  // an older kernel: touch each page
+      volatile unsigned char sink = 0;
+      for (uint64_t p = at / page * page; p < at + n; p += page) sink = sink + data_[p];
+    }
+    progress(done + n);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Reading: a cursor over the mapped bytes that names the field it failed on.
 
@@ -403,6 +428,47 @@ void keep_fp16(FaissIndex& index) {
     }
   }
   index.vectors_f16 = std::move(half);
+}
+
+namespace {
+
+// /proc/meminfo's MemAvailable in bytes (0 where unknown).
+uint64_t memory_available() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return static_cast<uint64_t>(kib) * 1024;
+}
+
+}  // namespace
+
+bool page_in(const FaissIndex& index) {
+  if (!index.has_hnsw) return false;
+  // The vectors come last in an IHNf file; an fp16 copy replaces them.
+  const uint64_t bytes = index.vectors_f16 ? index.vectors_offset : index.file->size();
+  const uint64_t available = memory_available();
+  constexpr double kGiB = 1 << 30;
+  if (available > 0 && bytes > available) {
+    std::fprintf(stderr,
+                 "searchr1-index: note: %s: %.1f GiB to page in but %.1f GiB of memory "
+                 "available; searches will read pages from the disk as they need them\n",
+                 index.path.c_str(), bytes / kGiB, available / kGiB);
+    return false;
+  }
+  const bool report = bytes >= (uint64_t{1} << 30);
+  index.file->populate(0, bytes, [&](uint64_t done) {
+    if (report) {
+      std::fprintf(stderr, "searchr1-index: paging in %s: %d%%\n", index.path.c_str(),
+                   static_cast<int>(100 * done / bytes));
+    }
+  });
+  index.file->advise_random(0, index.file->size());
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ class MappedFile {
   // Drops the pages of [offset, offset+len) from this process (MADV_DONTNEED); reading
   // them again faults them back in from the file.
   void release(uint64_t offset, uint64_t len) const;
+  // Maps every page of [offset, offset+len) into this process now, reading ahead from the
+  // disk what the page cache lacks (MADV_POPULATE_READ, or a read of each page on kernels
+  // before 5.14); `progress` gets the bytes done after each 256 MiB.
+  void populate(uint64_t offset, uint64_t len,
+                const std::function<void(uint64_t done)>& progress) const;
 
  private:
   MappedFile() = default;
@@ -146,6 +152,15 @@ json::Value index_info_json(const FaissIndex& index);
 // bits), as with faiss's GPU index with useFloat16 (Search-R1's --faiss_gpu); neighbours
 // whose scores are that close may swap, and an HNSW walk may take another turn.
 void keep_fp16(FaissIndex& index);
+
+// Maps the pages an HNSW search reads (the graph, and the vectors unless keep_fp16 replaced
+// them) before the first search, as faiss's read_index reads the file whole: a walk reads
+// rows at random, and each first touch of a page would otherwise be a fault (a 4 KiB disk
+// read when the file is not cached, readahead being off for it). Progress lines on stderr
+// for more than 1 GiB. Skipped, with a note, when the bytes exceed the memory available
+// (MemAvailable): the searches then fault pages in as they go. Returns true when paged in;
+// a flat index (scanned in order, read ahead by the kernel) is left as it is (false).
+bool page_in(const FaissIndex& index);
 
 // Writes an IndexFlatIP / IndexFlatL2 file: header with ntotal = 0, then the vectors as
 // they come, then ntotal and the float count patched in and the file renamed into place.
