@@ -7,9 +7,10 @@
  */
 import { closeSync, existsSync, openSync, renameSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
+import { Rng } from "../../src/runtime/rng.js";
 
 /** Bump when the generator changes, so that a cached corpus is not reused. */
-const GENERATOR_VERSION = 1;
+const GENERATOR_VERSION = 2;
 
 export interface CorpusParams {
   passages: number;
@@ -31,28 +32,10 @@ export const DEFAULT_CORPUS: CorpusParams = {
   seed: 42,
 };
 
-/** sfc32: a small, fast, seedable PRNG; returns floats in [0, 1). */
-export function rng(seed: number): () => number {
-  let a = 0x9e3779b9;
-  let b = 0x243f6a88;
-  let c = 0xb7e15162;
-  let d = seed >>> 0;
-  const next = () => {
-    a >>>= 0;
-    b >>>= 0;
-    c >>>= 0;
-    d >>>= 0;
-    let t = (a + b) | 0;
-    a = b ^ (b >>> 9);
-    b = (c + (c << 3)) | 0;
-    c = (c << 21) | (c >>> 11);
-    d = (d + 1) | 0;
-    t = (t + d) | 0;
-    c = (c + t) | 0;
-    return (t >>> 0) / 4294967296;
-  };
-  for (let i = 0; i < 16; i++) next();
-  return next;
+/** Uniform floats in [0, 1) from the project's seeded generator (src/runtime/rng.ts). */
+function rng(seed: number): () => number {
+  const r = new Rng(seed);
+  return () => r.uniform();
 }
 
 // The top ranks: English function words in roughly their Wikipedia order. All 33 of
