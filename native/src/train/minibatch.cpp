@@ -113,6 +113,14 @@ void unpack(const MicroBatch& mb, const float* x, float* out, size_t n) {
   }
 }
 
+std::vector<float> pack(const MicroBatch& mb, const float* x) {
+  std::vector<float> out(mb.source.size(), 0.0f);
+  for (size_t i = 0; i < mb.source.size(); i++) {
+    if (mb.source[i] >= 0) out[i] = x[mb.source[i]];
+  }
+  return out;
+}
+
 Batch select_rows(const Batch& data, const std::vector<int>& rows) {
   Batch out;
   out.B = static_cast<int>(rows.size());

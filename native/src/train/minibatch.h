@@ -49,6 +49,9 @@ MicroBatch packed_batch(const Batch& batch);
 // A per-position output of a micro-batch in the layout of the batch it came from:
 // out[source[i]] = x[i] for the n = B*T positions of `out`, zeros elsewhere (padding).
 void unpack(const MicroBatch& mb, const float* x, float* out, size_t n);
+// The reverse: a per-position tensor x of the batch in the micro-batch's layout,
+// out[i] = x[source[i]], zeros on the padding the micro-batch added.
+std::vector<float> pack(const MicroBatch& mb, const float* x);
 
 // The given rows of a batch, and of a per-token [B*T] tensor aligned with it.
 Batch select_rows(const Batch& data, const std::vector<int>& rows);

@@ -63,12 +63,9 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
     for (int m = 0; m < batch_size; m += micro) {
       // The micro-batch's sequences packed end to end: no compute on padding.
       const MicroBatch part = packed_batch(batch.rows(m, m + micro));
-      const float* part_coef = coef.data() + static_cast<size_t>(m) * batch.T;
-      std::vector<float> packed_coef(part.source.size(), 0.0f);
-      for (size_t i = 0; i < part.source.size(); i++) {
-        if (part.source[i] >= 0) packed_coef[i] = part_coef[part.source[i]];
-      }
-      loss += model.backward(part.batch, packed_coef.data(), opt.run);
+      const std::vector<float> part_coef =
+          pack(part, coef.data() + static_cast<size_t>(m) * batch.T);
+      loss += model.backward(part.batch, part_coef.data(), opt.run);
     }
     const float lr = opt.schedule.at(s);
     const double norm = optimizer.step(model.params(), model.grads(), lr);
