@@ -688,14 +688,15 @@ async function main() {
       }
     }
   };
-  const flatArgs = (index: string, extra: string[] = []) => [
+  /** faiss_bench.py `flat` on `index`: `single` batch-1 and `batched` batch-64 queries. */
+  const flatArgs = (index: string, extra: string[] = [], single = nSingle, batched = nBatched) => [
     "flat",
     "--index",
     index,
     "--single",
-    String(nSingle),
+    String(single),
     "--batched",
-    String(nBatched),
+    String(batched),
     ...pyCommon,
     ...extra,
   ];
@@ -710,15 +711,7 @@ async function main() {
     // Ground truth: the exact top k of every query (faiss's BLAS path, the fast one).
     log("exact top k of every query (faiss IndexFlatIP) ...");
     exact = faiss<PyTimed>(
-      [
-        ...flatArgs(made.flat, ["--blas-threshold", "20"]),
-        "--single",
-        "0",
-        "--batched",
-        String(nQueries),
-        "--repeat",
-        "1",
-      ],
+      flatArgs(made.flat, ["--blas-threshold", "20", "--repeat", "1"], 0, nQueries),
       tuned.env,
     ).ids.map((l) => l.filter((x) => x >= 0));
     if (parts.has("flat")) {
@@ -737,17 +730,7 @@ async function main() {
         blas.push({ name: blasName(n), m: theirTiming(fb, nBatched), recall: "1 (exact)" });
       }
       log("faiss IndexFlatIP, IO_FLAG_MMAP_IFC (memory only) ...");
-      const fm = faiss<PyTimed & { rss: PyRss }>([
-        "flat",
-        "--index",
-        made.flat,
-        "--mmap",
-        "--single",
-        "0",
-        "--batched",
-        "0",
-        ...pyCommon,
-      ]);
+      const fm = faiss<PyTimed & { rss: PyRss }>(flatArgs(made.flat, ["--mmap"], 0, 0));
       const cs: Competitor[] = [
         { name: "faiss IndexFlatIP, as shipped", m: shipped, recall: "1 (exact)" },
         ...blas,
