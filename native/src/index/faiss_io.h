@@ -47,9 +47,10 @@ class MappedFile {
   // Drops the pages of [offset, offset+len) from this process (MADV_DONTNEED); reading
   // them again faults them back in from the file.
   void release(uint64_t offset, uint64_t len) const;
-  // Maps every page of [offset, offset+len) into this process now, reading ahead from the
-  // disk what the page cache lacks (MADV_POPULATE_READ, or a read of each page on kernels
-  // before 5.14); `progress` gets the bytes done after each 256 MiB.
+  // Maps every page of [offset, offset+len) into this process now, reading from the disk
+  // what the page cache lacks (MADV_POPULATE_READ, or a read of each page on kernels before
+  // 5.14; advise_sequential first for readahead); `progress` gets the bytes done after each
+  // 256 MiB.
   void populate(uint64_t offset, uint64_t len,
                 const std::function<void(uint64_t done)>& progress) const;
 
