@@ -1,7 +1,7 @@
 /**
  * The text the environment answers a turn with, exactly as Search-R1 writes it
- * (reference search-r1.md §5.2 steps 5–7; the original's `execute_predictions` and
- * `_passages2string`). These strings are the protocol between a trained model and its
+ * (Search-R1 search_r1/llm_agent/generation.py: LLMGenerationManager.execute_predictions,
+ * postprocess_predictions and _passages2string). These strings are the protocol between a trained model and its
  * environment: a model trained with the original expects them byte for byte.
  */
 import { pythonStrip } from "../text/python-string.js";

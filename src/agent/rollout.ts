@@ -8,7 +8,8 @@ import type { RetrieverClient } from "./retriever-client.js";
 import type { Trajectory, Turn } from "./trajectory.js";
 
 /**
- * Search-R1's multi-turn rollout (reference search-r1.md §5.2) for one trajectory:
+ * Search-R1's multi-turn rollout (Search-R1 search_r1/llm_agent/generation.py,
+ * LLMGenerationManager.run_llm_loop) for one trajectory:
  * generate until `</search>`, `</answer>`, EOS or the turn's token budget; a search sends
  * its query to the retriever and appends the documents; an invalid action appends the fixed
  * message; `maxTurns` such turns, then one final turn whose search gets no documents.

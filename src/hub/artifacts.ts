@@ -39,7 +39,10 @@ const MODEL_FILES = [
   "added_tokens.json",
 ];
 
-/** Search-R1's artefacts (reference search-r1.md §3), with the manual steps of its README done. */
+/**
+ * Search-R1's artefacts (Search-R1 scripts/download.py, docs/retriever.md and README.md
+ * "Quick start"), with the manual steps of its README done.
+ */
 const NAMED: Record<string, Omit<Artifact, "name">> = {
   "e5-flat": {
     repoId: "PeterJinGo/wiki-18-e5-index",

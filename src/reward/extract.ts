@@ -1,4 +1,5 @@
-// The answer a trajectory gives: the text of its last <answer>…</answer> (search-r1.md §6).
+// The answer a trajectory gives: the text of its last <answer>…</answer> (Search-R1
+// verl/utils/reward_score/qa_em.py, extract_solution).
 
 import { pythonStrip } from "../text/python-string.js";
 
@@ -23,10 +24,12 @@ export function extractAnswer(response: string): string | null {
  * Search-R1's extract_solution over the decoded prompt + response: ≤ 1 match gives null (the
  * original's guard against the prompt's own tags), else the last match, stripped.
  *
- * Quirk kept for compatibility (search-r1.md §12.5): the Search-R1 prompt alone already has two
- * matches, " and " and " Beijing ", so a trajectory that never answers extracts "Beijing" —
- * and earns final_format_score, not 0, under the format reward. With a prompt that has no
- * answer tags, a trajectory with a single answer extracts null.
+ * Quirk kept for compatibility: the Search-R1 prompt alone (make_prefix in Search-R1's
+ * scripts/data_process/nq_search.py: "inside <answer> and </answer>, ... For example,
+ * <answer> Beijing </answer>") already has two matches, " and " and " Beijing ", so a
+ * trajectory that never answers extracts "Beijing" — and earns final_format_score, not 0,
+ * under the format reward. With a prompt that has no answer tags, a trajectory with a single
+ * answer extracts null.
  */
 export function extractAnswerSearchR1(promptPlusResponse: string): string | null {
   const found = answerMatches(promptPlusResponse);

@@ -1,4 +1,5 @@
-// Search-R1 v0.3's format reward (qa_em_format.py, search-r1.md §6): a partial score for a
+// Search-R1 v0.3's format reward (Search-R1 verl/utils/reward_score/qa_em_format.py,
+// compute_score_em with is_valid_sequence and is_retrieval_correct): a partial score for a
 // well-formed trajectory, so that early policies that answer wrongly still learn the protocol.
 
 import { isBlank } from "../text/python-string.js";

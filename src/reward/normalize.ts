@@ -1,6 +1,6 @@
-// SQuAD's normalize_answer, which Search-R1 copies into qa_em.py and qa_em_format.py
-// (search-r1.md §6), with the Python string semantics it relies on made explicit: EM against
-// the original needs the same answer strings, not merely similar ones.
+// SQuAD's normalize_answer, which Search-R1 copies into verl/utils/reward_score/qa_em.py and
+// qa_em_format.py (normalize_answer), with the Python string semantics it relies on made
+// explicit: EM against the original needs the same answer strings, not merely similar ones.
 
 import { pythonSplit } from "../text/python-string.js";
 

@@ -1,12 +1,14 @@
 // One step's rewards-to-advantages for the train controller: scores on the last token, the
 // optional in-reward KL, then the chosen estimator. This is where the masks are chosen, each
-// as Search-R1 chose it with state masking on (search-r1.md §5.3, §7.1):
+// as Search-R1 chose it with state masking on (apply_kl_penalty and compute_advantage in
+// Search-R1 verl/trainer/ppo/ray_trainer.py; README "Which tokens count"):
 //   - KL in the reward: loss mask (Search-R1's info_mask: retrieved tokens pay no KL).
 //   - score position, GAE steps, GAE/REINFORCE++ whitening, GRPO/RLOO broadcast: response
 //     mask (Search-R1's attention_mask: retrieved tokens count as ordinary steps).
 //   - policy loss, entropy, KL loss: loss mask — applied by the trainer, not here.
 //   - critic loss: the trainer's business; Search-R1 masks it with the response mask shifted
-//     by one position (§12 item 13).
+//     by one position (Search-R1 verl/workers/critic/dp_critic.py, DataParallelPPOCritic:
+//     attention_mask[:, -L-1:-1]; see src/trainer/rows.ts).
 
 import { gaeAdvantageReturn } from "./gae.js";
 import { grpoOutcomeAdvantage } from "./grpo.js";

@@ -13,8 +13,9 @@ export interface GaeInput {
   /**
    * The steps GAE runs over and whitens over. Search-R1 passes the response attention mask:
    * every response token, retrieved <information> tokens and invalid-action messages included
-   * (search-r1.md §5.3), so an observation token is an ordinary step with its own V(s_t) and
-   * its own discount. Positions outside the mask are skipped (see below).
+   * (compute_advantage in Search-R1 verl/trainer/ppo/ray_trainer.py), so an observation token
+   * is an ordinary step with its own V(s_t) and its own discount. Positions outside the mask
+   * are skipped (see below).
    */
   mask: Rows;
   /** algorithm.gamma (Search-R1: 1). */
@@ -41,7 +42,9 @@ export interface GaeResult {
  * With Search-R1's mask, which has no holes, this is plain GAE with V(terminal) = 0.
  *
  * Search-R1's fork (older verl) ran the recursion over the padded width without the mask and
- * took V at the first padding position from the critic (search-r1.md §12 item 13); that adds
+ * took V at the first padding position from the critic (Search-R1
+ * verl/trainer/ppo/core_algos.py, compute_gae_advantage_return; the values come from
+ * verl/workers/critic/dp_critic.py, DataParallelPPOCritic.compute_values); that adds
  * γ(1 − λ)·V_pad to the last token's advantage, so it equals this one at λ = 1, the value
  * every Search-R1 script uses, and differs only by that padding artefact otherwise.
  */

@@ -6,8 +6,9 @@ import { checkRows, type Rows } from "./rows.js";
  * Row indices per group, in first-seen order. The key is the prompt's unique id
  * (extra_info.uid from searchr1 preprocess: "<source>-<split>-<index>"). Search-R1 grouped by
  * extra_info.index, which restarts at 0 in every data source, so an nq and a hotpotqa prompt
- * with the same index were normalised together (search-r1.md §5.6, §12 item 6); uid does not
- * collide. Rows of a group need not be adjacent.
+ * with the same index were normalised together (Search-R1 verl/trainer/ppo/ray_trainer.py,
+ * RayPPOTrainer.fit: `uid = non_tensor_batch['index']`); uid does not collide. Rows of a
+ * group need not be adjacent.
  */
 export function groupByUid(uids: readonly string[]): number[][] {
   const groups = new Map<string, number[]>();

@@ -9,8 +9,9 @@ export interface GrpoInput {
   tokenLevelRewards: Rows;
   /**
    * Tokens the advantage is broadcast over. Search-R1 broadcasts over the response attention
-   * mask, retrieved tokens included (search-r1.md §5.3); the loss mask then keeps those out of
-   * the policy loss, so either mask gives the same update.
+   * mask, retrieved tokens included (compute_advantage in Search-R1
+   * verl/trainer/ppo/ray_trainer.py); the loss mask then keeps those out of the policy loss,
+   * so either mask gives the same update.
    */
   responseMask: Rows;
   /** The prompt's unique id per trajectory (extra_info.uid, never extra_info.index). */

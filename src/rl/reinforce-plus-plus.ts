@@ -9,7 +9,7 @@ import { checkRows, type Rows, zerosLike } from "./rows.js";
 
 export interface ReinforcePlusPlusInput {
   tokenLevelRewards: Rows;
-  /** Steps and whitening mask; the response mask, as for GAE (search-r1.md §5.3). */
+  /** Steps and whitening mask; the response mask, as for GAE (see gae.ts). */
   mask: Rows;
   /** algorithm.gamma. */
   gamma: number;

@@ -9,11 +9,12 @@ import { checkRows, lastMaskedIndex, type Rows, zerosLike } from "./rows.js";
  * token_level_scores: each trajectory's score at its last response token, 0 elsewhere.
  * "Last" is the last position where `responseMask` is 1. Search-R1's reward function writes
  * token_level_scores[i, valid_response_length − 1] with valid_response_length the sum of the
- * response attention mask (search-r1.md §6); that mask counts retrieved tokens too and has no
- * holes, so its sum − 1 is its last 1. With a mask that has holes the sum would land inside
- * the response, which is why the position is found, not counted. Pass the response mask
- * (every response token, generated or retrieved), not the loss mask: the reward then sits
- * where Search-R1 puts it even when a trajectory ends on an observation.
+ * response attention mask (Search-R1 verl/trainer/main_ppo.py, RewardManager.__call__); that
+ * mask counts retrieved tokens too and has no holes, so its sum − 1 is its last 1. With a mask
+ * that has holes the sum would land inside the response, which is why the position is found,
+ * not counted. Pass the response mask (every response token, generated or retrieved), not the
+ * loss mask: the reward then sits where Search-R1 puts it even when a trajectory ends on an
+ * observation.
  */
 export function tokenLevelScores(scores: readonly number[], responseMask: Rows): Float64Array[] {
   if (scores.length !== responseMask.length) {
@@ -33,7 +34,10 @@ export interface KlPenaltyInput {
   /** Log-probs of the sampled tokens under the policy that generated them. */
   oldLogProbs: Rows;
   refLogProbs: Rows;
-  /** Tokens that pay the penalty. Search-R1 uses info_mask: generated tokens only (§5.3). */
+  /**
+   * Tokens that pay the penalty. Search-R1 uses info_mask: generated tokens only
+   * (apply_kl_penalty in Search-R1 verl/trainer/ppo/ray_trainer.py).
+   */
   mask: Rows;
   estimator: KlEstimator;
   /** β, the controller's current value. */

@@ -37,10 +37,10 @@ export function rolloutSeed(seed: number, step: number, i: number): number {
 }
 
 /**
- * One GRPO or PPO step (DESIGN.md "Data flow of train"): roll out rollout.n trajectories
- * per prompt, score them, get old and reference log-probs (and values) from the trainer,
- * compute advantages, update the actor (and the critic), and load the new policy into the
- * engine. Returns the step's metrics.
+ * One GRPO or PPO step (docs/train-step.md, whose numbered list the comments below follow):
+ * roll out rollout.n trajectories per prompt, score them, get old and reference log-probs
+ * (and values) from the trainer, compute advantages, update the actor (and the critic), and
+ * load the new policy into the engine. Returns the step's metrics.
  */
 export async function trainStep(ctx: StepContext, step: number): Promise<MetricsRow> {
   const { config, tokenizer, trainer } = ctx;

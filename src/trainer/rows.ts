@@ -1,16 +1,20 @@
 // The trainer's ops on response-aligned rows: each writes its batch file into the trainer's
 // scratch folder, calls the op, reads the output back as rows and deletes its files.
 //
-// Which mask goes where (Search-R1 with state masking, search-r1.md §5.3). The trainer reads
+// Which mask goes where (Search-R1 with state masking: RayPPOTrainer._create_loss_mask in
+// verl/trainer/ppo/ray_trainer.py, DataParallelPPOActor.update_policy in
+// verl/workers/actor/dp_actor.py, DataParallelPPOCritic in verl/workers/critic/dp_critic.py;
+// README "Which tokens count"). The trainer reads
 // one mask, `response_mask`, and both learners count a token only where it is predicted and
 // that mask is non-zero:
 //  - update_actor: response_mask ← the LOSS mask (1 on generated tokens, 0 on <information>
 //    blocks and invalid-action messages). The trainer's PPO objective uses it for the clipped
 //    policy loss, the entropy and the KL loss: Search-R1's loss_mask (info_mask) in
-//    dp_actor. So `tokens` in the reply is the number of generated tokens.
+//    DataParallelPPOActor.update_policy. So `tokens` in the reply is the number of generated tokens.
 //  - update_critic: response_mask ← the RESPONSE mask (1 on every response token, observations
 //    included): Search-R1's critic masks with the attention mask, like GAE and whitening
-//    (src/rl/advantages.ts). Search-R1 shifts that mask with the values (§12 item 13): value
+//    (src/rl/advantages.ts). Search-R1 shifts that mask with the values (compute_values and
+//    update_critic in dp_critic.py take values and attention_mask[:, -L-1:-1]): value
 //    j, V(state before response token j), is masked by the attention mask of token j - 1,
 //    which counts the same tokens, plus one more in rows shorter than the padded batch: the
 //    value of the state after the last token, at the first padding position. The trainer

@@ -1,4 +1,4 @@
-// searchr1-trainer serve (native/src/train/SERVE.md) driven as `train` will drive it: a
+// searchr1-trainer serve (native/src/train/SERVE.md) driven as `train` drives it: a
 // real process, JSON lines on stdin and stdout, batches and outputs in safetensors files,
 // the untied fixture model as the policy. It checks that
 //  - a checkpoint resumes bit-exactly: updates after load_checkpoint reply with the same

@@ -5,8 +5,9 @@ Run from the repository root with any Python 3 (standard library only):
     python3 test/reward/make_fixtures.py
 
 It rewrites test/reward/fixtures/reward.json. The functions below restate, in this file's own
-words, what Search-R1's verl/utils/reward_score/qa_em.py and qa_em_format.py do (search-r1.md
-§6), plus SQuAD v1.1's token F1, which Search-R1 does not have but its evaluations report:
+words, what Search-R1's verl/utils/reward_score/qa_em.py and qa_em_format.py do (the
+functions named below), plus SQuAD v1.1's token F1, which Search-R1 does not have but its
+evaluations report:
 
   normalize_answer  lower(); drop the ASCII characters of string.punctuation; re.sub of
                     r"\\b(a|an|the)\\b" by " " (a str pattern: \\b is Unicode-aware);
@@ -24,7 +25,8 @@ words, what Search-R1's verl/utils/reward_score/qa_em.py and qa_em_format.py do 
                     whitespace-only parts skipped, any other text outside a tag is an error
   is_retrieval_correct  some normalised gold is a substring of some normalised
                     <information>(.*?)</information> block of the text it is given
-  compute_score_em  qa_em: None -> 0, EM -> 1, else 0; qa_em_format: the table of §6
+  compute_score_em  qa_em: None -> 0, EM -> 1, else 0; qa_em_format: the table in
+                    format_table below
 
 "Our default mode" (src/reward/score.ts with search_r1_extract false) is defined here with the
 same functions: the answer is the last <answer> of the response alone (None only when it has

@@ -1,5 +1,6 @@
 // faiss index files, read as they are and written as faiss writes them
-// (faiss/impl/index_read.cpp, index_write.cpp; ../shared/reference/native.md §4).
+// (faiss faiss/impl/index_read.cpp, read_index and read_index_header; index_write.cpp,
+// write_index and write_index_header; io_macros.h, READVECTOR, WRITEVECTOR, WRITEXBVECTOR).
 //
 // Read: IndexFlatIP (`IxFI`), IndexFlatL2 (`IxF2`) and IndexHNSWFlat (`IHNf`) over one of
 // those. The file is memory-mapped and never copied: Search-R1's e5_Flat.index is 64.6 GB.

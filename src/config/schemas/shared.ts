@@ -4,7 +4,9 @@ import { dtypeEnum } from "./dtype.js";
 /**
  * Config sections shared by `train` and `eval`. Key names follow Search-R1's scripts
  * (data.max_obs_length, actor.kl_loss_coef, ...) so their overrides read the same here.
- * Defaults are Search-R1's published values (reference search-r1.md §7).
+ * Defaults are Search-R1's published values: its paper scripts (Search-R1
+ * scripts/nq_hotpotqa/v0.2/train_ppo.sh, train_grpo.sh) over the defaults in its
+ * verl/trainer/config/ppo_trainer.yaml.
  */
 
 const positiveInt = () => z.number().int().positive();
@@ -88,7 +90,10 @@ export const generationFields = {
 
 /** Decoding of eval and ask: greedy unless asked to sample (then seeded). */
 export const decodingFields = {
-  // Search-R1 meant validation to be greedy; that it samples is a bug (§12.7).
+  // Search-R1 meant validation to be greedy; that it samples is a bug: RayPPOTrainer._validate
+  // (verl/trainer/ppo/ray_trainer.py) asks for do_sample=False in meta_info, but
+  // LLMGenerationManager.run_llm_loop (search_r1/llm_agent/generation.py) rebuilds the batch
+  // with DataProto.from_dict each turn, dropping it, so the worker samples.
   do_sample: z
     .boolean()
     .default(false)

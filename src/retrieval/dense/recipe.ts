@@ -1,6 +1,7 @@
 /**
  * How Search-R1 turns text into a dense vector (search_r1/search/retrieval_server.py
- * `Encoder`, index_builder.py; ../shared/reference/search-r1.md §1.3, §2), chosen from the
+ * `Encoder` and `pooling`; search_r1/search/index_builder.py `Index_Builder.encode_all` and
+ * `MODEL2POOLING`), chosen from the
  * retriever's name as the original chooses it, by substring:
  *   - e5: "query: " before a query, "passage: " before a passage (the index builder adds
  *     it only when the method is exactly "e5");
