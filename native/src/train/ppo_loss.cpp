@@ -43,19 +43,36 @@ TokenTerm ppo_clipped_surrogate(double logp, double old_logp, double advantage,
   return t;
 }
 
-TokenTerm kl_penalty(KlType type, double logp, double ref_logp) {
+// Schulman's estimators as verl's kl_penalty_forward computes them (see ppo_loss.h for the rule
+// and its source); the derivatives are those autograd takes through it, torch.clamp passing the
+// gradient at its bounds and none beyond.
+TokenTerm kl_k1(double logp, double ref_logp) { return {logp - ref_logp, 1.0}; }
+
+TokenTerm kl_abs(double logp, double ref_logp) {
   const double d = logp - ref_logp;
+  return {std::abs(d), d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0)};
+}
+
+TokenTerm kl_k2(double logp, double ref_logp) {
+  const double d = logp - ref_logp;
+  return {0.5 * d * d, d};
+}
+
+TokenTerm kl_k3(double logp, double ref_logp) {
+  const double raw = ref_logp - logp;
+  const double kl = std::clamp(raw, -20.0, 20.0);  // keeps an infinite log-prob from NaN
+  const double kld = std::exp(kl) - kl - 1.0;
+  const double value = std::clamp(kld, -10.0, 10.0);
+  const bool passes = std::abs(raw) <= 20.0 && std::abs(kld) <= 10.0;  // false for NaN
+  return {value, passes ? 1.0 - std::exp(kl) : 0.0};
+}
+
+TokenTerm kl_penalty(KlType type, double logp, double ref_logp) {
   switch (type) {
-    case KlType::K1: return {d, 1.0};
-    case KlType::Abs: return {std::abs(d), d > 0 ? 1.0 : (d < 0 ? -1.0 : 0.0)};
-    case KlType::K2: return {0.5 * d * d, d};
-    case KlType::K3: {
-      // k3 = exp(ref - logp) - (ref - logp) - 1, clamped: no gradient where the clamp holds.
-      const double k3 = std::exp(-d) + d - 1.0;
-      if (k3 > 10.0) return {10.0, 0.0};
-      if (k3 < -10.0) return {-10.0, 0.0};
-      return {k3, 1.0 - std::exp(-d)};
-    }
+    case KlType::K1: return kl_k1(logp, ref_logp);
+    case KlType::Abs: return kl_abs(logp, ref_logp);
+    case KlType::K2: return kl_k2(logp, ref_logp);
+    case KlType::K3: return kl_k3(logp, ref_logp);
   }
   return {0, 0};
 }

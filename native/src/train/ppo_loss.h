@@ -5,7 +5,7 @@
 //   pg         = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
 //                and, for A < 0, min(that, -A * clip_c)                  (dual clip)
 //   kl         = k1 logp - ref | abs |logp - ref| | k2 (logp - ref)^2 / 2
-//                | k3 exp(ref - logp) - (ref - logp) - 1, clamped to [-10, 10]
+//                | k3 exp(k) - k - 1 with k = clamp(ref - logp, -20, 20), clamped to [-10, 10]
 //   L          = agg(pg) - entropy_coeff * agg(entropy) + kl_coef * agg(kl)
 //
 // over the loss tokens (predicted and in the response mask). agg is a weighted sum whose
@@ -48,7 +48,24 @@ struct TokenTerm {
 // (the clipped branch is larger than the unclipped one).
 TokenTerm ppo_clipped_surrogate(double logp, double old_logp, double advantage,
                                 const PpoConfig& c, bool* clipped);
-// The KL estimate of one token against the reference policy's log-prob.
+
+// The KL estimate of one token against the reference policy's log-prob: J. Schulman's
+// estimators ("Approximating KL divergence", 2020), by verl's one rule, kl_penalty_forward
+// in verl/trainer/ppo/core_algos.py (volcengine/verl main, 2026-01; the [-20, 20] clamp
+// since #1779, 2025-06):
+//   kl (k1)          logp - ref
+//   abs              |logp - ref|
+//   mse (k2)         (logp - ref)^2 / 2
+//   low_var_kl (k3)  k = clamp(ref - logp, -20, 20); clamp(exp(k) - k - 1, -10, 10)
+// src/rl/kl.ts computes the same rule for the in-reward KL; test/native/kl.test.ts holds the
+// two together through searchr1-kl-check. dlogp is the derivative autograd takes: none beyond
+// a clamp's bounds (k3 is 10 and flat where ref - logp > 2.61 or < -11.0, an infinite
+// log-prob included), sign(logp - ref) for abs (0 at 0). verl's straight-through "k1+"/"k3+"
+// (k2's gradient under k1's or k3's value) is not offered.
+TokenTerm kl_k1(double logp, double ref_logp);
+TokenTerm kl_abs(double logp, double ref_logp);
+TokenTerm kl_k2(double logp, double ref_logp);
+TokenTerm kl_k3(double logp, double ref_logp);
 TokenTerm kl_penalty(KlType type, double logp, double ref_logp);
 
 // The aggregation weight of every position ([B*T]; 0 off the loss tokens).
