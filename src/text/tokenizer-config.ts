@@ -34,6 +34,11 @@ export interface TokenizerConfig {
    * null when there is none.
    */
   chatTemplate: string | Record<string, string> | null;
+  /**
+   * The file's object as read (with special_tokens_map.json's tokens merged in as above): the
+   * tokenizer class's own options (`tokenizer_class`, `do_lower_case`, ...); {} without a file.
+   */
+  settings: Record<string, unknown>;
 }
 
 /**
@@ -54,10 +59,12 @@ export function readTokenizerConfig(dir: string): TokenizerConfig {
     path: existsSync(path) ? path : null,
     specialTokens: specialTokensOf(config, where),
     chatTemplate: chatTemplateOf(config.chat_template, path),
+    settings: config,
   };
 }
 
-function readJsonObject(path: string): Record<string, unknown> {
+/** A JSON file holding an object; an InputError naming the file otherwise. */
+export function readJsonObject(path: string): Record<string, unknown> {
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(path, "utf8"));

@@ -41,7 +41,7 @@ const MISSING =
 export class TextTokenizer {
   private constructor(
     private readonly backend: Tokenizer,
-    /** The tokenizer.json file. */
+    /** The tokenizer.json file (or the vocab.txt a tokenizer was built from). */
     readonly path: string,
   ) {}
 
@@ -64,6 +64,27 @@ export class TextTokenizer {
         `${path}: not a tokenizer.json the tokenizers library can read (${err})`,
       );
     }
+    return TextTokenizer.configured(backend, path, options);
+  }
+
+  /**
+   * A tokenizer composed in memory in tokenizer.json's format (src/text/encoder-tokenizer.ts
+   * builds BERT's from a vocabulary and tokenizer_config.json); `path` is the file it was
+   * built from, named in errors. Truncation and padding as in `load`.
+   */
+  static fromJson(json: object, path: string, options: LoadOptions = {}): TextTokenizer {
+    let backend: Tokenizer;
+    try {
+      backend = Tokenizer.fromString(JSON.stringify(json));
+    } catch (err) {
+      throw new InputError(
+        `${path}: the tokenizers library refused the tokenizer built from it (${err})`,
+      );
+    }
+    return TextTokenizer.configured(backend, path, options);
+  }
+
+  private static configured(backend: Tokenizer, path: string, options: LoadOptions): TextTokenizer {
     if (options.maxLength === undefined) backend.disableTruncation();
     else backend.setTruncation(options.maxLength);
     backend.disablePadding();

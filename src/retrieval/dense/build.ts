@@ -5,7 +5,8 @@ import { InputError, UsageError } from "../../runtime/errors.js";
 import type { Progress } from "../../runtime/progress.js";
 import { refuseExisting } from "../../runtime/replace-dir.js";
 import { writeFileAtomic } from "../../runtime/write-atomic.js";
-import { TextTokenizer } from "../../text/tokenizer.js";
+import { loadEncoderTokenizer } from "../../text/encoder-tokenizer.js";
+import type { TextTokenizer } from "../../text/tokenizer.js";
 import { corpusBatches, corpusContents } from "../corpus-batches.js";
 import { identifyCorpus } from "../corpus-store.js";
 import { checkEncoderFolder, IndexProcess } from "./index-process.js";
@@ -82,9 +83,9 @@ export async function buildDenseIndex(options: DenseBuildOptions): Promise<Dense
     };
     const state = await buildState(corpus, options.model, recipe);
     await checkPartial(partial, statePath, state, options.overwrite);
-    const tokenizer = TextTokenizer.load(options.model, {
+    const tokenizer = loadEncoderTokenizer(options.model, {
       maxLength: recipe.maxLength,
-      missing: "the encoder's tokenizer.json is needed to encode the corpus",
+      missing: "the encoder's tokenizer.json (or a BERT vocab.txt) is needed to encode the corpus",
     });
     writeFileAtomic(statePath, `${JSON.stringify(state, null, 2)}\n`);
     const resumedAt = await native.buildOpen(partial);

@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import type { ServiceError } from "../../runtime/errors.js";
-import { TextTokenizer } from "../../text/tokenizer.js";
+import { loadEncoderTokenizer } from "../../text/encoder-tokenizer.js";
+import type { TextTokenizer } from "../../text/tokenizer.js";
 import type { Hit, Retriever, RetrieverKind } from "../retriever.js";
 import {
   type EncoderInfo,
@@ -64,9 +65,10 @@ export class DenseRetriever implements Retriever {
       const { info } = process;
       if (info.index === null) throw new Error("searchr1-index serve opened no index");
       const maxLength = Math.min(recipe.maxLength, info.encoder.max_position_embeddings);
-      const tokenizer = TextTokenizer.load(options.model, {
+      const tokenizer = loadEncoderTokenizer(options.model, {
         maxLength,
-        missing: "a dense retriever needs the encoder's tokenizer.json (--retriever-model)",
+        missing:
+          "a dense retriever needs the encoder's tokenizer.json, or a BERT vocab.txt (--retriever-model)",
       });
       return new DenseRetriever(
         options.kind,
