@@ -35,7 +35,13 @@ export interface ChartSpec {
 /** Width of every chart in CSS pixels (the SVG; the PNG is this times its scale). */
 export const PLOT_WIDTH = 640;
 
-const FONT = "Helvetica, Arial, 'DejaVu Sans', 'Liberation Sans', sans-serif";
+/**
+ * The family of the font that `plots.ts` hands to the PNG renderer (bundled with the package, so
+ * a machine without system fonts still draws every word); the SVG names it first so that both
+ * images set text in the same face, and falls back to any sans-serif in a browser without it.
+ */
+export const PLOT_FONT_FAMILY = "DejaVu Sans";
+const FONT = `'${PLOT_FONT_FAMILY}', sans-serif`;
 /** Tableau 10, vega's default categorical scheme, listed so colours stay fixed per series. */
 const PALETTE = [
   "#4c78a8",
@@ -53,6 +59,13 @@ const PALETTE = [
 export const REWARD_SERIES: readonly Series[] = [
   { key: "reward/mean", label: "reward (mean)" },
   { key: "em/mean", label: "exact match (mean)" },
+];
+/** The one line drawn when reward and exact match are the same number at every step. */
+export const REWARD_IS_EM: Series = { key: "reward/mean", label: "reward = exact match (mean)" };
+/** Dashes of the reward chart's lines: exact match dashed, so where it runs on reward both show. */
+const REWARD_DASHES: readonly (readonly number[])[] = [
+  [1, 0],
+  [7, 4],
 ];
 export const COUNT_SERIES: readonly Series[] = [
   { key: "searches/mean", label: "searches" },
@@ -155,6 +168,7 @@ const CONFIG = {
     labelFontSize: 12,
     labelLimit: 0,
     symbolType: "stroke",
+    symbolSize: 400, // a 20-pixel stroke: long enough to show a dashed line as dashed
     symbolStrokeWidth: 3,
     columnPadding: 16,
   },
@@ -191,6 +205,8 @@ interface LineChartOptions {
   points?: boolean;
   yDomain?: readonly [number, number];
   zero?: boolean;
+  /** Stroke dash per series (in `series` order); solid lines when absent. */
+  dashes?: readonly (readonly number[])[];
 }
 
 /** One panel: lines (optionally with points) of the long table, coloured by series. */
@@ -209,7 +225,20 @@ function linePanel(o: LineChartOptions) {
             : { zero: o.zero ?? false, nice: true },
       },
       color: colorEncoding(o.series, o.colors),
+      ...(o.dashes === undefined ? {} : { strokeDash: dashEncoding(o.series, o.dashes) }),
     },
+  } as const;
+}
+
+/** Dash by series; same field, title and domain as the colour, so the legend stays one. */
+function dashEncoding(series: readonly Series[], dashes: readonly (readonly number[])[]) {
+  const domain = series.map((s) => s.label);
+  return {
+    field: "series",
+    type: "nominal",
+    title: null,
+    sort: domain,
+    scale: { domain, range: domain.map((_, i) => [...(dashes[i % dashes.length] ?? [])]) },
   } as const;
 }
 
@@ -235,11 +264,37 @@ function lineChart(o: LineChartOptions): TopLevelSpec {
   } as TopLevelSpec;
 }
 
-/** reward.svg: reward mean and EM mean of the training batches vs step. */
+/** Equal within this, reward and exact match count as the same number (sums in another order). */
+const SAME_VALUE = 1e-9;
+
+/**
+ * True when reward and exact match are both logged at the same steps (at least one) and are the
+ * same number at each: an exact-match reward without format terms, as in the quickstart.
+ */
+export function rewardIsExactMatch(rows: readonly PlotRow[]): boolean {
+  const [reward, em] = REWARD_SERIES as [Series, Series];
+  let steps = 0;
+  for (const values of mergeBySteps(rows).values()) {
+    const r = values.get(reward.key);
+    const e = values.get(em.key);
+    if (r === undefined && e === undefined) continue;
+    if (r === undefined || e === undefined || Math.abs(r - e) > SAME_VALUE) return false;
+    steps++;
+  }
+  return steps > 0;
+}
+
+/**
+ * reward.svg: reward mean and EM mean of the training batches vs step, exact match dashed over
+ * solid reward so that a stretch where they agree still shows both. Where they agree at every
+ * step, one line labelled "reward = exact match" instead of one line hiding the other.
+ */
 export function rewardSpec(rows: readonly PlotRow[]): TopLevelSpec | null {
-  const data = longTable(rows, REWARD_SERIES);
+  const same = rewardIsExactMatch(rows);
+  const all = same ? [REWARD_IS_EM] : REWARD_SERIES;
+  const data = longTable(rows, all);
   if (data.length === 0) return null;
-  const series = present(data, REWARD_SERIES);
+  const series = present(data, all);
   return lineChart({
     title: "Reward and exact match (training batches)",
     subtitle: latestLine(data, series),
@@ -247,6 +302,7 @@ export function rewardSpec(rows: readonly PlotRow[]): TopLevelSpec | null {
     data,
     series,
     zero: true,
+    ...(series.length > 1 ? { dashes: REWARD_DASHES } : {}),
   });
 }
 
