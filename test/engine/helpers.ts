@@ -7,7 +7,14 @@ export { type Reply, request };
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
 export const MODELS = ["qwen-bpe", "llama-sp"] as const;
-export type ModelName = (typeof MODELS)[number] | "tiny-vocab";
+/**
+ * The models of the CUDA engine test (cuda.test.ts): head dims the CUDA attention kernels
+ * are built for (16 and 64; qwen-bpe and llama-sp have 8) and weights whose bf16 error was
+ * measured (bf16_tolerance.py). Their prompts are qwen-bpe's and llama-sp's.
+ */
+export const CUDA_MODELS = ["qwen-hd16", "llama-hd64"] as const;
+export type GreedyModel = (typeof MODELS)[number] | (typeof CUDA_MODELS)[number];
+export type ModelName = GreedyModel | "tiny-vocab";
 export const modelDir = (m: ModelName): string => `${FIXTURES}${m}`;
 
 export function fixture<T>(name: string): T {
@@ -15,7 +22,7 @@ export function fixture<T>(name: string): T {
 }
 
 export interface GreedyCase {
-  model: (typeof MODELS)[number];
+  model: GreedyModel;
   name: string;
   prompt_ids: number[];
   /** 24 tokens, not stopped at EOS. */

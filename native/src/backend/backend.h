@@ -113,6 +113,12 @@ class Backend {
                             float theta) = 0;
   virtual void rope_backward(XPtr dqkv, const int32_t* pos, const AttentionShape& s,
                              float theta) = 0;
+  // Throws sr1::Error, naming the value, when this backend's attention kernels
+  // (attention_forward, attention_backward, paged_attention) are not built for head_dim:
+  // the trainer and the inference engine accept the same head dims on one device. The CPU
+  // runs any head_dim; CUDA runs 16, 32, 64 and 128. Each attention call checks it; a
+  // caller may check it first, before it allocates or announces anything.
+  virtual void require_head_dim(int head_dim) const { (void)head_dim; }
   // Grouped-query attention, causal or, when !s.causal, bidirectional. key_mask[b*T+j] is 0
   // for padding, which no query sees, and otherwise the id of the sequence token j belongs
   // to. A row may hold several sequences end to end (packing, verl's remove-padding): the

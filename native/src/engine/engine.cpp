@@ -34,7 +34,10 @@ Engine::Engine(Qwen2Model& model, int kv_blocks, int block_size, std::vector<int
       cache_(model.be(), model.config(), kv_blocks, block_size),
       blocks_(kv_blocks, block_size),
       eos_(std::move(eos_ids)),
-      opt_(options) {}
+      opt_(options) {
+  // Refused here, before the engine announces itself ready, rather than at the first step.
+  model.be().require_head_dim(model.config().head_dim);
+}
 
 Engine::~Engine() = default;
 

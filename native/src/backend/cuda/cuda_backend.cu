@@ -127,15 +127,22 @@ class CudaBackend final : public Backend {
                      float theta) override {
     cuda::rope(X(dqkv), pos, s, theta, -1.0f, stream_);  // a rotation's transpose is its inverse
   }
+  // The one check of the trainer's and the engine's CUDA attention (cuda::attention_supports).
+  void require_head_dim(int head_dim) const override {
+    if (!cuda::attention_supports(head_dim)) {
+      throw Error("the CUDA attention kernels support head_dim 16, 32, 64 and 128; this model "
+                  "has head_dim " + std::to_string(head_dim) + " (use --device cpu)");
+    }
+  }
   void attention_forward(XPtr out, float* lse, XPtr qkv, const int32_t* key_mask,
                          const AttentionShape& s) override {
-    require_head_dim(s);
+    require_head_dim(s.head_dim);
     cuda::attention_forward(X(out), lse, X(qkv), key_mask, s,
                             scratch(cuda::attention_forward_scratch(s)), stream_);
   }
   void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
                           const int32_t* key_mask, const AttentionShape& s) override {
-    require_head_dim(s);
+    require_head_dim(s.head_dim);
     cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s,
                              scratch(cuda::attention_backward_scratch(s)), stream_);
   }
@@ -144,10 +151,7 @@ class CudaBackend final : public Backend {
   }
   void paged_attention(XPtr out, XPtr qkv, XPtr k, XPtr v, const int32_t* block_tables,
                        const int32_t* seq, const int32_t* pos, const PagedShape& s) override {
-    if (!cuda::paged_attention_supports(s.head_dim)) {
-      throw Error("CUDA paged attention supports head_dim up to 256, not " +
-                  std::to_string(s.head_dim));
-    }
+    require_head_dim(s.head_dim);
     cuda::paged_attention(X(out), X(qkv), X(k), X(v), block_tables, seq, pos, s, stream_);
   }
   void swiglu_forward(XPtr out, XPtr gu, int N, int I) override {
@@ -221,13 +225,6 @@ class CudaBackend final : public Backend {
       scratch_bytes_ = bytes;
     }
     return scratch_;
-  }
-
-  static void require_head_dim(const AttentionShape& s) {
-    if (!cuda::attention_supports(s.head_dim)) {
-      throw Error("the CUDA attention kernels support head_dim 16, 32, 64 and 128; this model has " +
-                  std::to_string(s.head_dim) + " (use --device cpu)");
-    }
   }
 
   std::unique_ptr<cuda::Matmul> mm_;

@@ -74,7 +74,9 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
 
 // ---- attention.cu: flash-style GQA attention (no T x T matrix in memory) over the spans of
 // packed rows; causal, or bidirectional (forward only) when !s.causal ----
-// Head dims the kernels are built for; others are refused by the backend with a message.
+// Head dims the kernels are built for: 16, 32, 64 and 128. The one predicate of the CUDA
+// attention, the engine's paged_attention included; the backend refuses other head dims
+// with one message (CudaBackend::require_head_dim).
 bool attention_supports(int head_dim);
 // Bytes of device scratch each call needs for this shape (the same buffer may serve both).
 size_t attention_forward_scratch(const AttentionShape& s);
@@ -85,8 +87,8 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
                         void* scratch, cudaStream_t stream);
 
-// ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape) ----
-bool paged_attention_supports(int head_dim);
+// ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape); head dims as
+// attention_supports ----
 void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
               cudaStream_t stream);
 void paged_attention(bf16* out, const bf16* qkv, const bf16* k, const bf16* v,

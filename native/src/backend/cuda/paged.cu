@@ -12,7 +12,11 @@
 namespace sr1::cuda {
 namespace {
 
-constexpr int kMaxDimsPerLane = 8;  // head_dim up to 256
+// Lane l of a warp holds dimensions l, l+32, ...: up to 256, more than the head dims the
+// backend admits (attention_supports: 16 to 128). A head_dim below 32 leaves lanes idle;
+// they add zeros to the warp's dot product.
+constexpr int kMaxDimsPerLane = 8;
+static_assert(32 * kMaxDimsPerLane >= 128, "paged attention must cover attention_supports");
 
 __device__ int qkv_dim(const PagedShape& s) {
   return (s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
@@ -83,10 +87,6 @@ __global__ void paged_attention_kernel(bf16* out, const bf16* qkv, const bf16* k
 }
 
 }  // namespace
-
-bool paged_attention_supports(int head_dim) {
-  return head_dim > 0 && head_dim <= 32 * kMaxDimsPerLane;
-}
 
 void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
               cudaStream_t stream) {
