@@ -67,15 +67,9 @@ export async function serveRetriever(
         "and has no authentication; use --host 127.0.0.1 unless that is what you want",
     );
   }
-  err(
-    `serving ${opened.retriever.kind} retrieval over ` +
-      `${opened.retriever.documents.toLocaleString("en-US")} passages at ${server.url} ` +
-      `(loaded in ${seconds.toFixed(1)} s)`,
-  );
-
   // A signal drains the server (30 s for requests in flight); a second cuts them. The
   // death of a process the retriever needs stops the server at once, as a failure.
-  const died = await new Promise<ServiceError | null>((resolve) => {
+  const stopped = new Promise<ServiceError | null>((resolve) => {
     const removeSignals = onStopSignals(
       drainOnSignal(server, err, () => {
         removeSignals();
@@ -88,6 +82,14 @@ export async function serveRetriever(
       resolve(e);
     });
   });
+  // Announced only once the handlers are in place: a signal sent on seeing this line drains
+  // the server instead of killing the process.
+  err(
+    `serving ${opened.retriever.kind} retrieval over ` +
+      `${opened.retriever.documents.toLocaleString("en-US")} passages at ${server.url} ` +
+      `(loaded in ${seconds.toFixed(1)} s)`,
+  );
+  const died = await stopped;
   await opened.close();
   if (died) throw died;
   err("retriever stopped");
