@@ -16,6 +16,7 @@ export function register(program: Command): Command {
       { flags: "--threads <n>", key: "threads" },
       { flags: "--context-length <n>", key: "context_length" },
       { flags: "--kv-cache-mb <n>", key: "kv_cache_mb" },
+      { flags: "--gpu-memory-utilization <f>", key: "gpu_memory_utilization" },
       { flags: "--max-running <n>", key: "max_running" },
       { flags: "--chunk-tokens <n>", key: "chunk_tokens" },
       { flags: "--skip-tokenizer-init", key: "skip_tokenizer_init" },

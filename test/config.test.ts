@@ -96,6 +96,21 @@ describe("config precedence", () => {
 });
 
 describe("override coercion", () => {
+  it("reads a tuple's items by their own types, from overrides and YAML alike", () => {
+    const fromOverride = resolveConfig(trainSpec, {
+      overrides: ["model.path=m", "actor.betas=[0.8, 0.99]"],
+    });
+    expect(fromOverride.actor.betas).toEqual([0.8, 0.99]);
+    const dir = mkdtempSync(join(tmpdir(), "searchr1-tuple-"));
+    try {
+      const file = join(dir, "c.yaml");
+      writeFileSync(file, 'model: {path: m}\nactor: {betas: ["0.7", 0.95]}\n');
+      expect(resolveConfig(trainSpec, { configFile: file }).actor.betas).toEqual([0.7, 0.95]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("coerces numbers, booleans, lists, null and quoted strings by the schema's types", () => {
     const cfg = resolveConfig(spec, {
       overrides: [

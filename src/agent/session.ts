@@ -4,7 +4,7 @@ import type { generationFields, lengthFields, retrieverSection } from "../config
 import { type ConnectedEngine, connectEngine } from "../engine/client/connect.js";
 import type { EngineClient } from "../engine/client/types.js";
 import { ChildServer } from "../runtime/child-server.js";
-import { ServiceError } from "../runtime/errors.js";
+import { ServiceError, UsageError } from "../runtime/errors.js";
 import { RetrieverClient } from "./retriever-client.js";
 import type { AgentParts, AgentSettings } from "./rollout.js";
 
@@ -83,6 +83,13 @@ export class AgentSession {
     signal: AbortSignal,
   ): Promise<AgentSession> {
     const { rollout } = config;
+    if (rollout.tensor_parallel_size > 1) {
+      throw new UsageError(
+        `rollout.tensor_parallel_size=${rollout.tensor_parallel_size}: the native engine runs ` +
+          "a model on one device (no tensor parallelism); for an SGLang or vLLM server given " +
+          "in rollout.engine_url, set its tensor parallelism on the server and leave this at 1",
+      );
+    }
     const { index, corpus, kind, model } = config.retriever;
     const retrieverChild = index
       ? await ChildServer.start(
@@ -110,6 +117,8 @@ export class AgentSession {
           "--device",
           rollout.engine_device,
           ...(rollout.engine_threads ? ["--threads", String(rollout.engine_threads)] : []),
+          "--gpu-memory-utilization",
+          String(rollout.gpu_memory_utilization),
         ],
       },
       { signal },

@@ -1,4 +1,6 @@
 import type { Command } from "commander";
+import { compatWarnings } from "../config/compat.js";
+import { withKeyReadsRecord } from "../config/key-reads.js";
 import type { CliValue, CommandConfigSpec } from "../config/resolve.js";
 import { NotImplementedError } from "../runtime/errors.js";
 import { addConfigFlags, type FlagSpec, resolveFromCli, splitArgs } from "./options.js";
@@ -74,7 +76,9 @@ export function defineCommand<S extends CommandConfigSpec>(
         exitCode: 2,
       });
     }
-    await run(resolveFromCli(cmd, def.spec, def.flags, overrides, extra));
+    const config = resolveFromCli(cmd, def.spec, def.flags, overrides, extra);
+    for (const line of compatWarnings(def.spec, config)) process.stderr.write(`${line}\n`);
+    await run(withKeyReadsRecord(def.spec.command, config));
   });
   return cmd;
 }

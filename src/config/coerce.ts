@@ -1,6 +1,13 @@
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
-import { arrayElement, kindOf, objectShape, unionOptions, unwrap } from "./schema-walk.js";
+import {
+  arrayElement,
+  kindOf,
+  objectShape,
+  tupleItems,
+  unionOptions,
+  unwrap,
+} from "./schema-walk.js";
 
 /**
  * Turns a string from a flag, an env var or a `key=value` override into the type the
@@ -32,6 +39,10 @@ export function coerce(raw: string, schema: z.ZodType | undefined): unknown {
       const element = arrayElement(inner);
       return splitList(text).map((item) => coerce(item, element));
     }
+    case "tuple": {
+      const items = tupleItems(inner) ?? [];
+      return splitList(text).map((item, i) => coerce(item, items[i]));
+    }
     case "object":
     case "record":
       return objectShape(inner) && text.startsWith("{") ? parseLoose(text) : raw;
@@ -60,6 +71,10 @@ export function coerceValue(value: unknown, schema: z.ZodType | undefined): unkn
   const kind = kindOf(inner);
   if (typeof value === "string") return TEXT_KINDS.has(kind) ? value : coerce(value, schema);
   if (Array.isArray(value)) {
+    if (kind === "tuple") {
+      const items = tupleItems(inner) ?? [];
+      return value.map((item, i) => coerceValue(item, items[i]));
+    }
     const element = kind === "array" ? arrayElement(inner) : undefined;
     return element ? value.map((item) => coerceValue(item, element)) : value;
   }

@@ -22,6 +22,12 @@ export interface CommandConfigSpec<S extends z.ZodType = z.ZodType> {
   schema: S;
   /** Documented environment variables → the dotted key each one sets. */
   env: Record<string, string>;
+  /**
+   * Keys accepted only so that verl/Search-R1 config files load: dotted key → why it has no
+   * effect here. Setting one warns; test/config/key-reads.test.ts checks that every other
+   * key is read by the command.
+   */
+  compat?: Record<string, string>;
 }
 
 /** A value given on the command line, before coercion. */

@@ -42,6 +42,12 @@ export function arrayElement(schema: z.ZodType): z.ZodType | undefined {
   return d.type === "array" ? (d.element as z.ZodType) : undefined;
 }
 
+/** The item schemas of a tuple (`actor.betas`), in order. */
+export function tupleItems(schema: z.ZodType): z.ZodType[] | undefined {
+  const d = def(unwrap(schema).inner);
+  return d.type === "tuple" ? (d.items as z.ZodType[]) : undefined;
+}
+
 export function unionOptions(schema: z.ZodType): z.ZodType[] | undefined {
   const d = def(unwrap(schema).inner);
   return d.type === "union" ? (d.options as z.ZodType[]) : undefined;

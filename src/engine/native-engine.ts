@@ -31,6 +31,8 @@ export interface EngineLaunchOptions {
   threads: number | null;
   contextLength: number | null;
   kvCacheMb: number | null;
+  /** On a GPU: the fraction of its memory for weights and KV cache together. */
+  gpuMemoryUtilization?: number | null;
   maxRunning: number | null;
   chunkTokens: number | null;
   /** Each line the engine writes on stderr (its log), as it comes. */
@@ -125,6 +127,7 @@ export class NativeEngine {
       ["--threads", options.threads],
       ["--context-length", options.contextLength],
       ["--kv-cache-mb", options.kvCacheMb],
+      ["--gpu-memory-utilization", options.gpuMemoryUtilization ?? null],
       ["--max-running", options.maxRunning],
       ["--chunk-tokens", options.chunkTokens],
     ];

@@ -29,6 +29,12 @@ export async function runEval(
       'missing required key "model.path": set it with --model (or use --compare)',
     );
   }
+  if (config.gpus > 1) {
+    throw new UsageError(
+      `gpus=${config.gpus}: eval runs one engine on one device in this build; ` +
+        "set --gpus 1, or serve a multi-GPU SGLang/vLLM server and pass --engine-url",
+    );
+  }
   const model = resolve(config.model.path);
   if (!existsSync(join(model, "config.json"))) {
     throw new InputError(`${model}: not a Hugging Face model folder (no config.json) (--model)`);

@@ -7,12 +7,16 @@ export type MetricsRow = { step: number } & Record<string, number | null>;
 /**
  * `metrics.jsonl`, one line per step (a validation adds its keys to its step's line, the one
  * before training to step 0). A resumed run first drops the lines after its checkpoint, so
- * the file reads as if the run had never stopped.
+ * the file reads as if the run had never stopped. Without a path (trainer.logger without
+ * jsonl) the rows are kept in memory only, for the plots of this process's steps.
  */
 export class MetricsLog {
-  constructor(readonly path: string) {}
+  private readonly memory: MetricsRow[] = [];
+
+  constructor(readonly path: string | null) {}
 
   rows(): MetricsRow[] {
+    if (this.path === null) return [...this.memory];
     if (!existsSync(this.path)) return [];
     return readFileSync(this.path, "utf8")
       .split("\n")
@@ -28,11 +32,13 @@ export class MetricsLog {
 
   /** Keeps the rows up to `step` (all when null: a fresh run starts an empty file). */
   truncateAfter(step: number | null): void {
+    if (this.path === null) return;
     const kept = step === null ? [] : this.rows().filter((r) => r.step <= step);
     writeFileAtomic(this.path, kept.map((r) => `${JSON.stringify(r)}\n`).join(""));
   }
 
   append(row: MetricsRow): void {
-    appendFileSync(this.path, `${JSON.stringify(row)}\n`);
+    if (this.path === null) this.memory.push(row);
+    else appendFileSync(this.path, `${JSON.stringify(row)}\n`);
   }
 }

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { stringify } from "yaml";
 import { AgentSession, agentSettings } from "../agent/session.js";
+import { rawConfig } from "../config/key-reads.js";
 import type { TrainConfig } from "../config/schemas/train.js";
 import { firstPerSource, readQaItems } from "../data/qa-items.js";
 import { answerItems } from "../eval/answer-items.js";
@@ -73,9 +74,16 @@ export async function runTrain(
 
   const runDir = runDirOf(config);
   mkdirSync(runDir, { recursive: true });
-  writeFileAtomic(join(runDir, "config.yaml"), stringify(config));
+  writeFileAtomic(join(runDir, "config.yaml"), stringify(rawConfig(config)));
   const resumed = resumePoint(config, runDir);
-  const metrics = new MetricsLog(join(runDir, "metrics.jsonl"));
+  const { logger, log_every } = config.trainer;
+  const metrics = new MetricsLog(logger.includes("jsonl") ? join(runDir, "metrics.jsonl") : null);
+  // A console line every log_every steps, and for the last step and every validation.
+  const show = (row: MetricsRow, last: boolean) => {
+    if (!logger.includes("console")) return;
+    if (row.step % log_every === 0 || last || row["val/em/mean"] !== undefined)
+      view.stepDone(row, totalSteps);
+  };
   metrics.truncateAfter(resumed?.state.step ?? null);
   const exportsDir = existsSync("/dev/shm")
     ? join("/dev/shm", `searchr1-${process.pid}`)
@@ -88,6 +96,7 @@ export async function runTrain(
   const trainer = await TrainerProcess.start({
     device: config.trainer.device,
     threads: config.trainer.threads,
+    recompute: config.actor.gradient_checkpointing,
     onLine: (line) => view.log(`trainer: ${line}`),
     signal,
   });
@@ -170,7 +179,7 @@ export async function runTrain(
       if (currentStep === 0 && config.trainer.val_before_train) {
         const row = { step: 0, ...(await validate(0)) };
         metrics.append(row);
-        view.stepDone(row, totalSteps);
+        show(row, false);
       }
       while (currentStep < totalSteps) {
         const step = currentStep + 1;
@@ -186,9 +195,8 @@ export async function runTrain(
           await trainer.saveCheckpoint({ dir, overwrite: true });
           completeCheckpoint(runDir, { step, klCoef: ctx.kl.value } satisfies ControllerState);
         }
-        if (config.trainer.logger.includes("plot"))
-          await writePlots(metrics.rows(), join(runDir, "plots"));
-        view.stepDone(row, totalSteps);
+        if (logger.includes("plot")) await writePlots(metrics.rows(), join(runDir, "plots"));
+        show(row, last);
       }
     } catch (err) {
       throw await session.failure(err);

@@ -102,14 +102,20 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
     const old = await logProbRows(trainer, sequences, {
       model: "policy",
       temperature: rollout.temperature,
+      micro_batch_size: rollout.log_prob_micro_batch_size,
     });
     const ref = needRef
       ? await logProbRows(trainer, sequences, {
           model: "reference",
           temperature: rollout.temperature,
+          micro_batch_size: rollout.log_prob_micro_batch_size,
         })
       : null;
-    const values = ppo ? await valueRows(trainer, sequences) : null;
+    const values = ppo
+      ? await valueRows(trainer, sequences, {
+          micro_batch_size: config.critic.ppo_micro_batch_size,
+        })
+      : null;
     return { old, ref, values };
   });
   const advantages = computeAdvantages(

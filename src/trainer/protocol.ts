@@ -67,12 +67,16 @@ export interface LogProbsFields {
   out: string;
   model?: "policy" | "reference";
   temperature?: number;
+  /** Sequences per forward pass (each packed into one row); 0 (default) = the whole batch. */
+  micro_batch_size?: number;
 }
 
 export interface ValuesFields {
   batch: string;
   /** Written with values, F32 [B, T]. */
   out: string;
+  /** Sequences per forward pass (each packed into one row); 0 (default) = the whole batch. */
+  micro_batch_size?: number;
 }
 
 export interface UpdateActorFields extends BatchingFields {

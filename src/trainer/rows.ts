@@ -29,6 +29,7 @@ import type {
   LogProbsFields,
   UpdateActorFields,
   UpdateCriticFields,
+  ValuesFields,
 } from "./protocol.js";
 
 export interface LogProbRows {
@@ -55,11 +56,12 @@ export function logProbRows(
 export function valueRows(
   trainer: TrainerProcess,
   sequences: readonly Sequence[],
+  options: Omit<ValuesFields, "batch" | "out"> = {},
 ): Promise<Float32Array[]> {
   return withFiles(trainer, async (file) => {
     const [batch, out] = [file("inputs"), file("values")];
     await writeBatch(batch, sequences);
-    await trainer.values({ batch, out });
+    await trainer.values({ ...options, batch, out });
     return (await readResponseRows(out, sequences, ["values"])).values;
   });
 }

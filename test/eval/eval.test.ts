@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parquetWriteFile } from "hyparquet-writer";
@@ -268,6 +268,11 @@ describe("searchr1 eval against a scripted engine (exact numbers)", () => {
     const bad = runCli([...base, "--data", noReward, "--out", path.join(dir, "y")]);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/no-reward\.parquet.*reward_model\.ground_truth\.target is missing/);
+
+    const gpus = runCli([...base, "--data", data, "--out", path.join(dir, "g"), "--gpus", "2"]);
+    expect(gpus.code).toBe(2);
+    expect(gpus.stderr).toMatch(/gpus=2: eval runs one engine on one device/);
+    expect(existsSync(path.join(dir, "g"))).toBe(false);
 
     const noModel = runCli(["eval", "--data", data]);
     expect(noModel.code).toBe(2);

@@ -20,6 +20,7 @@ import { nativeExecutable } from "../../src/trainer/native.js";
 import { type Reply, ServeProcess } from "../helpers/serve-process.js";
 import {
   CPU,
+  FIXTURES,
   get,
   maxAbs,
   maxAbsDiff,
@@ -456,6 +457,35 @@ describe("serve: log_probs is score", () => {
     if (!(p1 && p07 && r1)) throw new Error("a log_probs reply is missing");
     expect(maxAbsDiff(p1, p07)).toBeGreaterThan(0.1);
     expect(maxAbsDiff(p1, r1)).toBeGreaterThan(0.1);
+  });
+});
+
+describe("serve: micro_batch_size (rollout.log_prob_micro_batch_size)", () => {
+  it("groups the forward passes of log_probs and values without changing their results", async () => {
+    const s = new Serve();
+    await s.ok("load", { policy: POLICY, critic: join(FIXTURES, "critic-untied") });
+    const batch = await inputs();
+    const run = async (op: "log_probs" | "values", micro?: number) => {
+      const out = join(tempDir(), `${op}-${micro ?? "all"}.safetensors`);
+      await s.ok(op, { batch, out, ...(micro === undefined ? {} : { micro_batch_size: micro }) });
+      return get(await readFloats(out), op);
+    };
+    const whole = { log_probs: await run("log_probs"), values: await run("values") };
+    expect(maxAbsDiff(whole.values, new Float32Array(whole.values.length))).toBeGreaterThan(0.01);
+    for (const micro of [1, 3, B, 100]) {
+      for (const op of ["log_probs", "values"] as const) {
+        const got = await run(op, micro);
+        // Each sequence computes as in any packing; only the matmul shapes change rounding.
+        expect(maxAbsDiff(got, whole[op]), `${op} in groups of ${micro}`).toBeLessThan(1e-5);
+        got.forEach((x, i) => {
+          if (i % T === 0 || attention[i] === 0n) expect(x, `${op} at padding ${i}`).toBe(0);
+        });
+      }
+    }
+    expect(
+      await s.fails("log_probs", { batch, out: join(tempDir(), "x"), micro_batch_size: -1 }),
+    ).toContain("'micro_batch_size' must be >= 0");
+    expect(await s.close()).toBe(0);
   });
 });
 

@@ -196,6 +196,35 @@ describe("searchr1 train", () => {
     }
   }, 240_000);
 
+  it("trainer.logger and trainer.log_every decide where metrics go and how often", () => {
+    const out = path.join(dir, "loggers");
+    const r = runCli(
+      args(out, [
+        "trainer.logger=[console]",
+        "trainer.log_every=2",
+        "trainer.test_freq=5",
+        "trainer.val_before_train=false",
+      ]),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    // Every log_every steps, and the last step (with its validation); no file, no plots.
+    expect(r.stderr).not.toMatch(/^step 1\/3/m);
+    expect(r.stderr).toMatch(/^step 2\/3 {2}reward /m);
+    expect(r.stderr).toMatch(/^step 3\/3 {2}reward .*val EM/m);
+    expect(existsSync(path.join(runDir(out), "metrics.jsonl"))).toBe(false);
+    expect(existsSync(path.join(runDir(out), "plots"))).toBe(false);
+    const quiet = runCli(
+      args(path.join(dir, "quiet"), [
+        "trainer.logger=[jsonl]",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+      ]),
+    );
+    expect(quiet.code, quiet.stderr).toBe(0);
+    expect(quiet.stderr).not.toMatch(/^step /m);
+    expect(metrics(path.join(dir, "quiet")).map((x) => x.step)).toEqual([1]);
+  }, 240_000);
+
   it("Ctrl-C stops cleanly (exit 130); the resumed run equals the uninterrupted one", async () => {
     const out = path.join(dir, "interrupted");
     const cli = startCli(args(out));
@@ -259,6 +288,9 @@ describe("searchr1 train", () => {
     ]);
     expect(vllm.code).toBe(2);
     expect(vllm.stderr).toMatch(/rollout\.engine=vllm/);
+    const tp = runCli([...args(path.join(dir, "x")), "rollout.tensor_parallel_size=2"]);
+    expect(tp.code).toBe(2);
+    expect(tp.stderr).toMatch(/rollout\.tensor_parallel_size=2: the native engine runs/);
     const batch = runCli([...args(path.join(dir, "x")), "data.train_batch_size=64"]);
     expect(batch.code).toBe(1);
     expect(batch.stderr).toMatch(/data\.train_batch_size is 64 but .* hold 12 questions/);

@@ -7,15 +7,22 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
+import { quickstartSpec } from "../../src/config/schemas/quickstart.js";
 import { startCli } from "../helpers/cli.js";
+import { expectEveryKeyRead, keyReadsEnv } from "../helpers/key-reads.js";
 
 const dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-quickstart-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 it("runs world → preprocess → build-index → sft → eval → train → eval, and the model learns to search", async () => {
   const out = path.join(dir, "qs");
-  const r = await startCli(["quickstart", "--dir", out, "train_steps=8"]).result;
+  const reads = path.join(dir, "reads.jsonl");
+  const r = await startCli(["quickstart", "--dir", out, "train_steps=8"], {
+    env: keyReadsEnv(reads),
+  }).result;
   expect(r.code, r.stderr.slice(-3000)).toBe(0);
+  // Every quickstart key does something (test/config/key-reads.test.ts covers the others).
+  expectEveryKeyRead(quickstartSpec, reads);
   for (const phase of [
     "preprocess",
     "build-index",

@@ -86,6 +86,8 @@ class Backend {
   size_t live_bytes() const { return live_; }
   // Bytes the device could still allocate (host RAM not in use, or free GPU memory).
   virtual size_t free_bytes() const = 0;
+  // The device's memory in all (RAM on the CPU), for budgets given as a fraction of it.
+  virtual size_t total_bytes() const = 0;
   void reset_peak_bytes() { peak_ = live_; }
 
   // ---- layers ----

@@ -236,6 +236,9 @@ class CpuBackend final : public Backend {
   size_t free_bytes() const override {
     return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   }
+  size_t total_bytes() const override {
+    return static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  }
   float* alloc(size_t n) override { return static_cast<float*>(aligned(n * sizeof(float))); }
   int32_t* alloc_i32(size_t n) override {
     return static_cast<int32_t*>(aligned(n * sizeof(int32_t)));

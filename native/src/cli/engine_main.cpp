@@ -27,6 +27,9 @@ std::vector<OptionSpec> engine_options() {
        {"context-length", "N", "longest prompt + output (default: max_position_embeddings)"},
        {"kv-cache-mb", "MB", "KV cache memory (default: a quarter of free RAM, or 80% of "
                              "free GPU memory, at most what --max-running full contexts need)"},
+       {"gpu-memory-utilization", "U",
+        "on a GPU without --kv-cache-mb: the engine's share of the GPU's memory, weights and "
+        "KV cache together (vLLM's meaning); no effect on the CPU"},
        {"max-running", "N", "most sequences in one step (default 256)"},
        {"chunk-tokens", "N", "most prompt tokens prefilled per step (default 512)"}},
       device_options());
@@ -64,9 +67,11 @@ int read_max_positions(const std::string& dir) {
   return static_cast<int>(v->as_int());
 }
 
-// The cache gets --kv-cache-mb, or by default a share of the memory left after the
-// weights (a quarter on the CPU, which the rest of the machine shares; 80 % of a GPU's),
-// but no more than --max-running sequences of full context could use.
+// The cache gets --kv-cache-mb; or on a GPU with --gpu-memory-utilization U, what is left of
+// U × the GPU's memory once the engine's weights are in (vLLM's gpu_memory_utilization: the
+// trainer on the same GPU keeps the rest); or by default a share of the memory left after
+// the weights (a quarter on the CPU, which the rest of the machine shares; 80 % of a
+// GPU's). Without --kv-cache-mb, no more than --max-running sequences of full context use.
 int kv_blocks_for(const Args& args, const Backend& backend, const ModelConfig& config,
                   int context, int max_running, int block_size) {
   const size_t per_block = PagedKvCache::bytes_per_block(config, block_size, backend.x_elem());
@@ -74,10 +79,24 @@ int kv_blocks_for(const Args& args, const Backend& backend, const ModelConfig& c
   if (args.has("kv-cache-mb")) {
     bytes = static_cast<size_t>(args.number("kv-cache-mb", 0) * 1024 * 1024);
   } else {
-    const double share = backend.name() == "cpu" ? 0.25 : 0.8;
     const size_t full = static_cast<size_t>(max_running) *
                         ((context + block_size - 1) / block_size + 1) * per_block;
-    bytes = std::min(static_cast<size_t>(share * backend.free_bytes()), full);
+    const double share = backend.name() == "cpu" ? 0.25 : 0.8;
+    bytes = static_cast<size_t>(share * backend.free_bytes());
+    if (backend.name() != "cpu" && args.has("gpu-memory-utilization")) {
+      const double u = args.number("gpu-memory-utilization", 0.8);
+      if (!(u > 0 && u <= 1)) throw UsageError("--gpu-memory-utilization must be in (0, 1]");
+      const double budget = u * static_cast<double>(backend.total_bytes());
+      const double left = budget - static_cast<double>(backend.live_bytes());
+      if (left < static_cast<double>(per_block)) {
+        throw UsageError("--gpu-memory-utilization " + std::to_string(u) + ": " +
+                         std::to_string(static_cast<long long>(budget / (1 << 20))) +
+                         " MiB of the GPU leave no room for a KV cache after the weights (" +
+                         std::to_string(backend.live_bytes() >> 20) + " MiB); raise it");
+      }
+      bytes = std::min(static_cast<size_t>(left), backend.free_bytes());
+    }
+    bytes = std::min(bytes, full);
   }
   const size_t blocks = bytes / per_block;
   if (blocks < 1) {

@@ -44,8 +44,8 @@ int cmd_score(const std::vector<std::string>& argv) {
     }
   }
   std::vector<float> logprobs(c.batch.ids.size()), entropy(c.batch.ids.size());
-  unpack(packed, plp.data(), logprobs.data(), logprobs.size());
-  unpack(packed, pent.data(), entropy.data(), entropy.size());
+  unpack(packed, plp.data(), logprobs.data());
+  unpack(packed, pent.data(), entropy.data());
   const std::vector<int64_t> shape = {c.batch.B, c.batch.T};
   write_safetensors(c.out, {{"logprobs", DType::F32, shape, logprobs.data()},
                             {"entropy", DType::F32, shape, entropy.data()}});

@@ -80,6 +80,13 @@ RunOptions read_run(const JsonFields& f, const RunOptions& base) {
   return run;
 }
 
+// Sequences per forward pass of log_probs and values; 0 (default) = the whole batch.
+int read_micro_batch_size(const JsonFields& f) {
+  const long n = f.integer("micro_batch_size", 0);
+  if (n < 0) throw Error("'micro_batch_size' must be >= 0");
+  return static_cast<int>(n);
+}
+
 MiniBatching read_batching(const JsonFields& f) {
   MiniBatching m;
   m.mini_batch_size = static_cast<int>(f.integer("ppo_mini_batch_size", 0));
@@ -155,8 +162,8 @@ std::vector<std::string> fields_of(const std::string& op) {
     k.insert(k.end(), more.begin(), more.end());
   };
   if (op == "load") add({"policy", "reference", "critic", "actor_optim", "critic_optim", "seed"});
-  if (op == "log_probs") add({"model", "batch", "out", "temperature"});
-  if (op == "values") add({"batch", "out"});
+  if (op == "log_probs") add({"model", "batch", "out", "temperature", "micro_batch_size"});
+  if (op == "values") add({"batch", "out", "micro_batch_size"});
   if (op == "update_actor") {
     add({"batch", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c",
          "kl_loss_type", "kl_loss_coef", "entropy_coeff", "loss_agg_mode", "temperature"});
@@ -247,20 +254,24 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
   } else if (op == "log_probs") {
     Qwen2Model& m = s.model(f.text("model", "policy"));
     const BatchFile b = open_batch(f, m);
-    const MicroBatch p = packed_batch(b.batch);
-    std::vector<float> plp(p.source.size()), pent(plp.size());
-    m.score(p.batch, read_run(f, s.run), plp.data(), pent.data());
+    const RunOptions run = read_run(f, s.run);
     std::vector<float> lp(b.batch.ids.size()), ent(lp.size());
-    unpack(p, plp.data(), lp.data(), lp.size());
-    unpack(p, pent.data(), ent.data(), ent.size());
+    for (const MicroBatch& p : packed_groups(b.batch, read_micro_batch_size(f))) {
+      std::vector<float> plp(p.source.size()), pent(plp.size());
+      m.score(p.batch, run, plp.data(), pent.data());
+      unpack(p, plp.data(), lp.data());
+      unpack(p, pent.data(), ent.data());
+    }
     write_token_tensors(f.text("out"), b.batch, {{"log_probs", lp.data()}, {"entropy", ent.data()}});
   } else if (op == "values") {
     Qwen2Model& critic = s.critic_of().model();
     const BatchFile b = open_batch(f, critic);
-    const MicroBatch p = packed_batch(b.batch);
-    std::vector<float> pv(p.source.size()), v(b.batch.ids.size());
-    critic.values(p.batch, s.run, pv.data());
-    unpack(p, pv.data(), v.data(), v.size());
+    std::vector<float> v(b.batch.ids.size());
+    for (const MicroBatch& p : packed_groups(b.batch, read_micro_batch_size(f))) {
+      std::vector<float> pv(p.source.size());
+      critic.values(p.batch, s.run, pv.data());
+      unpack(p, pv.data(), v.data());
+    }
     write_token_tensors(f.text("out"), b.batch, {{"values", v.data()}});
   } else if (op == "update_actor") {
     Learner& actor = s.actor_learner();

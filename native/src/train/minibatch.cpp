@@ -101,13 +101,23 @@ std::vector<MicroBatch> micro_batches(const Batch& batch, long budget, bool remo
   return out;
 }
 
-MicroBatch packed_batch(const Batch& batch) {
-  std::vector<MicroBatch> one = micro_batches(batch, 0, true);
-  return one.empty() ? packed(batch, {}, {}, {}) : std::move(one.front());
+std::vector<MicroBatch> packed_groups(const Batch& batch, int rows) {
+  if (rows < 0) throw UsageError("rows per packed group must be >= 0");
+  std::vector<int> begin(batch.B), end(batch.B);
+  for (int b = 0; b < batch.B; b++) row_length(batch, b, &begin[b], &end[b]);
+  const int step = rows == 0 ? std::max(batch.B, 1) : rows;
+  std::vector<MicroBatch> out;
+  for (int first = 0; first < batch.B || out.empty(); first += step) {
+    std::vector<int> group;
+    for (int b = first; b < std::min(first + step, batch.B); b++) group.push_back(b);
+    out.push_back(packed(batch, group, begin, end));
+  }
+  return out;
 }
 
-void unpack(const MicroBatch& mb, const float* x, float* out, size_t n) {
-  std::fill(out, out + n, 0.0f);
+MicroBatch packed_batch(const Batch& batch) { return std::move(packed_groups(batch, 0).front()); }
+
+void unpack(const MicroBatch& mb, const float* x, float* out) {
   for (size_t i = 0; i < mb.source.size(); i++) {
     if (mb.source[i] >= 0) out[mb.source[i]] = x[i];
   }

@@ -41,14 +41,18 @@ void for_each_mini_batch(int B, const MiniBatching& m, std::mt19937_64& rng,
 // (a hole in its mask) stays where it is and the same tokens are predicted.
 std::vector<MicroBatch> micro_batches(const Batch& batch, long budget, bool remove_padding);
 
-// All the batch's sequences packed into one row, for a forward pass (log-probs, values):
-// each sequence is computed as in any other packing, so its log-probs are those an update's
-// packed micro-batches compute.
+// The batch's sequences in groups of `rows` consecutive rows (0 = all in one group), each
+// group packed into one row, for the forward passes of log_probs and values (verl's
+// log_prob_micro_batch_size): each sequence is computed as in any other packing, so its
+// log-probs are those an update's packed micro-batches compute, whatever the grouping.
+std::vector<MicroBatch> packed_groups(const Batch& batch, int rows);
+// All the batch's sequences packed into one row: packed_groups(batch, 0)'s one group.
 MicroBatch packed_batch(const Batch& batch);
 
 // A per-position output of a micro-batch in the layout of the batch it came from:
-// out[source[i]] = x[i] for the n = B*T positions of `out`, zeros elsewhere (padding).
-void unpack(const MicroBatch& mb, const float* x, float* out, size_t n);
+// out[source[i]] = x[i]; positions of `out` the micro-batch does not hold (padding, other
+// micro-batches' rows) are left as they are.
+void unpack(const MicroBatch& mb, const float* x, float* out);
 // The reverse: a per-position tensor x of the batch in the micro-batch's layout,
 // out[i] = x[source[i]], zeros on the padding the micro-batch added.
 std::vector<float> pack(const MicroBatch& mb, const float* x);

@@ -5,6 +5,7 @@ import {
   decodingFields,
   generationFields,
   lengthFields,
+  modelCompat,
   modelSection,
   retrieverSection,
 } from "./shared.js";
@@ -31,5 +32,6 @@ export type AskConfig = z.infer<typeof askSchema>;
 export const askSpec: CommandConfigSpec<typeof askSchema> = {
   command: "ask",
   schema: askSchema,
+  compat: modelCompat,
   env: agentEnv,
 };

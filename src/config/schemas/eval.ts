@@ -5,6 +5,7 @@ import {
   decodingFields,
   generationFields,
   lengthFields,
+  modelCompat,
   modelSection,
   positiveInt,
   retrieverSection,
@@ -60,7 +61,9 @@ export const evalSchema = z.strictObject({
     })
     .prefault({}),
   retriever: retrieverSection.prefault({}),
-  gpus: positiveInt().default(1).describe("GPUs to use"),
+  gpus: positiveInt()
+    .default(1)
+    .describe("GPUs for the native engine: 1 in this build (more is refused)"),
   output_dir: z
     .string()
     .min(1)
@@ -78,5 +81,6 @@ export type EvalConfig = z.infer<typeof evalSchema>;
 export const evalSpec: CommandConfigSpec<typeof evalSchema> = {
   command: "eval",
   schema: evalSchema,
+  compat: modelCompat,
   env: agentEnv,
 };

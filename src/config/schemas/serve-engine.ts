@@ -27,6 +27,15 @@ export const serveEngineSchema = z.strictObject({
     .nullable()
     .default(null)
     .describe("KV cache memory in MiB; null = a quarter of RAM (CPU), 80% of free GPU memory"),
+  gpu_memory_utilization: z
+    .number()
+    .gt(0)
+    .max(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "on a GPU: the fraction of its memory the engine may hold, weights and KV cache together (vLLM's meaning); null = the weights, then 80% of the free memory; ignored on the CPU and when kv_cache_mb is set",
+    ),
   max_running: z
     .number()
     .int()

@@ -15,6 +15,8 @@ const positiveInt = () => z.number().int().positive();
 export const threadsField = (what: string) =>
   positiveInt().nullable().default(null).describe(`${what}; null = all cores`);
 
+const NATIVE_DTYPES = "the native trainer and engine compute in bf16 on a GPU and fp32 on the CPU";
+
 export const modelSection = z.strictObject({
   path: z
     .string()
@@ -26,8 +28,13 @@ export const modelSection = z.strictObject({
     .nullable()
     .default(null)
     .describe("tokenizer folder when it is not the model folder"),
-  dtype: dtypeEnum(["bf16", "fp16", "fp32"]).default("bf16").describe("compute dtype on GPU"),
+  dtype: dtypeEnum(["bf16", "fp16", "fp32"])
+    .default("bf16")
+    .describe(`no effect: ${NATIVE_DTYPES} (verl's model dtype)`),
 });
+
+/** The compatibility-only keys of the commands with a model section (CommandConfigSpec.compat). */
+export const modelCompat = { "model.dtype": NATIVE_DTYPES };
 
 /** Prompt and turn budgets, in tokens (Search-R1's data.* keys and meanings). */
 export const lengthFields = {
@@ -84,8 +91,12 @@ export const generationFields = {
     .gt(0)
     .max(1)
     .default(0.6)
-    .describe("fraction of GPU memory for the engine"),
-  tensor_parallel_size: positiveInt().default(1).describe("GPUs per engine replica"),
+    .describe(
+      "the native engine's share of its GPU's memory, weights and KV cache together (vLLM's meaning; the trainer shares the GPU); no effect on the CPU or with engine_url",
+    ),
+  tensor_parallel_size: positiveInt()
+    .default(1)
+    .describe("GPUs per engine replica: 1 (the native engine has no tensor parallelism)"),
 };
 
 /** Decoding of eval and ask: greedy unless asked to sample (then seeded). */
@@ -105,8 +116,12 @@ export const loggingFields = {
   logger: z
     .array(z.enum(["console", "jsonl", "plot"]))
     .default(["console", "jsonl", "plot"])
-    .describe("where metrics go"),
-  log_every: positiveInt().default(1).describe("steps between console lines"),
+    .describe(
+      "where metrics go: console (a line per step), jsonl (metrics.jsonl, which a resumed run's plots continue), plot (plots/*.svg and *.png)",
+    ),
+  log_every: positiveInt()
+    .default(1)
+    .describe("steps between console lines (the last step and validations always print)"),
 };
 
 /** Env vars that `train` and `eval` both read: where the model, retriever and engine are. */

@@ -5,6 +5,7 @@ import {
   generationFields,
   lengthFields,
   loggingFields,
+  modelCompat,
   modelSection,
   positiveInt,
   retrieverSection,
@@ -112,7 +113,9 @@ export const trainSchema = z.strictObject({
       gradient_checkpointing: z
         .boolean()
         .default(true)
-        .describe("recompute activations to save memory"),
+        .describe(
+          "keep only each layer's input in the actor's backward and recompute the rest (less memory, ~1/3 more compute)",
+        ),
     })
     .prefault({}),
   critic: z
@@ -138,7 +141,7 @@ export const trainSchema = z.strictObject({
       n: positiveInt().default(5).describe("trajectories per prompt (GRPO group size)"),
       log_prob_micro_batch_size: positiveInt()
         .default(128)
-        .describe("trajectories per log-prob forward"),
+        .describe("trajectories per forward pass of the old and reference log-probs"),
       ...generationFields,
     })
     .prefault({}),
@@ -242,5 +245,6 @@ export type TrainConfig = z.infer<typeof trainSchema>;
 export const trainSpec: CommandConfigSpec<typeof trainSchema> = {
   command: "train",
   schema: trainSchema,
+  compat: modelCompat,
   env: { ...agentEnv, SEARCHR1_OUTPUT_DIR: "trainer.output_dir" },
 };

@@ -61,6 +61,11 @@ class CudaBackend final : public Backend {
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return free;
   }
+  size_t total_bytes() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return total;
+  }
   float* alloc(size_t n) override { return static_cast<float*>(raw(n * sizeof(float))); }
   int32_t* alloc_i32(size_t n) override { return static_cast<int32_t*>(raw(n * sizeof(int32_t))); }
   XPtr alloc_x(size_t n) override { return XPtr{raw(n * sizeof(bf16)), sizeof(bf16)}; }
