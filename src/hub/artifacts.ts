@@ -24,7 +24,10 @@ export interface Artifact {
   check?: (files: RemoteFile[]) => string | undefined;
 }
 
-/** The files a model needs to be loaded: config, safetensors weights, tokenizer, generation. */
+/**
+ * The files a model needs to be loaded: config, safetensors weights, tokenizer (vocab.txt:
+ * BERT-family retrievers without tokenizer.json), generation.
+ */
 const MODEL_FILES = [
   "config.json",
   "generation_config.json",
@@ -35,6 +38,7 @@ const MODEL_FILES = [
   "tokenizer.model",
   "vocab.json",
   "merges.txt",
+  "vocab.txt",
   "special_tokens_map.json",
   "added_tokens.json",
 ];

@@ -506,6 +506,7 @@ describe("Search-R1 artefacts", () => {
           { path: "model.safetensors", content: pattern(50_000, 5), lfs: true },
           { path: "pytorch_model.bin", content: pattern(50_000, 6), lfs: true },
           { path: "tokenizer.json", content: Buffer.from("{}") },
+          { path: "vocab.txt", content: Buffer.from("[PAD]\n[UNK]\n") },
           { path: "README.md", content: Buffer.from("# model") },
         ],
       },
@@ -528,6 +529,7 @@ describe("Search-R1 artefacts", () => {
       "config.json",
       "model.safetensors",
       "tokenizer.json",
+      "vocab.txt",
     ]);
     expect(readFileSync(path.join(dir, "bm25/index.txt"), "utf8")).toBe("postings\n");
     expect(existsSync(path.join(dir, "bm25.tar.gz"))).toBe(false);
