@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { ask, formatTurn } from "../src/agent/ask.js";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { askSpec } from "../src/config/schemas/ask.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import type { BuildIndexConfig } from "../src/config/schemas/build-index.js";
 import { buildIndexSpec } from "../src/config/schemas/build-index.js";
 import { buildBm25Index } from "../src/retrieval/bm25/build.js";

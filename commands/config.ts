@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Document, isScalar } from "yaml";
-import { flagNamesOf, splitArgs } from "../src/cli/options.js";
+import { flagNamesOf, splitArgs } from "../src/command/options.js";
 import { configReference } from "../src/config/reference.js";
 import { CONFIG_SPECS } from "../src/config/registry.js";
 import { type ConfigDraft, jsonSchemaOf, resolveConfigDraft } from "../src/config/resolve.js";

@@ -9,7 +9,7 @@ import { megatronToHf } from "../src/ckpt/megatron.js";
 import { locateMegatron } from "../src/ckpt/megatron-layout.js";
 import { modelDims, readConfig } from "../src/ckpt/model-dims.js";
 import type { Conversion } from "../src/ckpt/source.js";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
 import { InputError, UsageError } from "../src/runtime/errors.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { downloadSpec } from "../src/config/schemas/download.js";
 import { formatReport, runDownload } from "../src/hub/download.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";

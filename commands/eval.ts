@@ -1,6 +1,6 @@
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { evalSpec } from "../src/config/schemas/eval.js";
 import { compareRuns, comparisonTable } from "../src/eval/compare.js";
 import { reportTable } from "../src/eval/report.js";

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { preprocessSpec } from "../src/config/schemas/preprocess.js";
 import { formatSummary, runPreprocess } from "../src/data/preprocess.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";

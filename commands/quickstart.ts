@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { quickstartSpec } from "../src/config/schemas/quickstart.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { quickstartTable, runQuickstart } from "../src/world/quickstart.js";

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { serveEngineSpec } from "../src/config/schemas/serve-engine.js";
 import { serveEngine } from "../src/engine/server-main.js";
 

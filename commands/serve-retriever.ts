@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { serveRetrieverSpec } from "../src/config/schemas/serve-retriever.js";
 import { serveRetriever } from "../src/retrieval/server-main.js";
 

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { defineCommand } from "../src/cli/define.js";
+import { defineCommand } from "../src/command/define.js";
 import { trainSpec } from "../src/config/schemas/train.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { createProgress } from "../src/runtime/progress.js";

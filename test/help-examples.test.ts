@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
-import { buildProgram } from "../src/cli/program.js";
+import { buildProgram } from "../cli/program.js";
 import { nativeExecutable } from "../src/trainer/native.js";
 import { jsonl, put } from "./data/helpers.js";
 import { BIN } from "./helpers/cli.js";

@@ -1,5 +1,5 @@
 import { CommanderError } from "commander";
-import { CliError, describeSystemError } from "../runtime/errors.js";
+import { CliError, describeSystemError } from "../src/runtime/errors.js";
 import { buildProgram } from "./program.js";
 
 /**
