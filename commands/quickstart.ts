@@ -1,8 +1,9 @@
 import type { Command } from "commander";
 import { defineCommand } from "../src/command/define.js";
 import { quickstartSpec } from "../src/config/schemas/quickstart.js";
+import { runQuickstart } from "../src/quickstart/pipeline.js";
+import { quickstartTable } from "../src/quickstart/report.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
-import { quickstartTable, runQuickstart } from "../src/world/quickstart.js";
 
 export function register(program: Command): Command {
   return defineCommand(program, {

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { nativeExecutable } from "../src/trainer/native.js";
+import { nativeExecutable } from "../src/runtime/native-executable.js";
 import { jsonl, put } from "./data/helpers.js";
 import { type CliResult, runCli } from "./helpers/cli.js";
 import { generateCorpus } from "./retrieval/generated-corpus.js";

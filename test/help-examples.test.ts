@@ -20,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { afterAll, describe, expect, it } from "vitest";
 import { buildProgram } from "../cli/program.js";
-import { nativeExecutable } from "../src/trainer/native.js";
+import { nativeExecutable } from "../src/runtime/native-executable.js";
 import { jsonl, put } from "./data/helpers.js";
 import { BIN } from "./helpers/cli.js";
 import { generateCorpus } from "./retrieval/generated-corpus.js";
@@ -137,8 +137,8 @@ const RULES: Rule[] = [
   {
     match: /^searchr1 quickstart/,
     skip:
-      "the whole quickstart takes about ten minutes of both cores; test/world/quickstart.test.ts " +
-      "runs it shortened",
+      "the whole quickstart takes about ten minutes of both cores; " +
+      "test/quickstart/quickstart.test.ts runs it shortened",
   },
   {
     match: /^searchr1 train /,

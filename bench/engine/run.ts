@@ -55,10 +55,10 @@ import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { CliError } from "../../src/runtime/errors.js";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { fmt, log, threadCappedEnv } from "../common.js";
 import { type Shape as NativeShape, shapeArgs } from "../native/step.js";
 

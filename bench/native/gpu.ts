@@ -36,9 +36,9 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CliError } from "../../src/runtime/errors.js";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { fmt, log } from "../common.js";
 import { type Shape, STEP_FLAGS } from "./step.js";
 

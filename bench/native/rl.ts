@@ -40,9 +40,9 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { createInterface, type Interface } from "node:readline";
 import { CliError } from "../../src/runtime/errors.js";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { fmt, log } from "../common.js";
 import { CPU_SHAPES, shapeArgs } from "./step.js";
 

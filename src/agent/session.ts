@@ -1,9 +1,15 @@
 import { setMaxListeners } from "node:events";
 import type { z } from "zod";
+import { serverLine } from "../config/command-line.js";
+import { serveRetrieverSpec } from "../config/schemas/serve-retriever.js";
 import type { generationFields, lengthFields, retrieverSection } from "../config/schemas/shared.js";
-import { type ConnectedEngine, connectEngine } from "../engine/client/connect.js";
+import {
+  type ConnectedEngine,
+  connectEngine,
+  type EngineChoice,
+} from "../engine/client/connect.js";
 import type { EngineClient } from "../engine/client/types.js";
-import { ChildServer } from "../runtime/child-server.js";
+import { ChildServer, type CommandLine } from "../runtime/child-server.js";
 import { ServiceError, UsageError } from "../runtime/errors.js";
 import { RetrieverClient } from "./retriever-client.js";
 import type { AgentParts, AgentSettings } from "./rollout.js";
@@ -37,6 +43,28 @@ export function agentSettings(
     maxObsLength: config.data.max_obs_length,
     sampling,
     compat: config.rollout.compat,
+  };
+}
+
+/** The serve-retriever command line when the config names an index (train's retriever.index). */
+export function retrieverChildLine(retriever: AgentConfig["retriever"]): CommandLine | null {
+  const { index, corpus, kind, model, topk } = retriever;
+  if (!index) return null;
+  return serverLine(serveRetrieverSpec, {
+    retriever: kind,
+    index,
+    corpus: corpus || undefined,
+    retriever_model: model || undefined,
+    topk,
+  });
+}
+
+/** What the native engine started for a run is told besides its model. */
+export function engineChildValues(rollout: Generation): EngineChoice["child"] {
+  return {
+    device: rollout.engine_device,
+    threads: rollout.engine_threads || undefined,
+    gpu_memory_utilization: rollout.gpu_memory_utilization,
   };
 }
 
@@ -90,36 +118,16 @@ export class AgentSession {
           "in rollout.engine_url, set its tensor parallelism on the server and leave this at 1",
       );
     }
-    const { index, corpus, kind, model } = config.retriever;
-    const retrieverChild = index
-      ? await ChildServer.start(
-          "retriever",
-          "serve-retriever",
-          [
-            "--retriever",
-            kind ?? "bm25",
-            "--index",
-            index,
-            ...(corpus ? ["--corpus", corpus] : []),
-            ...(model ? ["--retriever-model", model] : []),
-            "--topk",
-            String(config.retriever.topk),
-          ],
-          { signal },
-        )
+    const retrieverLine = retrieverChildLine(config.retriever);
+    const retrieverChild = retrieverLine
+      ? await ChildServer.start("retriever", retrieverLine, { signal })
       : null;
     const engine = await connectEngine(
       {
         kind: rollout.engine,
         url: rollout.engine_url,
         modelPath,
-        childArgs: [
-          "--device",
-          rollout.engine_device,
-          ...(rollout.engine_threads ? ["--threads", String(rollout.engine_threads)] : []),
-          "--gpu-memory-utilization",
-          String(rollout.gpu_memory_utilization),
-        ],
+        child: engineChildValues(rollout),
       },
       { signal },
     );

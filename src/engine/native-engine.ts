@@ -12,7 +12,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { CliError } from "../runtime/errors.js";
-import { nativeExecutable } from "../trainer/native.js";
+import { nativeExecutable } from "../runtime/native-executable.js";
 import {
   type ControlCommand,
   type DoneEvent,

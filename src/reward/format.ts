@@ -108,7 +108,7 @@ export function isRetrievalCorrect(text: string, golds: Golds): boolean {
   });
 }
 
-/** The three scores of reward.* in the train config (Search-R1's scripts: 0.2, 0.1, 0). */
+/** The three scores of reward.* in the train config (defaults in src/config/schemas/train.ts). */
 export interface FormatScores {
   structure_format_score: number;
   final_format_score: number;

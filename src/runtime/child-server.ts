@@ -5,10 +5,25 @@ import { ServiceError } from "./errors.js";
 import { packageRoot } from "./package-root.js";
 
 /**
+ * `searchr1 <command> <args>`, as src/config/command-line.ts builds it from config values
+ * typed by the command's schema (never by hand, so a renamed key fails where it is built).
+ */
+export interface CommandLine {
+  readonly command: string;
+  readonly args: readonly string[];
+}
+
+/** The arguments of `node` that run a command line with this package's CLI. */
+export function searchr1Argv(line: CommandLine): string[] {
+  return [join(packageRoot(), "bin", "searchr1"), line.command, ...line.args];
+}
+
+/**
  * A `searchr1 serve-*` command run as a child process (`eval` and `train` start the engine
- * and the retriever this way when no URL is given). It listens on a free port and is ready
- * when it prints its `serving ... at <url>` line; its stderr is kept (the last lines) so a
- * child that dies is reported with what it said.
+ * and the retriever this way when no URL is given). Its command line (config/command-line.ts's
+ * serverLine) has it listen on a free port; it is ready when it prints its `serving ... at
+ * <url>` line; its stderr is kept (the last lines) so a child that dies is reported with what
+ * it said.
  */
 export class ChildServer {
   private readonly tail: string[] = [];
@@ -24,37 +39,32 @@ export class ChildServer {
   ) {}
 
   /**
-   * Runs `searchr1 <command> <args> --host 127.0.0.1 --port 0` and resolves once it serves.
-   * Rejects with a CliError carrying its last stderr lines when it exits first.
+   * Runs `searchr1 <command> <args>` and resolves once it serves. Rejects with a CliError
+   * carrying its last stderr lines when it exits first.
    */
   static async start(
     name: string,
-    command: string,
-    args: readonly string[],
+    line: CommandLine,
     options: { onLine?: (line: string) => void; signal?: AbortSignal } = {},
   ): Promise<ChildServer> {
-    const bin = join(packageRoot(), "bin", "searchr1");
-    const child = execa(
-      process.execPath,
-      [bin, command, ...args, "--host", "127.0.0.1", "--port", "0"],
-      {
-        stdin: "ignore",
-        stdout: "ignore",
-        stderr: "pipe",
-        reject: false,
-        cancelSignal: options.signal,
-        forceKillAfterDelay: 10_000,
-      },
-    );
+    const { command } = line;
+    const child = execa(process.execPath, searchr1Argv(line), {
+      stdin: "ignore",
+      stdout: "ignore",
+      stderr: "pipe",
+      reject: false,
+      cancelSignal: options.signal,
+      forceKillAfterDelay: 10_000,
+    });
     const tail: string[] = [];
     let server: ChildServer | null = null;
     const url = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) => {
+      createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (text) => {
         const kept = server?.tail ?? tail;
-        kept.push(line);
+        kept.push(text);
         if (kept.length > 20) kept.shift();
-        options.onLine?.(line);
-        const ready = /^serving .* at (https?:\/\/\S+) /.exec(line);
+        options.onLine?.(text);
+        const ready = /^serving .* at (https?:\/\/\S+) /.exec(text);
         if (ready && !server) resolve(ready[1] as string);
       });
       void child.then((result) => {

@@ -1,6 +1,6 @@
 import type { ServiceError } from "../runtime/errors.js";
 import { JsonLinesService } from "../runtime/json-lines-service.js";
-import { nativeExecutable } from "./native.js";
+import { nativeExecutable } from "../runtime/native-executable.js";
 import type {
   ActorMetrics,
   CriticMetrics,

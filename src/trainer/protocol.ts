@@ -1,36 +1,37 @@
 // The commands and replies of `searchr1-trainer serve` (native/src/train/SERVE.md), typed.
 // Field names are the protocol's own (snake_case): these objects go on the wire as they are,
 // so there is no second naming to keep in step. Every optional field may be left out; the
-// trainer then uses its default (given in each comment). The unions list every spelling the
+// trainer then uses its default, stated once in SERVE.md (`train` sends its config's values,
+// whose defaults are src/config/schemas/train.ts's). The unions list every spelling the
 // trainer accepts, aliases included, so nothing it takes is refused here.
 
 /** `actor_optim` / `critic_optim` of `load`. */
 export interface OptimFields {
-  /** Peak learning rate (actor 1e-6, critic 1e-5). */
+  /** Peak learning rate. */
   lr?: number;
   lr_schedule?: "constant" | "linear-warmup" | "cosine";
   warmup_steps?: number;
-  /** Optimizer steps of the whole run (1); cosine decays over them. */
+  /** Optimizer steps of the whole run; cosine decays over them. */
   total_steps?: number;
   min_lr_ratio?: number;
   beta1?: number;
   beta2?: number;
   eps?: number;
   weight_decay?: number;
-  /** Gradient-norm clip (1.0); 0 = off. */
+  /** Gradient-norm clip; 0 = off. */
   grad_clip?: number;
 }
 
 /** How an update cuts its batch: mini-batches (optimizer steps), micro-batches (memory). */
 export interface BatchingFields {
-  /** Sequences per optimizer step; 0 (default) = the whole batch. */
+  /** Sequences per optimizer step; 0 = the whole batch. */
   ppo_mini_batch_size?: number;
   ppo_epochs?: number;
-  /** Real tokens per micro-batch; 0 (default) = the whole mini-batch. */
+  /** Real tokens per micro-batch; 0 = the whole mini-batch. */
   ppo_max_token_len_per_gpu?: number;
-  /** Shuffle the rows into mini-batches with the learner's seeded generator (true). */
+  /** Shuffle the rows into mini-batches with the learner's seeded generator. */
   shuffle?: boolean;
-  /** Drop each micro-batch's padding (true); same result up to float rounding. */
+  /** Drop each micro-batch's padding; same result up to float rounding. */
   remove_padding?: boolean;
 }
 
@@ -56,7 +57,7 @@ export interface LoadFields {
   critic?: string;
   actor_optim?: OptimFields;
   critic_optim?: OptimFields;
-  /** Seeds the learners' shuffling generators (1). */
+  /** Seeds the learners' shuffling generators. */
   seed?: number;
 }
 
@@ -67,7 +68,7 @@ export interface LogProbsFields {
   out: string;
   model?: "policy" | "reference";
   temperature?: number;
-  /** Sequences per forward pass (each packed into one row); 0 (default) = the whole batch. */
+  /** Sequences per forward pass (each packed into one row); 0 = the whole batch. */
   micro_batch_size?: number;
 }
 
@@ -75,17 +76,20 @@ export interface ValuesFields {
   batch: string;
   /** Written with values, F32 [B, T]. */
   out: string;
-  /** Sequences per forward pass (each packed into one row); 0 (default) = the whole batch. */
+  /** Sequences per forward pass (each packed into one row); 0 = the whole batch. */
   micro_batch_size?: number;
 }
 
 export interface UpdateActorFields extends BatchingFields {
-  /** Batch file with response_mask, old_log_probs, advantages (and ref_log_probs for KL). */
+  /**
+   * Batch file with response_mask, old_log_probs, advantages (and ref_log_probs for KL;
+   * rollout_is_weights for rollout correction, else all 1).
+   */
   batch: string;
   clip_ratio?: number;
   clip_ratio_low?: number;
   clip_ratio_high?: number;
-  /** Dual-clip bound for negative advantages (3). */
+  /** Dual-clip bound for negative advantages. */
   clip_ratio_c?: number;
   kl_loss_type?: KlLossType;
   kl_loss_coef?: number;

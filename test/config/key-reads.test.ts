@@ -2,7 +2,7 @@
 // every key set (to a value other than its default wherever the run allows it), recording
 // the keys it reads (SEARCHR1_KEY_READS, src/config/key-reads.ts); a key that no run reads
 // must be declared compatibility-only in its command's `compat` list, which warns when set.
-// The quickstart's keys are checked by test/world/quickstart.test.ts on its own run.
+// The quickstart's keys are checked by test/quickstart/quickstart.test.ts on its own run.
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";

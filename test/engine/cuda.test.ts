@@ -23,8 +23,8 @@ import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from "node:chil
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { writeSafetensors } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { get, gpuStatus, readFloats, tempDir, trainerOk } from "../native/helpers.js";
 import { CUDA_MODELS, type GreedyCase, greedy, modelDir } from "./helpers.js";
 

@@ -17,12 +17,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
+import { nativeDir } from "../../src/runtime/native-executable.js";
 import {
   readSafetensors,
   readSafetensorsHeader,
   type Tensor,
 } from "../../src/tensors/safetensors.js";
-import { nativeDir } from "../../src/trainer/native.js";
 import { ServeProcess } from "../helpers/serve-process.js";
 import { gpuStatus } from "../native/helpers.js";
 

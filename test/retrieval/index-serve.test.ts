@@ -22,13 +22,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
+import { nativeDir } from "../../src/runtime/native-executable.js";
 import {
   readSafetensors,
   readSafetensorsHeader,
   type Tensor,
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
-import { nativeDir } from "../../src/trainer/native.js";
 import { type Reply, ServeProcess } from "../helpers/serve-process.js";
 
 const FAISS = fileURLToPath(new URL("./fixtures/faiss/", import.meta.url));

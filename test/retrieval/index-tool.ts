@@ -1,6 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { nativeDir } from "../../src/trainer/native.js";
+import { nativeDir } from "../../src/runtime/native-executable.js";
 
 /** The native faiss/encoder tool the dense tests drive. */
 export const INDEX_EXE = join(nativeDir(), "searchr1-index");

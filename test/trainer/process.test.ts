@@ -7,10 +7,10 @@ import { chmod } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { ServiceError } from "../../src/runtime/errors.js";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { Rng } from "../../src/runtime/rng.js";
 import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { readResponseRows, type Sequence, writeBatch } from "../../src/trainer/batch.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { TrainerProcess, type TrainerStartOptions } from "../../src/trainer/process.js";
 import {
   logProbRows,

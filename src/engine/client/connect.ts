@@ -1,4 +1,6 @@
-import { ChildServer } from "../../runtime/child-server.js";
+import { type ConfigValues, serverLine } from "../../config/command-line.js";
+import { serveEngineSpec } from "../../config/schemas/serve-engine.js";
+import { ChildServer, type CommandLine } from "../../runtime/child-server.js";
 import { UsageError } from "../../runtime/errors.js";
 import { SglangClient } from "./sglang.js";
 import type { EngineClient } from "./types.js";
@@ -10,8 +12,8 @@ export interface EngineChoice {
   url: string | null;
   /** The model the child engine serves. */
   modelPath: string;
-  /** More `searchr1 serve-engine` flags for the child (e.g. `--device cpu`). */
-  childArgs?: readonly string[];
+  /** More `searchr1 serve-engine` config for the child (e.g. `{ device: "cpu" }`). */
+  child?: ConfigValues<typeof serveEngineSpec>;
 }
 
 export interface ConnectedEngine {
@@ -38,11 +40,11 @@ export async function connectEngine(
         "rollout.engine_url (--engine-url); only the native engine is started here",
     );
   }
-  const child = await ChildServer.start(
-    "engine",
-    "serve-engine",
-    ["--model", choice.modelPath, ...(choice.childArgs ?? [])],
-    options,
-  );
+  const child = await ChildServer.start("engine", engineChildLine(choice), options);
   return { client: new SglangClient(child.url), child, stop: () => child.stop() };
+}
+
+/** The `searchr1 serve-engine` command line of the native engine started for a run. */
+export function engineChildLine(choice: Pick<EngineChoice, "modelPath" | "child">): CommandLine {
+  return serverLine(serveEngineSpec, { model: choice.modelPath, ...choice.child });
 }

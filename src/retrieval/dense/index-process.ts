@@ -2,7 +2,7 @@ import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { InputError, type ServiceError, UsageError } from "../../runtime/errors.js";
 import { JsonLinesService } from "../../runtime/json-lines-service.js";
-import { nativeExecutable } from "../../trainer/native.js";
+import { nativeExecutable } from "../../runtime/native-executable.js";
 import type { Pooling } from "./recipe.js";
 
 /** What `info` says of the index file (searchr1-index info's object). */

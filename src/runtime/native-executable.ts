@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { InputError } from "../runtime/errors.js";
-import { packageRoot } from "../runtime/package-root.js";
+import { InputError } from "./errors.js";
+import { packageRoot } from "./package-root.js";
 
 /** The native executables built from native/ by `npm install` / `npm run build`. */
 export type NativeExecutable = "searchr1-trainer" | "searchr1-engine" | "searchr1-index";
