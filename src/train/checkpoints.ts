@@ -6,7 +6,7 @@ import { writeFileAtomic } from "../runtime/write-atomic.js";
 /**
  * A run's checkpoints: `<run>/global_step_<N>/` holds what the trainer saves (policy,
  * optimizer states, generators; written under a temporary name and renamed) and then the
- * controller's `controller.json` (step, KL coefficient). A folder without controller.json is
+ * controller's `controller.json` (step, KL coefficient, generation batches drawn). A folder without controller.json is
  * an interrupted save and is ignored; `latest_checkpointed_iteration.txt` (verl's name) is
  * rewritten last.
  */
@@ -18,6 +18,11 @@ const CONTROLLER = "controller.json";
 export interface ControllerState {
   step: number;
   klCoef: number;
+  /**
+   * Generation batches of prompts drawn so far (more than `step` with dynamic sampling,
+   * algorithm.filter_groups); absent in checkpoints written before it: `step`.
+   */
+  genBatches?: number;
 }
 
 export const checkpointDir = (run: string, step: number): string =>

@@ -8,10 +8,11 @@ import { firstPerSource, readQaItems } from "../data/qa-items.js";
 import { answerItems } from "../eval/answer-items.js";
 import { summarize } from "../eval/report.js";
 import { adaptiveKlController, fixedKlController } from "../rl/kl-controller.js";
+import { parseRolloutRs } from "../rl/rollout-correction.js";
 import { InputError, UsageError } from "../runtime/errors.js";
 import { writeFileAtomic } from "../runtime/write-atomic.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
-import { TrainerProcess } from "../trainer/process.js";
+import { startTrainer } from "../trainer/group.js";
 import type { OptimFields } from "../trainer/protocol.js";
 import {
   type ControllerState,
@@ -93,7 +94,9 @@ export async function runTrain(
   view.log(
     `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${config.rollout.n}`,
   );
-  const trainer = await TrainerProcess.start({
+  // trainer.gpus ranks, data parallel (check() allows more than one on the CPU only).
+  const trainer = await startTrainer({
+    ranks: config.trainer.gpus,
     device: config.trainer.device,
     threads: config.trainer.threads,
     recompute: config.actor.gradient_checkpointing,
@@ -138,6 +141,8 @@ export async function runTrain(
       kl: resumed
         ? klController(config, resumed.state.klCoef)
         : klController(config, config.algorithm.kl_coef),
+      // A checkpoint from before dynamic sampling drew one batch per step.
+      genBatches: resumed ? (resumed.state.genBatches ?? resumed.state.step) : 0,
       exportsDir,
       onPhase: (phase) => view.phase(currentStep, totalSteps, phase),
     };
@@ -193,7 +198,11 @@ export async function runTrain(
           view.phase(step, totalSteps, "checkpoint");
           const dir = checkpointDir(runDir, step);
           await trainer.saveCheckpoint({ dir, overwrite: true });
-          completeCheckpoint(runDir, { step, klCoef: ctx.kl.value } satisfies ControllerState);
+          completeCheckpoint(runDir, {
+            step,
+            klCoef: ctx.kl.value,
+            genBatches: ctx.genBatches,
+          } satisfies ControllerState);
         }
         if (logger.includes("plot")) await writePlots(metrics.rows(), join(runDir, "plots"));
         show(row, last);
@@ -211,21 +220,78 @@ export async function runTrain(
 
 /** What this build refuses up front, each naming its key. */
 function check(config: TrainConfig): void {
-  if (config.trainer.gpus > 1 || config.trainer.nnodes > 1) {
-    throw new UsageError(
-      `trainer.gpus=${config.trainer.gpus}, trainer.nnodes=${config.trainer.nnodes}: this build trains on ` +
-        "one device (multi-GPU training arrives later); set --gpus 1",
-    );
-  }
+  checkRanks(config);
   if (config.rollout.engine === "vllm") {
     throw new UsageError(
       "rollout.engine=vllm: train pushes new weights into the engine after every step, which " +
         "a vLLM server offers only in its dev mode; use the native engine or SGLang",
     );
   }
+  checkDapoAndRolloutCorrection(config);
   if (!existsSync(join(resolve(config.model.path), "config.json"))) {
     throw new InputError(
       `${resolve(config.model.path)}: not a Hugging Face model folder (no config.json) (model.path)`,
+    );
+  }
+}
+
+/**
+ * trainer.gpus > 1 runs that many data-parallel trainer ranks; this build does so on the CPU
+ * (one node): CUDA ranks are built (NCCL) but the run around them is not yet.
+ */
+function checkRanks(config: TrainConfig): void {
+  const { gpus, nnodes, device } = config.trainer;
+  if (nnodes > 1) {
+    throw new UsageError(
+      `trainer.nnodes=${nnodes}: this build trains on one node; the ranks of several nodes ` +
+        "(--nnodes, --node-rank, --master-addr) arrive later: set trainer.nnodes=1",
+    );
+  }
+  if (gpus > 1 && device !== "cpu") {
+    throw new UsageError(
+      `trainer.gpus=${gpus} with trainer.device=${device}: this build runs several trainer ranks ` +
+        "on the CPU only; on GPUs, a CUDA device per rank and an engine replica per device are " +
+        "not built yet. Set --gpus 1, or trainer.device=cpu to run the ranks on the CPU",
+    );
+  }
+}
+
+/**
+ * What the schema cannot say about algorithm.rollout_correction, algorithm.filter_groups and
+ * reward.overlong_buffer: a combination that cannot work is refused naming the key.
+ */
+function checkDapoAndRolloutCorrection(config: TrainConfig): void {
+  const { rollout_is, rollout_rs, rollout_rs_threshold } = config.algorithm.rollout_correction;
+  if (rollout_rs !== null) {
+    try {
+      parseRolloutRs(rollout_rs, rollout_rs_threshold);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+  } else if (rollout_rs_threshold !== null) {
+    throw new UsageError(
+      `algorithm.rollout_correction.rollout_rs_threshold=${rollout_rs_threshold} has no effect ` +
+        "without algorithm.rollout_correction.rollout_rs: set both, or neither",
+    );
+  }
+  if ((rollout_is !== null || rollout_rs !== null) && config.rollout.compat !== "none") {
+    throw new UsageError(
+      `algorithm.rollout_correction (rollout_is=${rollout_is}, rollout_rs=${rollout_rs}) needs the ` +
+        `engine's log-probs, which rollout.compat=${config.rollout.compat} drops`,
+    );
+  }
+  const filter = config.algorithm.filter_groups;
+  if (filter.enable && filter.metric === "seq_final_reward" && config.algorithm.use_kl_in_reward) {
+    throw new UsageError(
+      "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward: the " +
+        "in-reward KL is known only after the filter here; use seq_reward",
+    );
+  }
+  const buffer = config.reward.overlong_buffer;
+  if (buffer.enable && buffer.len > config.data.max_response_length) {
+    throw new UsageError(
+      `reward.overlong_buffer.len=${buffer.len} is longer than data.max_response_length=` +
+        `${config.data.max_response_length}, the limit it counts back from`,
     );
   }
 }

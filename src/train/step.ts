@@ -9,10 +9,14 @@ import type { TrainConfig } from "../config/schemas/train.js";
 import type { QaItem } from "../data/qa-items.js";
 import { type RewardResult, scoreTrajectory } from "../reward/score.js";
 import { computeAdvantages } from "../rl/advantages.js";
+import { filterGroups } from "../rl/filter-groups.js";
 import { type KlController, updateKlController } from "../rl/kl-controller.js";
+import { overlongPenalty } from "../rl/overlong-reward.js";
+import { parseRolloutRs, rolloutCorrection } from "../rl/rollout-correction.js";
+import { InputError } from "../runtime/errors.js";
 import type { ModelTokenizer } from "../text/model-tokenizer.js";
-import type { TrainerProcess } from "../trainer/process.js";
 import { logProbRows, updateActorRows, updateCriticRows, valueRows } from "../trainer/rows.js";
+import type { Trainer } from "../trainer/trainer.js";
 import type { DataOrder } from "./data-order.js";
 import type { MetricsRow } from "./metrics-log.js";
 import { logprobGap, rolloutMetrics } from "./rollout-metrics.js";
@@ -22,9 +26,15 @@ export interface StepContext {
   config: TrainConfig;
   tokenizer: ModelTokenizer;
   session: AgentSession;
-  trainer: TrainerProcess;
+  trainer: Trainer;
   order: DataOrder<QaItem>;
   kl: KlController;
+  /**
+   * Generation batches of prompts drawn before this step (data order position): one per step,
+   * more with dynamic sampling (algorithm.filter_groups), which draws until the step's
+   * batch is full. Saved in the checkpoint; a step moves it on.
+   */
+  genBatches: number;
   /** Where the policy is exported for the engine (a fresh folder per step). */
   exportsDir: string;
   /** The phase being run, for the live view. */
@@ -36,6 +46,17 @@ export function rolloutSeed(seed: number, step: number, i: number): number {
   return (seed * 7919 + step * 100_003 + i) % 2 ** 31;
 }
 
+/** A trajectory of a step with its prompt and its scores. */
+interface Drawn {
+  item: QaItem;
+  trajectory: Trajectory;
+  reward: RewardResult;
+  /** DAPO's overlong penalty (reward.overlong_buffer; 0 when off). */
+  overlong: number;
+}
+
+const uidOf = (item: QaItem) => item.uid ?? item.key;
+
 /**
  * One GRPO or PPO step (docs/train-step.md, whose numbered list the comments below follow):
  * roll out rollout.n trajectories per prompt, score them, get old and reference log-probs
@@ -43,7 +64,7 @@ export function rolloutSeed(seed: number, step: number, i: number): number {
  * load the new policy into the engine. Returns the step's metrics.
  */
 export async function trainStep(ctx: StepContext, step: number): Promise<MetricsRow> {
-  const { config, tokenizer, trainer } = ctx;
+  const { config, trainer } = ctx;
   const { rollout, actor, algorithm } = config;
   const t0 = performance.now();
   const timing: Record<string, number> = {};
@@ -53,39 +74,15 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
     try {
       return await work();
     } finally {
-      timing[`timing/${name}_s`] = (performance.now() - start) / 1000;
+      const key = `timing/${name}_s`;
+      timing[key] = (timing[key] ?? 0) + (performance.now() - start) / 1000;
     }
   };
 
-  // 1. Prompts, each repeated rollout.n times next to each other (one GRPO group).
-  const { epoch, items } = ctx.order.batch(step);
-  const prompts = await Promise.all(items.map((item) => promptIds(tokenizer, item.messages)));
-  const group = items.flatMap((item, i) =>
-    Array.from({ length: rollout.n }, () => ({ item, promptIds: prompts[i] as number[] })),
-  );
-
-  // 2. Rollouts, every trajectory concurrently.
-  const settings = agentSettings(config, {
-    temperature: rollout.temperature,
-    topP: rollout.top_p,
-    topK: rollout.top_k,
-  });
-  const trajectories = await phase("rollout", () =>
-    rolloutAll(
-      group.map((g, i) => ({
-        promptIds: g.promptIds,
-        seed: rolloutSeed(config.data.seed, step, i),
-      })),
-      settings,
-      ctx.session.parts(tokenizer.tokenizer),
-      { concurrency: group.length, signal: ctx.session.signal },
-    ),
-  );
-
-  // 3. Rewards.
-  const rewards = await phase("reward", () =>
-    Promise.all(trajectories.map((t, i) => reward(t, (group[i] as { item: QaItem }).item, ctx))),
-  );
+  // 1–3. Prompts, rollouts, rewards; with dynamic sampling, again until the batch is full.
+  const drawn = await drawBatch(ctx, step, phase);
+  const { kept } = drawn;
+  const trajectories = kept.map((d) => d.trajectory);
 
   // 4. Old and reference log-probs, values; advantages.
   const sequences = trajectories.map((t) => ({
@@ -120,8 +117,8 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   });
   const advantages = computeAdvantages(
     {
-      uids: group.map((g) => g.item.uid ?? g.item.key),
-      scores: rewards.map((r) => r.reward),
+      uids: kept.map((d) => uidOf(d.item)),
+      scores: kept.map((d) => d.reward.reward + d.overlong),
       responseMask,
       lossMask,
       oldLogProbs: old.logProbs,
@@ -138,6 +135,11 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
         : undefined,
     },
   );
+
+  // Rollout correction (algorithm.rollout_correction), after the advantages as in verl: IS
+  // weights and rejection for the actor's loss from the trainer's and the engine's log-probs
+  // of the generated tokens; the mismatch is logged whenever the engine gave its log-probs.
+  const correction = correct(config, trajectories, old.logProbs, lossMask);
 
   // 5. Updates: the critic first (on the rollout's values), as verl does, then the actor.
   const longest = Math.max(...sequences.map((s) => s.promptIds.length + s.responseIds.length));
@@ -162,16 +164,19 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
       trainer,
       sequences,
       {
-        lossMask,
+        lossMask: correction.lossMask,
         oldLogProbs: old.logProbs,
         advantages: advantages.advantages,
         refLogProbs: actor.use_kl_loss ? ref?.logProbs : undefined,
+        rolloutIsWeights: correction.weights,
       },
       {
         ppo_mini_batch_size: actor.ppo_mini_batch_size * rollout.n,
         ppo_epochs: actor.ppo_epochs,
         ppo_max_token_len_per_gpu: actor.ppo_micro_batch_size * longest,
         clip_ratio: actor.clip_ratio,
+        clip_ratio_low: actor.clip_ratio_low ?? actor.clip_ratio,
+        clip_ratio_high: actor.clip_ratio_high ?? actor.clip_ratio,
         kl_loss_type: actor.kl_loss_type,
         kl_loss_coef: actor.use_kl_loss ? actor.kl_loss_coef : 0,
         entropy_coeff: actor.entropy_coeff,
@@ -188,13 +193,32 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   // 6. The new policy into the engine, without restarting it.
   await phase("update_weights", () => pushWeights(ctx, step));
 
-  const generated = trajectories.reduce((n, t) => n + t.lossMask.reduce((a, b) => a + b, 0), 0);
+  // With dynamic sampling the rollout metrics cover every trajectory the step generated (what
+  // the policy does); the update saw the kept groups.
+  const all = drawn.all;
+  const generated = all.reduce((n, d) => n + d.trajectory.lossMask.reduce((a, b) => a + b, 0), 0);
   const seconds = (performance.now() - t0) / 1000;
   return {
     step,
-    epoch,
-    ...rolloutMetrics(trajectories, rewards),
+    epoch: drawn.epoch,
+    ...rolloutMetrics(
+      all.map((d) => d.trajectory),
+      all.map((d) => ({ ...d.reward, reward: d.reward.reward + d.overlong })),
+    ),
+    ...(config.reward.overlong_buffer.enable
+      ? {
+          "reward/overlong_penalty/mean": mean(all.map((d) => d.overlong)),
+          "reward/overlong/ratio": mean(all.map((d) => (d.overlong < 0 ? 1 : 0))),
+        }
+      : {}),
+    ...(algorithm.filter_groups.enable
+      ? {
+          "train/num_gen_batches": drawn.rounds,
+          "train/filtered_group_ratio": drawn.groups ? drawn.dropped / drawn.groups : 0,
+        }
+      : {}),
     "rollout/logprob_gap": logprobGap(trajectories, old.logProbs),
+    ...correction.metrics,
     ...prefixed("actor", update),
     ...(critic ? prefixed("critic", critic) : {}),
     ...(algorithm.use_kl_in_reward
@@ -204,6 +228,191 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
     "timing/step_s": seconds,
     "throughput/generated_tokens_per_s":
       generated / Math.max(timing["timing/rollout_s"] ?? seconds, 1e-9),
+  };
+}
+
+const mean = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+
+/**
+ * Steps 1–3: the step's prompts, each rolled out rollout.n times (one group), scored. With
+ * algorithm.filter_groups (DAPO's dynamic sampling, as verl's DAPO recipe: RayDAPOTrainer.fit)
+ * the groups whose metric is the same for every trajectory are dropped and further
+ * generation batches of train_batch_size prompts are drawn, in data order, until
+ * train_batch_size groups are kept (the first ones kept; a prompt already kept this step is
+ * not taken twice), at most max_num_gen_batches of them when that is positive.
+ */
+async function drawBatch(
+  ctx: StepContext,
+  step: number,
+  phase: <T>(name: string, work: () => Promise<T>) => Promise<T>,
+): Promise<{
+  kept: Drawn[];
+  all: Drawn[];
+  epoch: number;
+  rounds: number;
+  groups: number;
+  dropped: number;
+}> {
+  const { config } = ctx;
+  const filter = config.algorithm.filter_groups;
+  const max = filter.enable ? filter.max_num_gen_batches : 1;
+  const wanted = config.data.train_batch_size;
+  const kept: Drawn[] = [];
+  const all: Drawn[] = [];
+  const keptUids = new Set<string>();
+  let [rounds, groups, dropped, epoch] = [0, 0, 0, 0];
+  for (;;) {
+    const batch = ctx.order.batch(ctx.genBatches + rounds + 1);
+    epoch = batch.epoch;
+    const drawn = await generate(ctx, step, rounds, batch.items, phase);
+    rounds++;
+    all.push(...drawn);
+    if (!filter.enable) {
+      kept.push(...drawn);
+      break;
+    }
+    const uids = drawn.map((d) => uidOf(d.item));
+    const f = filterGroups(
+      uids,
+      drawn.map((d) => filterMetric(d, filter.metric)),
+    );
+    groups += f.groups;
+    dropped += f.dropped;
+    for (const uid of f.keptUids) {
+      if (keptUids.size === wanted || keptUids.has(uid)) continue;
+      keptUids.add(uid);
+      drawn.forEach((d, i) => {
+        if (uids[i] === uid) kept.push(d);
+      });
+    }
+    if (keptUids.size === wanted) break;
+    // verl: "if max_num_gen_batches <= 0 or num_gen_batches < max_num_gen_batches: continue"
+    if (max > 0 && rounds >= max) {
+      throw new InputError(
+        `algorithm.filter_groups.max_num_gen_batches=${max}: step ${step} drew ${rounds} batches of ` +
+          `${wanted} prompts and kept ${keptUids.size} of the ${wanted} groups it needs (a group is ` +
+          `kept when its ${filter.metric} differs between its trajectories); the data may be too ` +
+          "hard or too easy for the policy: raise the limit, or set it to 0 for no limit",
+      );
+    }
+  }
+  ctx.genBatches += rounds;
+  return { kept, all, epoch, rounds, groups, dropped };
+}
+
+/** One generation batch: prompts × rollout.n trajectories, rewards and overlong penalties. */
+async function generate(
+  ctx: StepContext,
+  step: number,
+  round: number,
+  items: readonly QaItem[],
+  phase: <T>(name: string, work: () => Promise<T>) => Promise<T>,
+): Promise<Drawn[]> {
+  const { config, tokenizer } = ctx;
+  const { rollout } = config;
+  // 1. Prompts, each repeated rollout.n times next to each other (one GRPO group).
+  const prompts = await Promise.all(items.map((item) => promptIds(tokenizer, item.messages)));
+  const group = items.flatMap((item, i) =>
+    Array.from({ length: rollout.n }, () => ({ item, promptIds: prompts[i] as number[] })),
+  );
+
+  // 2. Rollouts, every trajectory concurrently. Round r > 0 of dynamic sampling seeds its
+  // trajectories after those of the rounds before it.
+  const settings = agentSettings(config, {
+    temperature: rollout.temperature,
+    topP: rollout.top_p,
+    topK: rollout.top_k,
+  });
+  const trajectories = await phase("rollout", () =>
+    rolloutAll(
+      group.map((g, i) => ({
+        promptIds: g.promptIds,
+        seed: rolloutSeed(config.data.seed, step, round * group.length + i),
+      })),
+      settings,
+      ctx.session.parts(tokenizer.tokenizer),
+      { concurrency: group.length, signal: ctx.session.signal },
+    ),
+  );
+
+  // 3. Rewards, and DAPO's overlong penalty on the longest turn.
+  const rewards = await phase("reward", () =>
+    Promise.all(trajectories.map((t, i) => reward(t, (group[i] as { item: QaItem }).item, ctx))),
+  );
+  const buffer = config.reward.overlong_buffer;
+  return trajectories.map((trajectory, i) => ({
+    item: (group[i] as { item: QaItem }).item,
+    trajectory,
+    reward: rewards[i] as RewardResult,
+    overlong: buffer.enable
+      ? overlongPenalty(
+          Math.max(0, ...trajectory.turns.map((turn) => turn.tokens)),
+          config.data.max_response_length,
+          buffer.len,
+          buffer.penalty_factor,
+        )
+      : 0,
+  }));
+}
+
+/** The value algorithm.filter_groups.metric names, for one trajectory. */
+function filterMetric(d: Drawn, metric: TrainConfig["algorithm"]["filter_groups"]["metric"]) {
+  switch (metric) {
+    case "acc":
+      return d.reward.em;
+    case "score":
+      return d.reward.reward;
+    default:
+      // seq_reward: the token-level scores' sum (the score with the overlong penalty);
+      // seq_final_reward adds the in-reward KL in verl, refused with it here (run.ts), so the same.
+      return d.reward.reward + d.overlong;
+  }
+}
+
+/**
+ * algorithm.rollout_correction over the generated tokens that have both log-probs: the IS
+ * weights for the actor (1 everywhere when rollout_is is null), the loss mask with the
+ * rejected tokens removed, and the `rollout_corr/` metrics (none when the engine gave no
+ * log-probs and no correction is asked for).
+ */
+function correct(
+  config: TrainConfig,
+  trajectories: readonly Trajectory[],
+  oldLogProbs: readonly ArrayLike<number>[],
+  lossMask: readonly ArrayLike<number>[],
+): { weights: Float64Array[]; lossMask: ArrayLike<number>[]; metrics: Record<string, number> } {
+  const rc = config.algorithm.rollout_correction;
+  const active = rc.rollout_is !== null || rc.rollout_rs !== null;
+  const missing = trajectories.some((t) =>
+    t.lossMask.some((m, j) => m === 1 && t.logprobs[j] === null),
+  );
+  if (active && missing) {
+    throw new InputError(
+      `algorithm.rollout_correction (rollout_is=${rc.rollout_is}, rollout_rs=${rc.rollout_rs}) ` +
+        "needs the engine's log-prob of every generated token, and the engine left some out",
+    );
+  }
+  const mask = trajectories.map((t) =>
+    Float64Array.from(t.lossMask, (m, j) => (m === 1 && t.logprobs[j] !== null ? 1 : 0)),
+  );
+  const result = rolloutCorrection(
+    oldLogProbs,
+    trajectories.map((t) => Float64Array.from(t.logprobs, (x) => x ?? 0)),
+    mask,
+    {
+      rolloutIs: rc.rollout_is,
+      rolloutIsThreshold: rc.rollout_is_threshold,
+      rolloutIsBatchNormalize: rc.rollout_is_batch_normalize,
+      rejection:
+        rc.rollout_rs === null ? [] : parseRolloutRs(rc.rollout_rs, rc.rollout_rs_threshold),
+    },
+  );
+  return {
+    weights: result.weights,
+    lossMask: lossMask.map((row, b) =>
+      Float32Array.from(row, (m, t) => m * ((result.keep[b] as Float64Array)[t] as number)),
+    ),
+    metrics: result.metrics,
   };
 }
 

@@ -38,7 +38,8 @@ export type TokenTensor =
   | "ref_log_probs"
   | "advantages"
   | "values"
-  | "returns";
+  | "returns"
+  | "rollout_is_weights";
 
 /** Where each row's response starts, and the batch's shape. */
 export interface Layout {

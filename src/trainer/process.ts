@@ -33,6 +33,21 @@ export interface TrainerStartOptions {
   signal?: AbortSignal;
   /** The executable; default the package's native/build/searchr1-trainer. */
   executable?: string;
+  /**
+   * One rank of a data-parallel group (TrainerGroup starts them): `--rank`, `--world-size`,
+   * `--rendezvous` and `--collective-timeout` of `searchr1-trainer serve`.
+   */
+  rank?: TrainerRank;
+}
+
+/** Where a trainer process stands among the ranks of a run (native/src/train/SERVE.md). */
+export interface TrainerRank {
+  rank: number;
+  worldSize: number;
+  /** A fresh folder the ranks meet in. */
+  rendezvous: string;
+  /** Seconds a collective waits for the other ranks; null: the trainer's default. */
+  collectiveTimeout?: number | null;
 }
 
 /**
@@ -58,11 +73,19 @@ export class TrainerProcess {
     if (options.threads != null) args.push("--threads", String(options.threads));
     if (options.logitsChunk != null) args.push("--logits-chunk", String(options.logitsChunk));
     if (options.recompute) args.push("--recompute");
+    const { rank } = options;
+    if (rank) {
+      args.push("--rank", String(rank.rank), "--world-size", String(rank.worldSize));
+      args.push("--rendezvous", rank.rendezvous);
+      if (rank.collectiveTimeout != null)
+        args.push("--collective-timeout", String(rank.collectiveTimeout));
+    }
+    const who = rank ? `the trainer's rank ${rank.rank}` : "the trainer";
     const service = await JsonLinesService.start({
       executable: options.executable ?? nativeExecutable("searchr1-trainer"),
       args,
-      what: "the trainer (searchr1-trainer serve)",
-      who: "the trainer",
+      what: `${who} (searchr1-trainer serve)`,
+      who,
       onLine: options.onLine,
       signal: options.signal,
     });

@@ -22,7 +22,6 @@
 
 import { rm } from "node:fs/promises";
 import { readResponseRows, type Sequence, type TokenRows, writeBatch } from "./batch.js";
-import type { TrainerProcess } from "./process.js";
 import type {
   ActorMetrics,
   CriticMetrics,
@@ -31,6 +30,7 @@ import type {
   UpdateCriticFields,
   ValuesFields,
 } from "./protocol.js";
+import type { Trainer } from "./trainer.js";
 
 export interface LogProbRows {
   logProbs: Float32Array[];
@@ -39,7 +39,7 @@ export interface LogProbRows {
 
 /** The policy's (or the reference's) log-probs and entropies of the response tokens. */
 export function logProbRows(
-  trainer: TrainerProcess,
+  trainer: Trainer,
   sequences: readonly Sequence[],
   options: Omit<LogProbsFields, "batch" | "out"> = {},
 ): Promise<LogProbRows> {
@@ -54,7 +54,7 @@ export function logProbRows(
 
 /** The critic's V(state before response token j), per response token j. */
 export function valueRows(
-  trainer: TrainerProcess,
+  trainer: Trainer,
   sequences: readonly Sequence[],
   options: Omit<ValuesFields, "batch" | "out"> = {},
 ): Promise<Float32Array[]> {
@@ -73,11 +73,16 @@ export interface ActorRows {
   advantages: TokenRows;
   /** Needed when kl_loss_coef > 0. */
   refLogProbs?: TokenRows;
+  /**
+   * Rollout correction's truncated importance weights, multiplied into each token's policy
+   * loss (src/rl/rollout-correction.ts); absent: all 1.
+   */
+  rolloutIsWeights?: TokenRows;
 }
 
 /** The actor update on the rollout's rows; the reply's metrics. */
 export function updateActorRows(
-  trainer: TrainerProcess,
+  trainer: Trainer,
   sequences: readonly Sequence[],
   rows: ActorRows,
   options: Omit<UpdateActorFields, "batch"> = {},
@@ -89,6 +94,7 @@ export function updateActorRows(
       old_log_probs: rows.oldLogProbs,
       advantages: rows.advantages,
       ...(rows.refLogProbs ? { ref_log_probs: rows.refLogProbs } : {}),
+      ...(rows.rolloutIsWeights ? { rollout_is_weights: rows.rolloutIsWeights } : {}),
     });
     return trainer.updateActor({ ...options, batch });
   });
@@ -104,7 +110,7 @@ export interface CriticRows {
 
 /** The critic update on the rollout's rows; the reply's metrics. */
 export function updateCriticRows(
-  trainer: TrainerProcess,
+  trainer: Trainer,
   sequences: readonly Sequence[],
   rows: CriticRows,
   options: Omit<UpdateCriticFields, "batch"> = {},
@@ -125,7 +131,7 @@ export function updateCriticRows(
  * trainer has died meanwhile (its scratch folder goes with it), the death is the error.
  */
 async function withFiles<T>(
-  trainer: TrainerProcess,
+  trainer: Trainer,
   work: (file: (stem: string) => string) => Promise<T>,
 ): Promise<T> {
   const files: string[] = [];

@@ -343,7 +343,7 @@ describe("every key of every command is read", () => {
     }
   }, 240_000);
 
-  it("train (GRPO, then PPO with an adaptive in-reward KL)", async () => {
+  it("train (GRPO with rollout correction and overlong shaping, then PPO with an adaptive in-reward KL and dynamic sampling)", async () => {
     const record = recordFor("train");
     const common = [
       "train",
@@ -401,6 +401,16 @@ describe("every key of every command is read", () => {
       "retriever.kind=bm25",
       "algorithm.name=grpo",
       "algorithm.norm_adv_by_std_in_grpo=false",
+      "algorithm.rollout_correction.rollout_is=sequence",
+      "algorithm.rollout_correction.rollout_is_threshold=3",
+      "algorithm.rollout_correction.rollout_is_batch_normalize=true",
+      "algorithm.rollout_correction.rollout_rs=token_k1,seq_max_k3",
+      "algorithm.rollout_correction.rollout_rs_threshold=0.5_2,3",
+      "actor.clip_ratio_low=0.1",
+      "actor.clip_ratio_high=0.28",
+      "reward.overlong_buffer.enable=true",
+      "reward.overlong_buffer.len=4",
+      "reward.overlong_buffer.penalty_factor=0.5",
       "trainer.total_training_steps=2",
       "trainer.experiment_name=grpo",
     ]);
@@ -430,6 +440,11 @@ describe("every key of every command is read", () => {
         "critic.grad_clip=0.5",
         "critic.weight_decay=0.1",
         "actor.use_kl_loss=false",
+        // Groups of one trajectory are always kept: the random model's rewards never vary.
+        "rollout.n=1",
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.metric=score",
+        "algorithm.filter_groups.max_num_gen_batches=3",
         "trainer.total_training_steps=null",
         "trainer.total_epochs=1",
         "trainer.experiment_name=ppo",

@@ -32,8 +32,8 @@ import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { readSafetensors, readSafetensorsHeader } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { CPU, FIXTURES, get, maxAbs, modelDir, readFloats, tempDir } from "./helpers.js";
 
 const POLICY = modelDir("untied");

@@ -13,6 +13,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import {
   type NamedTensor,
   readSafetensors,
@@ -20,7 +21,6 @@ import {
   toFloat32,
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import {
   CPU,
   type CudaStatus,

@@ -3,8 +3,8 @@ import { cpSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { readSafetensors, type Tensor, toFloat32 } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
 /** make_fixtures.py's models; untied-tf5's config.json is in transformers 5's format. */

@@ -22,8 +22,8 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { KL_ESTIMATORS, type KlEstimator, klPenalty } from "../../src/rl/kl.js";
+import { nativeDir } from "../../src/runtime/native-executable.js";
 import { Rng } from "../../src/runtime/rng.js";
-import { nativeDir } from "../../src/trainer/native.js";
 
 const f32 = Math.fround;
 const EPS = Number.EPSILON;

@@ -4,6 +4,8 @@
 // checked three ways: no BLAS library is linked; the kernel matches a plain loop on odd
 // shapes, in every transpose case, batch- and thread-invariantly (searchr1-gemm-check); and
 // the trainer built on it matches the PyTorch fixtures within parity.test.ts's tolerances.
+// The same build is also without Gloo (-DSEARCHR1_GLOO=OFF), the other optional library: one
+// trainer rank runs, and more CPU ranks are refused with the line that installs it.
 import { execFile } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
 import { availableParallelism } from "node:os";
@@ -26,7 +28,7 @@ beforeAll(async () => {
     "cmake",
     [
       ...["-S", SOURCE, "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release"],
-      ...["-DSEARCHR1_BLAS=portable", "-DSEARCHR1_CUDA=OFF"],
+      ...["-DSEARCHR1_BLAS=portable", "-DSEARCHR1_CUDA=OFF", "-DSEARCHR1_GLOO=OFF"],
     ],
     options,
   );
@@ -59,6 +61,29 @@ describe("the portable sgemm build", () => {
     });
     expect(stdout).toContain("sgemm: portable");
     expect(stdout).toMatch(/^ok: \d+ cases match the reference/m);
+  });
+});
+
+describe("the build without Gloo", () => {
+  it("links no Gloo and refuses CPU ranks with the line that installs it", async () => {
+    const info = JSON.parse((await run(TRAINER, ["info"])).stdout);
+    expect(info.ranks).toEqual({ gloo: false, nccl: false });
+    if (process.platform === "linux") {
+      expect((await run("ldd", [TRAINER])).stdout).not.toMatch(/gloo/i);
+    }
+    const refused = await run(
+      TRAINER,
+      ["serve", "--device", "cpu", "--rank", "0", "--world-size", "2", "--rendezvous", tempDir()],
+      { timeout: 60_000 },
+    ).then(
+      () => null,
+      (err: { code?: number; stderr?: string }) => err,
+    );
+    expect(refused?.code).toBe(2);
+    expect(refused?.stderr).toContain(
+      "--world-size 2: CPU ranks need Gloo, which this build of the native core lacks; install " +
+        "it (Debian/Ubuntu: apt-get install libgloo-dev) and rebuild (npm run build:native)",
+    );
   });
 });
 

@@ -15,8 +15,8 @@
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { type Reply, ServeProcess } from "../helpers/serve-process.js";
 import {
   CPU,

@@ -4,8 +4,8 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { writeSafetensors } from "../../src/tensors/safetensors.js";
-import { nativeExecutable } from "../../src/trainer/native.js";
 import { caseFile, modelDir, tempDir, trainer } from "./helpers.js";
 
 const model = modelDir("untied");

@@ -6,9 +6,11 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
+import { overlongPenalty } from "../../src/rl/overlong-reward.js";
 import { modelDir } from "../engine/helpers.js";
 import { type CliResult, runCli, startCli } from "../helpers/cli.js";
 import { preprocessQa, type QaRow } from "../helpers/qa-data.js";
+import { type ScriptedTurn, startScriptedEngine } from "../helpers/scripted-engine.js";
 import { buildTestIndex, type TestIndex } from "../retrieval/helpers.js";
 
 const MODEL = modelDir("qwen-bpe");
@@ -78,14 +80,18 @@ const metrics = (out: string) =>
 
 /**
  * What must be equal between two runs of the same steps: everything but the timings, and the
- * engine-vs-trainer log-prob gap (the engine's log-probs round differently with the batch it
- * happens to run in; the sampled tokens do not change, so everything downstream is equal).
+ * engine-vs-trainer log-prob gap and mismatch metrics (the engine's log-probs round
+ * differently with the batch it happens to run in; the sampled tokens do not change, so
+ * everything downstream is equal).
  */
 const deterministic = (row: Record<string, number>) =>
   Object.fromEntries(
     Object.entries(row).filter(
       ([k]) =>
-        !k.startsWith("timing/") && !k.startsWith("throughput/") && k !== "rollout/logprob_gap",
+        !k.startsWith("timing/") &&
+        !k.startsWith("throughput/") &&
+        !k.startsWith("rollout_corr/") &&
+        k !== "rollout/logprob_gap",
     ),
   );
 
@@ -113,13 +119,21 @@ describe("searchr1 train", () => {
         "actor/grad_norm",
         "actor/lr",
         "rollout/logprob_gap",
+        "rollout_corr/kl",
+        "rollout_corr/k3_kl",
+        "rollout_corr/ppl_ratio",
+        "rollout_corr/chi2_token",
         "timing/rollout_s",
         "timing/step_s",
       ]) {
         expect(row, key).toHaveProperty(key);
       }
-      // The engine and the trainer compute the same model.
+      // The engine and the trainer compute the same model; the mismatch is logged every step.
       expect(row["rollout/logprob_gap"]).toBeLessThan(1e-4);
+      expect(Math.abs(row["rollout_corr/kl"] as number)).toBeLessThan(1e-4);
+      expect(Math.abs((row["rollout_corr/ppl_ratio"] as number) - 1)).toBeLessThan(1e-4);
+      expect(row).not.toHaveProperty("rollout_corr/rollout_is_mean");
+      expect(row).not.toHaveProperty("train/num_gen_batches");
     }
     const run = runDir(straight());
     for (const step of [1, 2, 3]) {
@@ -225,6 +239,69 @@ describe("searchr1 train", () => {
     expect(metrics(path.join(dir, "quiet")).map((x) => x.step)).toEqual([1]);
   }, 240_000);
 
+  // Two trainer ranks (CPU, Gloo) stand in for two GPUs. The engine, its seeds and the data
+  // order are the same, so the rollouts are too, as long as the weights the engine receives
+  // after each update sample the same tokens: the ranks' weights differ from one rank's only
+  // by the rounding of the gradient sum (test/native/ranks.test.ts: at most 6.7e-7 after 6
+  // steps), far too little to change a sampled token here. So every rollout metric and the
+  // validation answers (greedy, on the updated weights) are equal, and the trainer's metrics
+  // (sums over the same tokens in another order, on weights that drift apart by rounding as
+  // the steps go) agree within 1e-4 of max(|value|, 1). Measured: 1.4e-7 at step 1, 5.6e-7 at
+  // step 2, 2.6e-6 at step 3 (kl_loss, which grows with the weights' drift from the
+  // reference); pg_loss is 0 here (the random model earns no reward; ranks.test.ts checks
+  // the policy-gradient part).
+  it("--gpus 2 with trainer.device=cpu: two trainer ranks give the run of one", () => {
+    const out = path.join(dir, "two-ranks");
+    const r = runCli(args(out, ["--gpus", "2"]));
+    expect(r.code, r.stderr).toBe(0);
+    const [one, two] = [metrics(straight()), metrics(out)];
+    expect(two.map((x) => x.step)).toEqual(one.map((x) => x.step));
+    const trainerKey = (k: string) => k.startsWith("actor/") || k.startsWith("critic/");
+    for (const [k, row] of one.entries()) {
+      const [a, b] = [deterministic(row), deterministic(two[k] ?? {})];
+      expect(Object.keys(b).sort()).toEqual(Object.keys(a).sort());
+      const exact = (x: Record<string, number>) =>
+        Object.fromEntries(Object.entries(x).filter(([key]) => !trainerKey(key)));
+      expect(exact(b), `step ${row.step}`).toEqual(exact(a));
+      for (const key of Object.keys(a).filter(trainerKey)) {
+        const [x, y] = [a[key] as number, b[key] as number];
+        expect(Math.abs(x - y), `step ${row.step} ${key}: ${x} vs ${y}`).toBeLessThanOrEqual(
+          1e-4 * Math.max(Math.abs(x), 1),
+        );
+      }
+    }
+    for (const step of [2, 3]) {
+      const file = (o: string) =>
+        readFileSync(path.join(runDir(o), "validation", `step_${step}.jsonl`), "utf8");
+      expect(file(out)).toBe(file(straight()));
+    }
+  }, 240_000);
+
+  it("a dying trainer rank stops the run naming the rank; the others stop, nothing is left", async () => {
+    const out = path.join(dir, "rank-crash");
+    const cli = startCli(args(out, ["--gpus", "2"]));
+    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
+    while (!existsSync(checkpoint) && cli.child.exitCode === null)
+      await new Promise((r) => setTimeout(r, 50));
+    const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
+      encoding: "utf8",
+    });
+    const ranks = children.split("\n").filter((l) => l.includes("searchr1-trainer serve"));
+    expect(ranks, children).toHaveLength(2);
+    const victim = ranks.find((l) => l.includes("--rank 1 "));
+    const rendezvous = victim?.match(/--rendezvous (\S+)/)?.[1];
+    expect(rendezvous && existsSync(rendezvous), victim).toBe(true);
+    process.kill(Number(victim?.trim().split(/\s+/)[0]), "SIGKILL");
+    const r = await cli.result;
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/the trainer's rank 1 \(searchr1-trainer serve\) died \(SIGKILL\)/);
+    expect(existsSync(checkpoint)).toBe(true);
+    expect(existsSync(rendezvous as string)).toBe(false);
+    expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(
+      rendezvous as string,
+    );
+  }, 240_000);
+
   it("Ctrl-C stops cleanly (exit 130); the resumed run equals the uninterrupted one", async () => {
     const out = path.join(dir, "interrupted");
     const cli = startCli(args(out));
@@ -278,9 +355,14 @@ describe("searchr1 train", () => {
   );
 
   it("refuses what this build cannot do, naming the key", () => {
-    const gpus = runCli([...args(path.join(dir, "x")), "--gpus", "2"]);
+    const gpus = runCli([...args(path.join(dir, "x")), "--gpus", "2", "trainer.device=cuda"]);
     expect(gpus.code).toBe(2);
-    expect(gpus.stderr).toMatch(/trainer\.gpus=2.*one device/);
+    expect(gpus.stderr).toMatch(
+      /trainer\.gpus=2 with trainer\.device=cuda: this build runs several trainer ranks on the CPU only/,
+    );
+    const nodes = runCli([...args(path.join(dir, "x")), "trainer.nnodes=2"]);
+    expect(nodes.code).toBe(2);
+    expect(nodes.stderr).toMatch(/trainer\.nnodes=2: this build trains on one node/);
     const vllm = runCli([
       ...args(path.join(dir, "x")),
       "rollout.engine=vllm",
@@ -301,4 +383,217 @@ describe("searchr1 train", () => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/nope\.parquet: no such file/);
   }, 60_000);
+});
+
+describe("searchr1 train: DAPO and rollout correction, against a scripted engine", () => {
+  // The random test model never answers, so every reward it earns is 0. A stand-in for an
+  // SGLang server (test/helpers/scripted-engine.ts) answers instead: question "number k" with
+  // k even is answered right for an even sampling seed and wrong for an odd one (the two
+  // trajectories of a group have consecutive seeds, so the group varies); k odd is always
+  // answered wrong (a group of equal rewards, which dynamic sampling drops). The wrong answer
+  // is longer, into the overlong buffer. The engine's log-probs are a sine of the token's
+  // position around -6.2, while the test model gives these tokens -9 on average (from about
+  // -17 to -0.5), so the mismatch is large and rollout correction has work to do.
+  const RIGHT = "<answer> an actor </answer>";
+  const WRONG = "<answer> nobody that I have ever heard of, sorry, no idea at all </answer>";
+  const MAX_RESPONSE = 48;
+  const BUFFER = 32;
+  const question = (context: string) =>
+    Number([...context.matchAll(/paul walker number (\d+)/g)].at(-1)?.[1]);
+  const respond = ({ context, seed }: ScriptedTurn) =>
+    question(context) % 2 === 0 && seed % 2 === 0 ? RIGHT : WRONG;
+  const logprob = (seed: number, j: number) => -6.2 + 1.2 * Math.sin(1.3 * j + seed);
+
+  /** args() with the scripted engine, no validation and room for the long answer. */
+  const scripted = (out: string, url: string, extra: string[]) =>
+    startCli(
+      args(out, [
+        "rollout.engine=sglang",
+        `rollout.engine_url=${url}`,
+        "data.val_files=[]",
+        "trainer.val_before_train=false",
+        `data.max_response_length=${MAX_RESPONSE}`,
+        "actor.ppo_mini_batch_size=4",
+        ...extra,
+      ]),
+    ).result;
+
+  it("dynamic sampling keeps the groups that vary and draws until the batch is full; rollout correction, clip-higher and overlong shaping run with it", async () => {
+    const engine = await startScriptedEngine(MODEL, respond, logprob);
+    const out = path.join(dir, "dapo");
+    try {
+      const r = await scripted(out, engine.url, [
+        "trainer.total_training_steps=2",
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.metric=acc",
+        "algorithm.filter_groups.max_num_gen_batches=0",
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=2",
+        "algorithm.rollout_correction.rollout_rs=token_k1",
+        "algorithm.rollout_correction.rollout_rs_threshold=0.5_2",
+        "actor.clip_ratio_low=0.2",
+        "actor.clip_ratio_high=0.28",
+        "reward.overlong_buffer.enable=true",
+        `reward.overlong_buffer.len=${BUFFER}`,
+      ]);
+      expect(r.code, r.stderr).toBe(0);
+    } finally {
+      await engine.close();
+    }
+    const rows = metrics(out);
+    expect(rows.map((x) => x.step)).toEqual([1, 2]);
+    let offset = 0;
+    for (const row of rows) {
+      // Each generation batch is 4 prompts × 2, rounds one after the other.
+      const rounds = row["train/num_gen_batches"] as number;
+      const calls = engine.calls.slice(offset, offset + rounds * 8);
+      offset += rounds * 8;
+      expect(calls).toHaveLength(rounds * 8);
+      const varying = (cs: typeof calls) =>
+        cs.filter((c) => question(c.turn.context) % 2 === 0).length / 2;
+      const last = calls.slice(-8);
+      expect(varying(calls.slice(0, -8))).toBeLessThan(4); // not full before the last round
+      expect(varying(calls)).toBeGreaterThanOrEqual(4);
+      expect(varying(last)).toBeGreaterThan(0);
+      const groups = rounds * 4;
+      expect(row["train/filtered_group_ratio"]).toBeCloseTo((groups - varying(calls)) / groups, 12);
+      // Reward over every trajectory the step generated: exact match plus the DAPO penalty
+      // on the answer's length (its tokens, cut at max_response_length).
+      const penalty = calls.map((c) =>
+        overlongPenalty(Math.min(c.tokens, MAX_RESPONSE), MAX_RESPONSE, BUFFER, 1),
+      );
+      const em = calls.map((c) => (c.text === RIGHT ? 1 : 0));
+      const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+      expect(Math.min(...penalty)).toBeLessThan(0); // the long answer pays
+      expect(row["em/mean"]).toBeCloseTo(mean(em), 12);
+      expect(row["reward/overlong_penalty/mean"]).toBeCloseTo(mean(penalty), 12);
+      expect(row["reward/mean"]).toBeCloseTo(mean(em) + mean(penalty), 12);
+      // Rollout correction saw the mismatch: weights around 1, some tokens rejected.
+      expect(Math.abs(row["rollout_corr/kl"] as number)).toBeGreaterThan(1e-3);
+      expect(row["rollout_corr/rollout_is_mean"]).toBeGreaterThan(0.2);
+      expect(row["rollout_corr/rollout_is_min"]).toBeLessThan(row["rollout_corr/rollout_is_mean"]);
+      expect(row["rollout_corr/rollout_is_mean"]).toBeLessThan(row["rollout_corr/rollout_is_max"]);
+      const masked = row["rollout_corr/rollout_rs_masked_fraction"] as number;
+      expect(masked).toBeGreaterThan(0);
+      expect(masked).toBeLessThan(1);
+      expect(row).toHaveProperty("actor/pg_loss");
+    }
+    // The data order makes both steps draw more than once (groups of odd questions dropped).
+    for (const row of rows) expect(row["train/num_gen_batches"]).toBeGreaterThan(1);
+    expect(engine.weightUpdates).toBe(2);
+    // The checkpoint knows how far into the data the run is.
+    const state = JSON.parse(
+      readFileSync(path.join(runDir(out), "global_step_2", "controller.json"), "utf8"),
+    );
+    expect(state.genBatches).toBe(
+      rows.reduce((n, row) => n + (row["train/num_gen_batches"] as number), 0),
+    );
+  }, 240_000);
+
+  it("the importance weights reach the actor's loss; without them the mismatch is still logged", async () => {
+    const engine = await startScriptedEngine(MODEL, respond, logprob);
+    const step1 = async (name: string, extra: string[]) => {
+      const out = path.join(dir, name);
+      const r = await scripted(out, engine.url, ["trainer.total_training_steps=1", ...extra]);
+      expect(r.code, r.stderr).toBe(0);
+      return metrics(out)[0] as Record<string, number>;
+    };
+    try {
+      const plain = await step1("is-off", []);
+      const weighted = await step1("is-on", ["algorithm.rollout_correction.rollout_is=sequence"]);
+      // The same rollouts and old log-probs: the same mismatch, a different policy loss.
+      expect(weighted["reward/mean"]).toBe(plain["reward/mean"]);
+      expect(weighted["rollout_corr/kl"]).toBe(plain["rollout_corr/kl"]);
+      expect(plain).not.toHaveProperty("rollout_corr/rollout_is_mean");
+      expect(weighted).toHaveProperty("rollout_corr/rollout_is_seq_mean");
+      expect(Math.abs(weighted["actor/pg_loss"] - plain["actor/pg_loss"])).toBeGreaterThan(1e-4);
+    } finally {
+      await engine.close();
+    }
+  }, 240_000);
+
+  it("dynamic sampling stops the run at max_num_gen_batches, naming the key", async () => {
+    const engine = await startScriptedEngine(MODEL, () => WRONG, logprob);
+    try {
+      const r = await scripted(path.join(dir, "dapo-starved"), engine.url, [
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.max_num_gen_batches=2",
+      ]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(
+        /algorithm\.filter_groups\.max_num_gen_batches=2: step 1 drew 2 batches of 4 prompts and kept 0 of the 4 groups/,
+      );
+      expect(engine.calls).toHaveLength(16);
+    } finally {
+      await engine.close();
+    }
+  }, 120_000);
+
+  it.each([
+    [
+      ["algorithm.rollout_correction.rollout_is=tokens"],
+      2,
+      /rollout_correction\.rollout_is" = "tokens".*token\|sequence/,
+    ],
+    [["algorithm.rollout_correction.rollout_is_threshold=0"], 2, /rollout_is_threshold" = 0/],
+    [
+      [
+        "algorithm.rollout_correction.rollout_rs=token_k9",
+        "algorithm.rollout_correction.rollout_rs_threshold=2",
+      ],
+      2,
+      /rollout_rs: 'token_k9' is not one of token_k1/,
+    ],
+    [
+      [
+        "algorithm.rollout_correction.rollout_rs=token_k2",
+        "algorithm.rollout_correction.rollout_rs_threshold=0.5_2",
+      ],
+      2,
+      /rollout_rs_threshold: option token_k2 takes one upper bound/,
+    ],
+    [
+      ["algorithm.rollout_correction.rollout_rs=token_k1"],
+      2,
+      /rollout_rs_threshold must be set when algorithm\.rollout_correction\.rollout_rs is/,
+    ],
+    [
+      ["algorithm.rollout_correction.rollout_rs_threshold=2"],
+      2,
+      /rollout_rs_threshold=2 has no effect without algorithm\.rollout_correction\.rollout_rs/,
+    ],
+    [
+      ["algorithm.rollout_correction.rollout_is=token", "rollout.compat=search-r1-retokenize"],
+      2,
+      /needs the engine's log-probs, which rollout\.compat=search-r1-retokenize drops/,
+    ],
+    [["algorithm.filter_groups.metric=f1"], 2, /filter_groups\.metric" = "f1"/],
+    [
+      ["algorithm.filter_groups.max_num_gen_batches=1.5"],
+      2,
+      /max_num_gen_batches" = 1\.5.*integer/,
+    ],
+    [
+      [
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.metric=seq_final_reward",
+        "algorithm.use_kl_in_reward=true",
+      ],
+      2,
+      /filter_groups\.metric=seq_final_reward with algorithm\.use_kl_in_reward/,
+    ],
+    [["actor.clip_ratio_low=1"], 2, /actor\.clip_ratio_low" = 1/],
+    [["actor.clip_ratio_high=-0.1"], 2, /actor\.clip_ratio_high" = -0\.1/],
+    [
+      ["reward.overlong_buffer.enable=true", "reward.overlong_buffer.len=9"],
+      2,
+      /reward\.overlong_buffer\.len=9 is longer than data\.max_response_length=8/,
+    ],
+    [["reward.overlong_buffer.len=0"], 2, /reward\.overlong_buffer\.len" = 0/],
+    [["reward.overlong_buffer.penalty_factor=-1"], 2, /overlong_buffer\.penalty_factor" = -1/],
+  ])("refuses %j naming the key", (extra, code, message) => {
+    const r = runCli([...args(path.join(dir, "x")), ...extra]);
+    expect(r.code, r.stderr).toBe(code);
+    expect(r.stderr).toMatch(message);
+  });
 });

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "util/error.h"
@@ -113,6 +114,24 @@ unsigned long long Args::bytes(const std::string& name, unsigned long long fallb
     throw UsageError("--" + name + " must be a size such as 5GB or 500MB, got '" + v + "'");
   }
   return static_cast<unsigned long long>(n * it->second);
+}
+
+std::string number_text(double v, int decimals) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; digits++) {  // 9 digits tell every float apart
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (static_cast<float>(std::strtod(buf, nullptr)) == static_cast<float>(v)) break;
+  }
+  std::string s = buf;
+  const size_t e = s.find('e');
+  if (e != std::string::npos) {
+    // C writes at least two exponent digits (1e-05); people write 1e-5.
+    const size_t first = e + (s[e + 1] == '-' || s[e + 1] == '+' ? 2 : 1);
+    while (first + 1 < s.size() && s[first] == '0') s.erase(first, 1);
+  } else if (decimals > 0 && s.find('.') == std::string::npos) {
+    s += "." + std::string(decimals, '0');
+  }
+  return s;
 }
 
 }  // namespace sr1

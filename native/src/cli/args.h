@@ -42,4 +42,9 @@ class Args {
   bool help_ = false;
 };
 
+// A default as help texts show it: the shortest decimal that reads back as the same float
+// ("1e-5", "0.999", "3"), so that the text is read off the struct that holds the default;
+// a whole number gets `decimals` zeros after a point ("1.0").
+std::string number_text(double v, int decimals = 0);
+
 }  // namespace sr1

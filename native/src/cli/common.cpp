@@ -7,14 +7,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 
 #include "backend/sgemm.h"
 #include "util/error.h"
 #include "util/json.h"
-
-namespace fs = std::filesystem;
 
 namespace sr1 {
 
@@ -35,52 +32,16 @@ std::vector<OptionSpec> device_options() {
           {"threads", "N", "CPU threads (default: all cores)"}};
 }
 
+void set_threads(const Args& args) {
+  if (!args.has("threads")) return;
+  const int n = static_cast<int>(args.integer("threads", 0, 1));
+  omp_set_num_threads(n);
+  set_sgemm_threads(n);
+}
+
 std::unique_ptr<Backend> open_backend(const Args& args) {
-  if (args.has("threads")) {
-    const int n = static_cast<int>(args.integer("threads", 0, 1));
-    omp_set_num_threads(n);
-    set_sgemm_threads(n);
-  }
+  set_threads(args);
   return make_backend(args.text("device", "auto"));
-}
-
-std::vector<OptionSpec> run_options(bool backward) {
-  std::vector<OptionSpec> specs = {
-      {"logits-chunk", "N", "token rows per vocabulary-sized logits block (default 256)"},
-      {"temperature", "T", "divide the logits by T before the softmax, as verl does (default 1)"}};
-  if (backward) {
-    specs.push_back({"recompute", "", "recompute layer activations in backward (less memory)"});
-  }
-  return specs;
-}
-
-RunOptions read_run_options(const Args& args) {
-  RunOptions opt;
-  opt.logits_chunk = static_cast<int>(args.integer("logits-chunk", opt.logits_chunk, 1));
-  opt.recompute = args.flag("recompute");
-  opt.temperature = static_cast<float>(args.number("temperature", 1.0));
-  if (!(opt.temperature > 0)) throw UsageError("--temperature must be > 0");
-  return opt;
-}
-
-std::vector<OptionSpec> batch_command_options(const std::string& batch_help, bool backward) {
-  return concat(concat({{"model", "DIR", "Hugging Face model folder (required)"},
-                        {"batch", "IN", batch_help + " (required)"},
-                        {"out", "OUT", "output safetensors file (required)"}},
-                       run_options(backward)),
-                device_options());
-}
-
-BatchCommand open_batch_command(const Args& args) {
-  BatchCommand c;
-  const std::string model_dir = args.required("model"), in = args.required("batch");
-  c.out = args.required("out");
-  c.run = read_run_options(args);
-  c.backend = open_backend(args);
-  c.model = Qwen2Model::load(model_dir, *c.backend);
-  c.file = SafetensorsFile::open(in);
-  c.batch = read_batch(*c.file, c.model->config().vocab_size);
-  return c;
 }
 
 bool print_help(const Args& args) {
@@ -103,95 +64,6 @@ bool interrupted() { return g_interrupted; }
 void install_interrupt_handler() {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-}
-
-OutputFolder::OutputFolder(std::string path, bool overwrite)
-    : path_(std::move(path)), overwrite_(overwrite) {
-  while (!path_.empty() && path_.size() > 1 && path_.back() == '/') path_.pop_back();
-  // The rule every searchr1 command follows: an existing output (anything but an empty
-  // folder) is a usage error naming it and --overwrite.
-  std::error_code probe;
-  const bool empty_dir = fs::is_directory(path_, probe) && fs::is_empty(path_, probe) && !probe;
-  if (fs::exists(path_) && !empty_dir && !overwrite_) {
-    throw UsageError(path_ + ": already exists; pass --overwrite to replace it");
-  }
-  partial_ = path_ + ".partial-" + std::to_string(::getpid());
-  std::error_code ec;
-  fs::remove_all(partial_, ec);
-  if (!fs::create_directories(partial_, ec) || ec) {
-    throw Error(partial_ + ": cannot create folder: " + ec.message());
-  }
-}
-
-OutputFolder::~OutputFolder() {
-  if (done_) return;
-  std::error_code ec;
-  fs::remove_all(partial_, ec);
-}
-
-void OutputFolder::copy_model_files(const std::string& model_dir) {
-  for (const fs::directory_entry& e : fs::directory_iterator(model_dir)) {
-    const std::string name = e.path().filename().string();
-    const bool weights = name.find(".safetensors") != std::string::npos ||
-                         name.find(".bin") != std::string::npos ||
-                         name.find(".pt") != std::string::npos;
-    if (!e.is_regular_file() || weights) continue;
-    std::error_code ec;
-    fs::copy_file(e.path(), fs::path(partial_) / name, ec);
-    if (ec) throw Error(e.path().string() + ": cannot copy: " + ec.message());
-  }
-}
-
-static const char* torch_dtype_name(DType d) {
-  return d == DType::F32 ? "float32" : d == DType::BF16 ? "bfloat16" : "float16";
-}
-
-// The copied config.json names the dtype the weights were saved in, under the key(s) it
-// already has: `dtype` (transformers 5), `torch_dtype` (4.x), or torch_dtype when neither.
-// A critic's says what transformers needs to load it: a token-classification model with one
-// label (AutoModelForTokenClassification, as verl's critic).
-static void write_config(const std::string& dir, DType dtype, const ModelConfig& c, Head head) {
-  const std::string path = dir + "/config.json";
-  json::Value config = json::parse_file(path);
-  const bool has_dtype = config.find("dtype") != nullptr;
-  if (has_dtype) config.set("dtype", json::Value(torch_dtype_name(dtype)));
-  if (!has_dtype || config.find("torch_dtype") != nullptr) {
-    config.set("torch_dtype", json::Value(torch_dtype_name(dtype)));
-  }
-  if (head == Head::Value) {
-    const std::string arch = c.model_type == "llama" ? "LlamaForTokenClassification"
-                                                     : "Qwen2ForTokenClassification";
-    config.set("architectures", json::Value::array({json::Value(arch)}));
-    config.set("id2label", json::Value::object({{"0", "LABEL_0"}}));
-    config.set("label2id", json::Value::object({{"LABEL_0", 0}}));
-    config.set("classifier_dropout", 0.0);
-  }
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw Error(path + ": cannot write");
-  const std::string text = config.dump_pretty() + "\n";
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) throw Error(path + ": cannot write");
-}
-
-void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
-                    DType dtype, uint64_t max_shard_bytes) {
-  out.copy_model_files(source_dir);
-  write_config(out.dir(), dtype, model.config(), model.head_kind());
-  model.save_weights(out.dir(), dtype, max_shard_bytes);
-}
-
-void OutputFolder::commit() {
-  std::error_code ec;
-  if (fs::exists(path_)) {
-    const std::string old = path_ + ".old-" + std::to_string(::getpid());
-    fs::rename(path_, old, ec);
-    if (!ec) fs::rename(partial_, path_, ec);
-    if (!ec) fs::remove_all(old, ec);
-  } else {
-    fs::rename(partial_, path_, ec);
-  }
-  if (ec) throw Error(path_ + ": cannot move the finished folder into place: " + ec.message());
-  done_ = true;
 }
 
 int serve_json_lines(const CommandHandler& handle) {

@@ -1,5 +1,6 @@
-// Pieces the trainer's subcommands share: device/thread options, run options, and the
-// output folder that only appears once complete.
+// What the three executables' command lines share (searchr1-trainer, searchr1-engine,
+// searchr1-index): the thread policy set before main runs, --device and --threads, help,
+// Ctrl-C, and the JSON-lines loop of a `serve` command.
 #pragma once
 #include <functional>
 #include <memory>
@@ -8,9 +9,6 @@
 
 #include "backend/backend.h"
 #include "cli/args.h"
-#include "io/safetensors.h"
-#include "model/batch.h"
-#include "model/qwen2.h"
 #include "util/json_fields.h"
 
 namespace sr1 {
@@ -28,25 +26,10 @@ void ensure_thread_policy(char** argv, bool blas_threads_sleep);
 
 // --device, --threads
 std::vector<OptionSpec> device_options();
-// Sets the thread count (OpenMP and OpenBLAS) and creates the backend.
+// Sets the thread count (OpenMP and OpenBLAS) when --threads is given.
+void set_threads(const Args& args);
+// set_threads, then creates the backend --device names.
 std::unique_ptr<Backend> open_backend(const Args& args);
-
-// --logits-chunk, --recompute (the latter only where a backward pass runs)
-std::vector<OptionSpec> run_options(bool backward);
-RunOptions read_run_options(const Args& args);
-
-// What score and grad share: --model, --batch, --out, the run and device options, and the
-// model and batch they load.
-std::vector<OptionSpec> batch_command_options(const std::string& batch_help, bool backward);
-struct BatchCommand {
-  std::unique_ptr<Backend> backend;  // declared first: the model releases into it
-  std::unique_ptr<Qwen2Model> model;
-  std::unique_ptr<SafetensorsFile> file;
-  Batch batch;
-  RunOptions run;
-  std::string out;
-};
-BatchCommand open_batch_command(const Args& args);
 
 // Prints the usage and returns true when --help was given.
 bool print_help(const Args& args);
@@ -66,27 +49,5 @@ int serve_json_lines(const CommandHandler& handle);
 bool interrupted();
 void install_interrupt_handler();
 struct Interrupted {};
-
-// A Hugging Face output folder built at `<path>.partial-<pid>` and renamed to `path` by
-// commit(); removed if destroyed before. An existing `path` (other than an empty folder) is
-// a UsageError unless overwrite is set; it is then replaced only by commit().
-class OutputFolder {
- public:
-  OutputFolder(std::string path, bool overwrite);
-  ~OutputFolder();
-  const std::string& dir() const { return partial_; }
-  // Copies config.json, tokenizer and generation files (not weights) from `model_dir`.
-  void copy_model_files(const std::string& model_dir);
-  void commit();
-
- private:
-  std::string path_, partial_;
-  bool overwrite_, done_ = false;
-};
-
-// Fills `out` with a Hugging Face folder of the model: config.json (its dtype field set to
-// `dtype`), the tokenizer and generation files of `source_dir`, and the weights in `dtype`.
-void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
-                    DType dtype, uint64_t max_shard_bytes);
 
 }  // namespace sr1

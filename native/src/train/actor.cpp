@@ -2,12 +2,18 @@
 
 #include <algorithm>
 
+#include "train/data_parallel.h"
+
 namespace sr1 {
 
 ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutTokens& tokens,
                           const ActorUpdateOptions& opt) {
   ActorMetrics m;
   const int T = batch.T;
+  // Checked on the whole batch first, so that an error names the batch's row.
+  if (!tokens.rollout_is_weights.empty()) {
+    check_is_weights(batch, tokens.response_mask, tokens.rollout_is_weights);
+  }
   Qwen2Model& model = actor.model();
   for_each_mini_batch(batch.B, opt.batching, actor.rng(), [&](const std::vector<int>& rows) {
     const Batch part = select_rows(batch, rows);
@@ -16,15 +22,24 @@ ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutToken
                            tokens.ref_log_probs.empty()
                                ? std::vector<float>{}
                                : select_rows(tokens.ref_log_probs, rows, T),
-                           select_rows(tokens.advantages, rows, T), opt.ppo);
+                           select_rows(tokens.advantages, rows, T), opt.ppo,
+                           tokens.rollout_is_weights.empty()
+                               ? std::vector<float>{}
+                               : select_rows(tokens.rollout_is_weights, rows, T));
     model.zero_grad();
     const MiniBatching& mb = opt.batching;
-    for (const MicroBatch& micro : micro_batches(part, mb.max_token_len, mb.remove_padding)) {
+    // This rank's rows; the objective's weights span the whole mini-batch (data_parallel.h).
+    for (const MicroBatch& micro : rank_micro_batches(part, mb, actor.comm())) {
       objective.use_source(micro.source.data());
       model.backward(micro.batch, objective, opt.run);
       m.micro_batches++;
     }
-    m.grad_norm += actor.step(&m.lr);
+    if (!actor.comm().local()) {
+      objective.reduce_sums([&](double* x, size_t n) {
+        actor.comm().all_reduce_sum_host(x, n, "update_actor's loss sums");
+      });
+    }
+    m.grad_norm += actor.step(&m.lr, "update_actor");
     m.pg_loss += objective.pg_loss();
     m.pg_clipfrac += objective.pg_clipfrac();
     m.ppo_kl += objective.ppo_kl();
@@ -35,6 +50,10 @@ ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutToken
   });
   for (double* x : {&m.pg_loss, &m.pg_clipfrac, &m.ppo_kl, &m.entropy, &m.kl_loss, &m.grad_norm}) {
     *x /= std::max(1, m.steps);
+  }
+  if (!actor.comm().local()) {  // all the ranks' forward-backward passes
+    m.micro_batches = static_cast<int>(
+        all_reduce_sum(actor.comm(), m.micro_batches, "update_actor's micro-batch count"));
   }
   return m;
 }

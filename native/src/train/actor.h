@@ -12,8 +12,10 @@
 namespace sr1 {
 
 // The per-token tensors of a rollout batch, [B*T] each, aligned as the batch.
+// ref_log_probs may be empty (no KL term); rollout_is_weights may be empty (all 1).
 struct RolloutTokens {
   std::vector<float> response_mask, old_log_probs, ref_log_probs, advantages;
+  std::vector<float> rollout_is_weights;
 };
 
 struct ActorUpdateOptions {

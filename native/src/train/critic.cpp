@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "train/data_parallel.h"
+
 namespace sr1 {
 
 TokenTerm clipped_value_loss(double v, double v_old, double ret, double cliprange,
@@ -35,7 +37,8 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
     long clipped = 0, n = 0;
     model.zero_grad();
     const MiniBatching& mb = opt.batching;
-    for (const MicroBatch& micro : micro_batches(part, mb.max_token_len, mb.remove_padding)) {
+    // This rank's rows; the weights span the whole mini-batch (data_parallel.h).
+    for (const MicroBatch& micro : rank_micro_batches(part, mb, critic.comm())) {
       model.backward_values(micro.batch, opt.run, [&](const float* v, float* d) {
         for (size_t i = 0; i < micro.source.size(); i++) {
           if (micro.source[i] < 0) continue;
@@ -52,7 +55,15 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
       });
       m.micro_batches++;
     }
-    m.grad_norm += critic.step(&m.lr);
+    if (!critic.comm().local()) {
+      double sums[] = {vf, vsum, static_cast<double>(clipped), static_cast<double>(n)};
+      critic.comm().all_reduce_sum_host(sums, 4, "update_critic's loss sums");
+      vf = sums[0];
+      vsum = sums[1];
+      clipped = static_cast<long>(sums[2]);
+      n = static_cast<long>(sums[3]);
+    }
+    m.grad_norm += critic.step(&m.lr, "update_critic");
     m.vf_loss += vf;
     m.vf_clipfrac += n > 0 ? static_cast<double>(clipped) / n : 0.0;
     m.vpred_mean += n > 0 ? vsum / n : 0.0;
@@ -60,6 +71,10 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
   });
   for (double* x : {&m.vf_loss, &m.vf_clipfrac, &m.vpred_mean, &m.grad_norm}) {
     *x /= std::max(1, m.steps);
+  }
+  if (!critic.comm().local()) {  // all the ranks' forward-backward passes
+    m.micro_batches = static_cast<int>(
+        all_reduce_sum(critic.comm(), m.micro_batches, "update_critic's micro-batch count"));
   }
   return m;
 }

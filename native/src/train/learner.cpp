@@ -6,15 +6,21 @@
 
 namespace sr1 {
 
-Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed)
+Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed,
+                 Comm& comm)
     : model_(model),
+      comm_(comm),
       optimizer_(model.be(), model.param_buffer_size(), adamw),
       schedule_(schedule),
       rng_(seed) {
   schedule_.validate(OptionStyle::Field);
 }
 
-double Learner::step(float* lr) {
+double Learner::step(float* lr, const std::string& what) {
+  if (!comm_.local()) {
+    model_.be().synchronize();  // the backward passes have written the gradients
+    comm_.all_reduce_sum(model_.grads(), model_.param_buffer_size(), what + "'s gradients");
+  }
   *lr = schedule_.at(optimizer_.steps());
   const double norm = optimizer_.step(model_.params(), model_.grads(), *lr);
   model_.params_changed();

@@ -106,11 +106,13 @@ std::vector<double> aggregation_weights(LossAgg agg, const std::vector<uint8_t>&
 
 PpoObjective::PpoObjective(const Batch& batch, const std::vector<float>& response_mask,
                            std::vector<float> old_logp, std::vector<float> ref_logp,
-                           std::vector<float> advantages, PpoConfig config)
+                           std::vector<float> advantages, PpoConfig config,
+                           std::vector<float> is_weights)
     : config_(config),
       old_(std::move(old_logp)),
       ref_(std::move(ref_logp)),
-      adv_(std::move(advantages)) {
+      adv_(std::move(advantages)),
+      is_(std::move(is_weights)) {
   std::vector<uint8_t> loss_token(static_cast<size_t>(batch.B) * batch.T, 0);
   for (int b = 0; b < batch.B; b++) {
     for (int t = 0; t < batch.T; t++) {
@@ -121,6 +123,26 @@ PpoObjective::PpoObjective(const Batch& batch, const std::vector<float>& respons
   weight_ = aggregation_weights(config_.agg, loss_token, batch.B, batch.T);
   if (config_.kl_coef != 0.0f && ref_.empty()) {
     throw Error("a KL loss (kl_loss_coef > 0) needs the reference log-probs");
+  }
+  if (!is_.empty()) check_is_weights(batch, response_mask, is_);
+}
+
+void check_is_weights(const Batch& batch, const std::vector<float>& response_mask,
+                      const std::vector<float>& is_weights) {
+  const size_t n = static_cast<size_t>(batch.B) * batch.T;
+  if (is_weights.size() != n || response_mask.size() != n) {
+    throw Error("rollout_is_weights: not one value per token");
+  }
+  for (int b = 0; b < batch.B; b++) {
+    for (int t = 0; t < batch.T; t++) {
+      const size_t i = static_cast<size_t>(b) * batch.T + t;
+      const float w = is_weights[i];
+      if (batch.predicted(b, t) && response_mask[i] != 0.0f && !(std::isfinite(w) && w >= 0.0f)) {
+        throw Error("rollout_is_weights must be finite and >= 0 on the loss tokens (row " +
+                    std::to_string(b) + ", position " + std::to_string(t) + ": " +
+                    std::to_string(w) + ")");
+      }
+    }
   }
 }
 
@@ -134,8 +156,9 @@ void PpoObjective::coefficients(const int32_t* index, int n, const float* logpro
     if (w == 0.0) continue;  // not a loss token: its old/ref/advantage values are ignored
     bool clipped = false;
     const TokenTerm pg = ppo_clipped_surrogate(logprob[r], old_[i], adv_[i], config_, &clipped);
-    double dlogp = pg.dlogp;
-    pg_ += w * pg.value;
+    const double w_is = is_.empty() ? 1.0 : static_cast<double>(is_[i]);  // detached
+    double dlogp = w_is * pg.dlogp;
+    pg_ += w * w_is * pg.value;
     if (has_kl()) {  // reported whenever the reference is known, whatever its weight
       const TokenTerm kl = kl_penalty(config_.kl_type, logprob[r], ref_[i]);
       kl_ += w * kl.value;
@@ -148,6 +171,19 @@ void PpoObjective::coefficients(const int32_t* index, int n, const float* logpro
     coef[r] = static_cast<float>(-w * dlogp);  // the head's convention: dL/dlogp = -coef
     ent_coef[r] = static_cast<float>(-w * config_.entropy_coeff);
   }
+}
+
+void PpoObjective::reduce_sums(const std::function<void(double* sums, size_t n)>& sum) {
+  // The counts are far below 2^53: exact as doubles.
+  double x[] = {pg_, kl_, entropy_, ppo_kl_sum_, static_cast<double>(clipped_),
+                static_cast<double>(tokens_)};
+  sum(x, 6);
+  pg_ = x[0];
+  kl_ = x[1];
+  entropy_ = x[2];
+  ppo_kl_sum_ = x[3];
+  clipped_ = static_cast<long>(x[4]);
+  tokens_ = static_cast<long>(x[5]);
 }
 
 }  // namespace sr1

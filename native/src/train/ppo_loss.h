@@ -6,13 +6,20 @@
 //                and, for A < 0, min(that, -A * clip_c)                  (dual clip)
 //   kl         = k1 logp - ref | abs |logp - ref| | k2 (logp - ref)^2 / 2
 //                | k3 exp(k) - k - 1 with k = clamp(ref - logp, -20, 20), clamped to [-10, 10]
+//   pg         *= w_is                                     (rollout correction, when given)
 //   L          = agg(pg) - entropy_coeff * agg(entropy) + kl_coef * agg(kl)
 //
-// over the loss tokens (predicted and in the response mask). agg is a weighted sum whose
+// over the loss tokens (predicted and in the response mask). w_is is the controller's
+// truncated importance weight pi_old/pi_rollout of the token (src/rl/rollout-correction.ts),
+// a constant (detached) that multiplies the token's policy loss and its gradient, as verl's
+// compute_policy_loss_vanilla does with `rollout_is_weights` (verl/trainer/ppo/core_algos.py,
+// volcengine/verl main, 2026-01; docs/algo/rollout_corr.md); the KL and entropy terms and
+// pg_clipfrac do not see it. agg is a weighted sum whose
 // weights depend only on the mask (PpoWeights), so L's derivative per token is the
 // per-token derivative times its weight: that is what the head back-propagates.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,14 +79,22 @@ TokenTerm kl_penalty(KlType type, double logp, double ref_logp);
 std::vector<double> aggregation_weights(LossAgg agg, const std::vector<uint8_t>& loss_token,
                                         int B, int T);
 
+// Throws an Error naming the row and position of the first loss token (predicted, response
+// mask non-zero) whose rollout_is_weights value is negative or not finite.
+void check_is_weights(const Batch& batch, const std::vector<float>& response_mask,
+                      const std::vector<float>& is_weights);
+
 // The objective over one batch, with the sums the trainer reports. The per-token inputs are
 // [B*T] arrays aligned as the batch (position t holds token t's values).
 class PpoObjective final : public TokenObjective {
  public:
   // ref_logp may be empty when config.kl_coef is 0 (no KL term, kl_loss unknown).
+  // is_weights ([B*T], rollout_is_weights) may be empty: every weight 1. On the loss tokens
+  // each must be finite and >= 0 (an Error names the tensor otherwise).
   PpoObjective(const Batch& batch, const std::vector<float>& response_mask,
                std::vector<float> old_logp, std::vector<float> ref_logp,
-               std::vector<float> advantages, PpoConfig config);
+               std::vector<float> advantages, PpoConfig config,
+               std::vector<float> is_weights = {});
 
   // The backward passes that follow run on a micro-batch whose position i is position
   // source[i] of this batch (MicroBatch::source); null: this batch itself.
@@ -103,11 +118,14 @@ class PpoObjective final : public TokenObjective {
   // verl's ppo_kl: the token mean of old_logp - logp
   double ppo_kl() const { return tokens_ > 0 ? ppo_kl_sum_ / tokens_ : 0; }
   long tokens() const { return tokens_; }
+  // The sums behind the values above, handed to `sum` (which replaces each by its sum over
+  // the data-parallel ranks, each of which visited its own rows) and read back.
+  void reduce_sums(const std::function<void(double* sums, size_t n)>& sum);
 
  private:
   PpoConfig config_;
   const int32_t* source_ = nullptr;
-  std::vector<float> old_, ref_, adv_;
+  std::vector<float> old_, ref_, adv_, is_;
   std::vector<double> weight_;
   double pg_ = 0, kl_ = 0, entropy_ = 0, ppo_kl_sum_ = 0;
   long clipped_ = 0, tokens_ = 0;

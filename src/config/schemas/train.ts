@@ -53,6 +53,67 @@ export const trainSchema = z.strictObject({
         .describe(
           "adaptive kl_ctrl: horizon in trajectories; a step moves the coefficient by ≤ 20%·batch/horizon",
         ),
+      // verl's algorithm.rollout_correction (verl/trainer/config/algorithm/rollout_correction.yaml,
+      // docs/algo/rollout_corr.md; decoupled mode): src/rl/rollout-correction.ts.
+      rollout_correction: z
+        .strictObject({
+          rollout_is: z
+            .enum(["token", "sequence"])
+            .nullable()
+            .default(null)
+            .describe(
+              "importance weights π_old/π_rollout (trainer over engine) on the policy loss: token, sequence (product over the response), or null = none",
+            ),
+          rollout_is_threshold: z
+            .number()
+            .positive()
+            .default(2)
+            .describe("truncation cap of the importance weights: min(weight, this)"),
+          rollout_is_batch_normalize: z
+            .boolean()
+            .default(false)
+            .describe("divide the truncated weights by their batch mean (mean 1)"),
+          rollout_rs: z
+            .string()
+            .min(1)
+            .nullable()
+            .default(null)
+            .describe(
+              "rejection of tokens or sequences whose mismatch is out of bounds: comma-separated token_k1|k2|k3, seq_sum_k1|k2|k3, seq_mean_k1|k2|k3, seq_max_k2|k3; null = none",
+            ),
+          rollout_rs_threshold: z
+            .union([z.number().positive(), z.string().min(1)])
+            .nullable()
+            .default(null)
+            .describe(
+              "bounds of rollout_rs, one for all or one per option (comma-separated): a k1 option takes lower_upper on π_rollout/π_old (one number u means 1/u_u), the others an upper bound on their k2/k3 statistic",
+            ),
+        })
+        .prefault({}),
+      // DAPO's dynamic sampling as verl's DAPO recipe names it (algorithm.filter_groups).
+      filter_groups: z
+        .strictObject({
+          enable: z
+            .boolean()
+            .default(false)
+            .describe(
+              "DAPO dynamic sampling: drop groups whose metric is the same for every trajectory and draw more prompts until train_batch_size groups remain",
+            ),
+          metric: z
+            .enum(["acc", "score", "seq_reward", "seq_final_reward"])
+            .default("acc")
+            .describe(
+              "what must vary within a group: acc (exact match), score (the reward), seq_reward (score with the overlong penalty), seq_final_reward (the same; refused with use_kl_in_reward)",
+            ),
+          max_num_gen_batches: z
+            .number()
+            .int()
+            .default(0)
+            .describe(
+              "most generation batches (of train_batch_size prompts) per step, the run stops past it; 0 or less = no limit",
+            ),
+        })
+        .prefault({}),
     })
     .prefault({}),
   model: modelSection,
@@ -98,6 +159,21 @@ export const trainSchema = z.strictObject({
       ppo_micro_batch_size: positiveInt().default(64).describe("trajectories per forward/backward"),
       ppo_epochs: positiveInt().default(1).describe("passes over each batch"),
       clip_ratio: z.number().positive().default(0.2).describe("PPO ratio clip ε"),
+      clip_ratio_low: z
+        .number()
+        .min(0)
+        .lt(1)
+        .nullable()
+        .default(null)
+        .describe("ε_low: the ratio's lower clip is 1 − this; null = clip_ratio"),
+      clip_ratio_high: z
+        .number()
+        .min(0)
+        .nullable()
+        .default(null)
+        .describe(
+          "ε_high: the ratio's upper clip is 1 + this (DAPO clip-higher: 0.28); null = clip_ratio",
+        ),
       entropy_coeff: z.number().min(0).default(0.001).describe("entropy bonus coefficient"),
       use_kl_loss: z.boolean().default(true).describe("KL(π‖ref) term in the actor loss"),
       kl_loss_type: klType.default("low_var_kl").describe("KL estimator (low_var_kl = k3)"),
@@ -203,14 +279,37 @@ export const trainSchema = z.strictObject({
         .describe(
           "score prompt + response as Search-R1 does, quirks included (a reply with no answer takes the prompt's example 'Beijing'); false = the response's last answer tag, format of the response alone",
         ),
+      // DAPO's soft overlong punishment, as verl's reward_model.overlong_buffer.
+      overlong_buffer: z
+        .strictObject({
+          enable: z
+            .boolean()
+            .default(false)
+            .describe(
+              "DAPO overlong shaping: add a penalty when a turn's generated tokens run into the last `len` of data.max_response_length",
+            ),
+          len: positiveInt()
+            .default(100)
+            .describe(
+              "the buffer: penalty 0 up to max_response_length − len tokens, then linear to −penalty_factor at max_response_length",
+            ),
+          penalty_factor: z
+            .number()
+            .min(0)
+            .default(1)
+            .describe("the penalty at the limit (DAPO: 1)"),
+        })
+        .prefault({}),
     })
     .prefault({}),
   trainer: z
     .strictObject({
       gpus: positiveInt()
         .default(1)
-        .describe("GPUs per node (this build trains on one device; more is refused)"),
-      nnodes: positiveInt().default(1).describe("nodes (one in this build)"),
+        .describe(
+          "GPUs per node, one data-parallel trainer rank each (verl's n_gpus_per_node); in this build more than 1 runs only with trainer.device=cpu (CPU ranks over Gloo, sharing trainer.threads) and is refused on GPUs",
+        ),
+      nnodes: positiveInt().default(1).describe("nodes (one in this build; more is refused)"),
       device: z
         .enum(["auto", "cpu", "cuda"])
         .default("auto")

@@ -1,57 +1,50 @@
-// searchr1-trainer serve: the long-lived trainer that `train` drives. Commands arrive as
-// JSON lines on stdin, one reply per command on stdout; tensors travel in safetensors
-// files. The protocol is in train/SERVE.md.
-#include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
-#include <string>
+#include "train/session.h"
 
-#include "cli/commands.h"
-#include "cli/common.h"
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/hf_folder.h"
 #include "train/actor.h"
 #include "train/critic.h"
+#include "train/data_parallel.h"
 #include "train/minibatch.h"
 #include "util/error.h"
-#include "util/json_fields.h"
 
 namespace sr1 {
+
+void TrainerSession::reset() {
+  actor.reset();
+  critic_learner.reset();
+  critic.reset();
+  reference.reset();
+  policy.reset();
+}
+
+Qwen2Model& TrainerSession::model(const std::string& which) {
+  if (!policy) throw Error("no model is loaded (send 'load' first)");
+  if (which == "policy") return *policy;
+  if (which == "reference") {
+    if (!reference) throw Error("no reference model was loaded ('reference' in 'load')");
+    return *reference;
+  }
+  throw Error("'model' must be \"policy\" or \"reference\", got \"" + which + "\"");
+}
+
+Learner& TrainerSession::actor_learner() {
+  if (!actor) throw Error("no model is loaded (send 'load' first)");
+  return *actor;
+}
+
+Learner& TrainerSession::critic_of() {
+  if (!critic_learner) throw Error("no critic was loaded ('critic' in 'load')");
+  return *critic_learner;
+}
+
 namespace {
-
-
-// The models of one run and the learners that train them.
-struct Session {
-  Backend& be;
-  RunOptions run;
-  std::string policy_dir, critic_dir;
-  std::unique_ptr<Qwen2Model> policy, reference, critic;
-  std::unique_ptr<Learner> actor, critic_learner;
-
-  void reset() {  // learners first: they release into the backend before the models go
-    actor.reset();
-    critic_learner.reset();
-    critic.reset();
-    reference.reset();
-    policy.reset();
-  }
-  Qwen2Model& model(const std::string& which) {
-    if (!policy) throw Error("no model is loaded (send 'load' first)");
-    if (which == "policy") return *policy;
-    if (which == "reference") {
-      if (!reference) throw Error("no reference model was loaded ('reference' in 'load')");
-      return *reference;
-    }
-    throw Error("'model' must be \"policy\" or \"reference\", got \"" + which + "\"");
-  }
-  Learner& actor_learner() {
-    if (!actor) throw Error("no model is loaded (send 'load' first)");
-    return *actor;
-  }
-  Learner& critic_of() {
-    if (!critic_learner) throw Error("no critic was loaded ('critic' in 'load')");
-    return *critic_learner;
-  }
-};
 
 AdamWConfig read_adamw(const JsonFields& f) {
   AdamWConfig c;
@@ -63,19 +56,20 @@ AdamWConfig read_adamw(const JsonFields& f) {
   return c;
 }
 
-LrSchedule read_schedule(const JsonFields& f, double default_lr) {
+LrSchedule read_schedule(const JsonFields& f, float default_lr) {
   LrSchedule s;
   s.kind = f.text("lr_schedule", s.kind);
   s.peak = static_cast<float>(f.number("lr", default_lr));
-  s.warmup_steps = static_cast<int>(f.integer("warmup_steps", 0));
-  s.total_steps = static_cast<int>(f.integer("total_steps", 1));
-  s.min_lr_ratio = static_cast<float>(f.number("min_lr_ratio", 0.0));
+  s.warmup_steps = static_cast<int>(f.integer("warmup_steps", s.warmup_steps));
+  s.total_steps = static_cast<int>(f.integer("total_steps", s.total_steps));
+  s.min_lr_ratio = static_cast<float>(f.number("min_lr_ratio", s.min_lr_ratio));
   return s;
 }
 
+// The temperature is the field's, else RunOptions' default (not the command line's).
 RunOptions read_run(const JsonFields& f, const RunOptions& base) {
   RunOptions run = base;
-  run.temperature = static_cast<float>(f.number("temperature", 1.0));
+  run.temperature = static_cast<float>(f.number("temperature", RunOptions().temperature));
   if (!(run.temperature > 0)) throw Error("'temperature' must be > 0");
   return run;
 }
@@ -89,30 +83,35 @@ int read_micro_batch_size(const JsonFields& f) {
 
 MiniBatching read_batching(const JsonFields& f) {
   MiniBatching m;
-  m.mini_batch_size = static_cast<int>(f.integer("ppo_mini_batch_size", 0));
-  m.epochs = static_cast<int>(f.integer("ppo_epochs", 1));
-  m.max_token_len = f.integer("ppo_max_token_len_per_gpu", 0);
-  m.shuffle = f.boolean("shuffle", true);
-  m.remove_padding = f.boolean("remove_padding", true);
+  m.mini_batch_size = static_cast<int>(f.integer("ppo_mini_batch_size", m.mini_batch_size));
+  m.epochs = static_cast<int>(f.integer("ppo_epochs", m.epochs));
+  m.max_token_len = f.integer("ppo_max_token_len_per_gpu", m.max_token_len);
+  m.shuffle = f.boolean("shuffle", m.shuffle);
+  m.remove_padding = f.boolean("remove_padding", m.remove_padding);
   if (m.mini_batch_size < 0 || m.epochs < 1 || m.max_token_len < 0) {
     throw Error("ppo_mini_batch_size and ppo_max_token_len_per_gpu must be >= 0, ppo_epochs >= 1");
   }
   return m;
 }
 
+LossAgg read_loss_agg(const JsonFields& f, LossAgg fallback) {
+  return f.has("loss_agg_mode") ? parse_loss_agg(f.text("loss_agg_mode"), OptionStyle::Field)
+                                : fallback;
+}
+
 PpoConfig read_ppo(const JsonFields& f) {
   PpoConfig p;
-  const double clip = f.number("clip_ratio", 0.2);
-  p.clip_low = static_cast<float>(f.number("clip_ratio_low", clip));
-  p.clip_high = static_cast<float>(f.number("clip_ratio_high", clip));
-  p.clip_c = static_cast<float>(f.number("clip_ratio_c", 3.0));
+  if (f.has("clip_ratio")) p.clip_low = p.clip_high = static_cast<float>(f.number("clip_ratio"));
+  p.clip_low = static_cast<float>(f.number("clip_ratio_low", p.clip_low));
+  p.clip_high = static_cast<float>(f.number("clip_ratio_high", p.clip_high));
+  p.clip_c = static_cast<float>(f.number("clip_ratio_c", p.clip_c));
   if (!(p.clip_low >= 0 && p.clip_low < 1 && p.clip_high >= 0 && p.clip_c > 1)) {
     throw Error("clip ratios must be in [0, 1) (high: >= 0) and clip_ratio_c above 1");
   }
-  p.kl_type = parse_kl_type(f.text("kl_loss_type", "low_var_kl"), OptionStyle::Field);
-  p.kl_coef = static_cast<float>(f.number("kl_loss_coef", 0.0));
-  p.entropy_coeff = static_cast<float>(f.number("entropy_coeff", 0.0));
-  p.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"), OptionStyle::Field);
+  if (f.has("kl_loss_type")) p.kl_type = parse_kl_type(f.text("kl_loss_type"), OptionStyle::Field);
+  p.kl_coef = static_cast<float>(f.number("kl_loss_coef", p.kl_coef));
+  p.entropy_coeff = static_cast<float>(f.number("entropy_coeff", p.entropy_coeff));
+  p.agg = read_loss_agg(f, p.agg);
   return p;
 }
 
@@ -180,21 +179,23 @@ std::vector<std::string> fields_of(const std::string& op) {
 }
 
 // All or nothing: the new models and learners replace the session's only once all loaded.
-void load(Session& s, const JsonFields& f) {
+void load(TrainerSession& s, const JsonFields& f) {
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed", 1));
   const JsonFields actor_optim = f.object("actor_optim"), critic_optim = f.object("critic_optim");
   actor_optim.only(kOptimFields);
   critic_optim.only(kOptimFields);
-  Session next{s.be, s.run, f.text("policy"), f.has("critic") ? f.text("critic") : "",
-               nullptr, nullptr, nullptr, nullptr, nullptr};
+  TrainerSession next{s.be, s.comm, s.run, f.text("policy"),
+                      f.has("critic") ? f.text("critic") : "",
+                      nullptr, nullptr, nullptr, nullptr, nullptr};
   next.policy = Qwen2Model::load(next.policy_dir, s.be);
   if (f.has("reference")) next.reference = Qwen2Model::load(f.text("reference"), s.be);
   next.actor = std::make_unique<Learner>(*next.policy, read_adamw(actor_optim),
-                                         read_schedule(actor_optim, 1e-6), seed);
+                                         read_schedule(actor_optim, kActorLr), seed, s.comm);
   if (f.has("critic")) {
     next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value);
     next.critic_learner = std::make_unique<Learner>(
-        *next.critic, read_adamw(critic_optim), read_schedule(critic_optim, 1e-5), seed + 1);
+        *next.critic, read_adamw(critic_optim), read_schedule(critic_optim, kCriticLr), seed + 1,
+        s.comm);
   }
   s.reset();
   s.policy_dir = next.policy_dir;
@@ -206,15 +207,35 @@ void load(Session& s, const JsonFields& f) {
   s.critic_learner = std::move(next.critic_learner);
 }
 
+// Runs `write` on rank 0 alone (the ranks hold the same weights and outputs), then has every
+// rank wait for it: rank 0's outcome is summed over the ranks, so every rank replies after the
+// files are complete, and with an error when rank 0 could not write them.
+void on_rank_0(TrainerSession& s, const std::string& op, const std::function<void()>& write) {
+  if (s.comm.local()) return write();
+  std::string error;
+  if (s.comm.rank() == 0) {
+    try {
+      write();
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const double failed = all_reduce_sum(s.comm, error.empty() ? 0 : 1, op + "'s outcome on rank 0");
+  if (!error.empty()) throw Error(error);
+  if (failed != 0) throw Error(op + " failed on rank 0, which writes the files (its reply says why)");
+}
+
 // fp32 weights and every learner's state: loading them resumes bit-exactly.
-void save_checkpoint(Session& s, const std::string& dir, bool overwrite) {
+void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite) {
   if (!overwrite && std::filesystem::exists(dir)) {
     throw Error(dir + ": already exists (set \"overwrite\": true to replace it)");
   }
   OutputFolder out(dir, overwrite);
   const auto save_model = [&](Qwen2Model& m, const std::string& source, const char* name) {
     OutputFolder part(out.dir() + "/" + name, false);
-    write_hf_model(part, m, source, DType::F32, 5000000000ULL);
+    write_hf_model(part, m, source, DType::F32, kMaxShardBytes);
     part.commit();
   };
   save_model(*s.policy, s.policy_dir, "policy");
@@ -227,7 +248,7 @@ void save_checkpoint(Session& s, const std::string& dir, bool overwrite) {
 }
 
 // All or nothing: every file is read and checked before anything changes.
-void load_checkpoint(Session& s, const std::string& dir) {
+void load_checkpoint(TrainerSession& s, const std::string& dir) {
   Qwen2Model& policy = s.model("policy");
   const Learner::State actor = s.actor_learner().read_state(dir, "actor");
   policy.check_weights(dir + "/policy");
@@ -244,7 +265,9 @@ void load_checkpoint(Session& s, const std::string& dir) {
   }
 }
 
-json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
+}  // namespace
+
+json::Value handle_command(TrainerSession& s, const std::string& op, const JsonFields& f) {
   json::Value r = json::Value::object();
   f.only(fields_of(op));
   if (op == "load") {
@@ -255,33 +278,45 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
     Qwen2Model& m = s.model(f.text("model", "policy"));
     const BatchFile b = open_batch(f, m);
     const RunOptions run = read_run(f, s.run);
-    std::vector<float> lp(b.batch.ids.size()), ent(lp.size());
-    for (const MicroBatch& p : packed_groups(b.batch, read_micro_batch_size(f))) {
+    // This rank's rows, then every rank's (zeros elsewhere: the sum is exact).
+    const size_t n = b.batch.ids.size();
+    std::vector<float> out(2 * n);
+    float *lp = out.data(), *ent = out.data() + n;
+    for (const MicroBatch& p : rank_packed_groups(b.batch, read_micro_batch_size(f), s.comm)) {
       std::vector<float> plp(p.source.size()), pent(plp.size());
       m.score(p.batch, run, plp.data(), pent.data());
-      unpack(p, plp.data(), lp.data());
-      unpack(p, pent.data(), ent.data());
+      unpack(p, plp.data(), lp);
+      unpack(p, pent.data(), ent);
     }
-    write_token_tensors(f.text("out"), b.batch, {{"log_probs", lp.data()}, {"entropy", ent.data()}});
+    s.comm.all_reduce_sum_host(out.data(), out.size(), "log_probs's outputs");
+    const std::string path = f.text("out");
+    on_rank_0(s, op, [&] {
+      write_token_tensors(path, b.batch, {{"log_probs", lp}, {"entropy", ent}});
+    });
   } else if (op == "values") {
     Qwen2Model& critic = s.critic_of().model();
     const BatchFile b = open_batch(f, critic);
     std::vector<float> v(b.batch.ids.size());
-    for (const MicroBatch& p : packed_groups(b.batch, read_micro_batch_size(f))) {
+    for (const MicroBatch& p : rank_packed_groups(b.batch, read_micro_batch_size(f), s.comm)) {
       std::vector<float> pv(p.source.size());
       critic.values(p.batch, s.run, pv.data());
       unpack(p, pv.data(), v.data());
     }
-    write_token_tensors(f.text("out"), b.batch, {{"values", v.data()}});
+    s.comm.all_reduce_sum_host(v.data(), v.size(), "values's outputs");
+    const std::string path = f.text("out");
+    on_rank_0(s, op, [&] { write_token_tensors(path, b.batch, {{"values", v.data()}}); });
   } else if (op == "update_actor") {
     Learner& actor = s.actor_learner();
     ActorUpdateOptions opt{read_ppo(f), read_batching(f), read_run(f, s.run)};
     const BatchFile b = open_batch(f, actor.model());
     // Without a KL term the reference log-probs are optional (kl_loss is then null).
     const bool with_ref = opt.ppo.kl_coef != 0 || b.file->find("ref_log_probs") != nullptr;
+    // rollout_is_weights (rollout correction) is optional: without it every weight is 1.
+    const bool with_is = b.file->find("rollout_is_weights") != nullptr;
     const RolloutTokens tokens{b.tensor("response_mask"), b.tensor("old_log_probs"),
                                with_ref ? b.tensor("ref_log_probs") : std::vector<float>{},
-                               b.tensor("advantages")};
+                               b.tensor("advantages"),
+                               with_is ? b.tensor("rollout_is_weights") : std::vector<float>{}};
     const ActorMetrics m = update_actor(actor, b.batch, tokens, opt);
     r.set("pg_loss", m.pg_loss);
     r.set("pg_clipfrac", m.pg_clipfrac);
@@ -297,9 +332,9 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
   } else if (op == "update_critic") {
     Learner& critic = s.critic_of();
     CriticUpdateOptions opt;
-    opt.cliprange_value = static_cast<float>(f.number("cliprange_value", 0.5));
+    opt.cliprange_value = static_cast<float>(f.number("cliprange_value", opt.cliprange_value));
     if (!(opt.cliprange_value >= 0)) throw Error("'cliprange_value' must be >= 0");
-    opt.agg = parse_loss_agg(f.text("loss_agg_mode", "token-mean"), OptionStyle::Field);
+    opt.agg = read_loss_agg(f, opt.agg);
     opt.batching = read_batching(f);
     opt.run = s.run;
     const BatchFile b = open_batch(f, critic.model());
@@ -320,11 +355,16 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
     if (!float_dtype_from_text(name, &dtype)) {
       throw Error("'dtype' must be bf16, fp16 or fp32, got \"" + name + "\"");
     }
-    OutputFolder out(f.text("out"), true);
-    write_hf_model(out, m, s.policy_dir, dtype, 5000000000ULL);
-    out.commit();
+    const std::string path = f.text("out");
+    on_rank_0(s, op, [&] {
+      OutputFolder out(path, true);
+      write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes);
+      out.commit();
+    });
   } else if (op == "save_checkpoint") {
-    save_checkpoint(s, f.text("dir"), f.boolean("overwrite", false));
+    const std::string dir = f.text("dir");
+    const bool overwrite = f.boolean("overwrite", false);
+    on_rank_0(s, op, [&] { save_checkpoint(s, dir, overwrite); });
     r.set("global_step", s.actor_learner().steps());
   } else if (op == "load_checkpoint") {
     load_checkpoint(s, f.text("dir"));
@@ -333,21 +373,5 @@ json::Value handle(Session& s, const std::string& op, const JsonFields& f) {
   return r;
 }
 
-}  // namespace
-
-int cmd_serve(const std::vector<std::string>& argv) {
-  const Args args("searchr1-trainer serve",
-                  "Runs as the trainer of a `train` run: JSON commands on stdin, one JSON reply\n"
-                  "per command on stdout (protocol: native/src/train/SERVE.md).",
-                  concat(run_options(true), device_options()), argv,
-                  {"echo '{\"op\":\"shutdown\",\"id\":1}' | searchr1-trainer serve --threads 2"});
-  if (print_help(args)) return 0;
-  const std::unique_ptr<Backend> backend = open_backend(args);
-  Session s{*backend, read_run_options(args), "", "", nullptr, nullptr, nullptr, nullptr,
-            nullptr};
-  return serve_json_lines([&s](const std::string& op, const JsonFields& f) {
-    return handle(s, op, f);
-  });
-}
 
 }  // namespace sr1

@@ -4,8 +4,6 @@
 // `encode` embeds tokenized texts with a BERT-family encoder (model/bert.h) as the dense
 // retriever does. Queries, token ids and results travel in safetensors files, as the
 // trainer's batches do.
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -15,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/sgemm.h"
 #include "cli/args.h"
 #include "cli/common.h"
 #include "index/faiss_io.h"
@@ -51,13 +48,6 @@ const char* kUsage =
     "--out top3.safetensors --ef-search 128\n"
     "  $ searchr1-index encode --model models/e5-base-v2 --input ids.safetensors "
     "--out emb.safetensors\n";
-
-void set_threads(const Args& args) {
-  if (!args.has("threads")) return;
-  const int n = static_cast<int>(args.integer("threads", 0, 1));
-  omp_set_num_threads(n);
-  set_sgemm_threads(n);
-}
 
 // The one F32/F16/BF16 matrix [n, d] of a safetensors file (`name`, or its only tensor).
 std::vector<float> read_matrix(const SafetensorsFile& file, const std::string& name,
@@ -318,7 +308,7 @@ int cmd_encode(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-int cmd_index_serve(const std::vector<std::string>& argv);  // cli/index_serve.cpp
+int cmd_index_serve(const std::vector<std::string>& argv);  // cli/index/serve.cpp
 
 }  // namespace sr1
 

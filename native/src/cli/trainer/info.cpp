@@ -3,8 +3,9 @@
 #include <cstdio>
 
 #include "backend/backend.h"
-#include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/trainer/commands.h"
+#include "dist/comm.h"
 #include "util/json.h"
 
 namespace sr1 {
@@ -12,8 +13,10 @@ namespace sr1 {
 int cmd_info(const std::vector<std::string>& argv) {
   const Args args("searchr1-trainer info",
                   "Prints one JSON line: {\"cuda\": {\"built\", \"available\", \"reason\", \"gpu\",\n"
-                  "\"cublaslt\"}}. built: compiled with nvcc; available: a GPU is visible and\n"
-                  "cuBLASLt loaded; reason: why not.",
+                  "\"cublaslt\"}, \"ranks\": {\"gloo\", \"nccl\"}}. built: compiled with nvcc;\n"
+                  "available: a GPU is visible and cuBLASLt loaded; reason: why not. ranks: whether\n"
+                  "serve --world-size > 1 is built for CPU ranks (Gloo) and CUDA ranks (NCCL,\n"
+                  "loaded when they start).",
                   {}, argv, {"searchr1-trainer info"});
   if (print_help(args)) return 0;
   const CudaStatus s = cuda_status();
@@ -22,7 +25,8 @@ int cmd_info(const std::vector<std::string>& argv) {
                                                 {"reason", s.reason},
                                                 {"gpu", s.gpu},
                                                 {"cublaslt", s.cublaslt}});
-  std::printf("%s\n", json::Value::object({{"cuda", cuda}}).dump().c_str());
+  const json::Value ranks = json::Value::object({{"gloo", gloo_built()}, {"nccl", nccl_built()}});
+  std::printf("%s\n", json::Value::object({{"cuda", cuda}, {"ranks", ranks}}).dump().c_str());
   return 0;
 }
 

@@ -1,12 +1,12 @@
-// searchr1-trainer: the native trainer executable. Subcommands are in cli/<name>.cpp.
+// searchr1-trainer: the native trainer executable. Subcommands are in cli/trainer/<name>.cpp.
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/trainer/commands.h"
 #include "util/error.h"
 
 namespace {

@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <memory>
 
-#include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/trainer/commands.h"
+#include "cli/trainer/options.h"
 #include "io/safetensors.h"
 #include "model/batch.h"
+#include "model/hf_folder.h"
 #include "model/qwen2.h"
 #include "train/sft.h"
 #include "util/error.h"
@@ -13,30 +15,38 @@
 namespace sr1 {
 namespace {
 
-const std::vector<OptionSpec> kOptions = {
+// The defaults shown are SftOptions' (with AdamWConfig's and LrSchedule's), which the parser
+// below reads too.
+std::vector<OptionSpec> sft_options() {
+  const SftOptions d;
+  const auto dflt = [](const std::string& v) { return " (default " + v + ")"; };
+  return {
     {"model", "DIR", "Hugging Face model folder to start from (required)"},
     {"data", "IN", "safetensors with input_ids [B, T], optional attention_mask and loss_mask "
                    "(required)"},
     {"out", "DIR", "output Hugging Face folder (required)"},
     {"overwrite", "", "replace --out if it exists"},
-    {"steps", "N", "optimizer steps (default 1)"},
+    {"steps", "N", "optimizer steps" + dflt(std::to_string(d.steps))},
     {"batch-size", "N", "sequences per step, taken in order and wrapping (default: all)"},
     {"micro-batch-size", "N", "sequences per forward/backward; gradients accumulate "
                               "(default: batch size)"},
-    {"lr", "X", "peak learning rate (default 1e-5)"},
-    {"lr-schedule", "KIND", "constant | linear-warmup | cosine (default constant)"},
-    {"warmup-steps", "N", "linear warmup steps (default 0)"},
-    {"min-lr-ratio", "X", "cosine floor as a fraction of --lr (default 0)"},
-    {"weight-decay", "X", "AdamW decoupled weight decay (default 0.01)"},
-    {"beta1", "X", "AdamW beta1 (default 0.9)"},
-    {"beta2", "X", "AdamW beta2 (default 0.999)"},
-    {"eps", "X", "AdamW epsilon (default 1e-8)"},
-    {"max-grad-norm", "X", "clip the global gradient norm; 0 = off (default 1.0)"},
+    {"lr", "X", "peak learning rate" + dflt(number_text(d.schedule.peak))},
+    {"lr-schedule", "KIND", "constant | linear-warmup | cosine" + dflt(d.schedule.kind)},
+    {"warmup-steps", "N", "linear warmup steps" + dflt(std::to_string(d.schedule.warmup_steps))},
+    {"min-lr-ratio", "X",
+     "cosine floor as a fraction of --lr" + dflt(number_text(d.schedule.min_lr_ratio))},
+    {"weight-decay", "X", "AdamW decoupled weight decay" + dflt(number_text(d.adamw.weight_decay))},
+    {"beta1", "X", "AdamW beta1" + dflt(number_text(d.adamw.beta1))},
+    {"beta2", "X", "AdamW beta2" + dflt(number_text(d.adamw.beta2))},
+    {"eps", "X", "AdamW epsilon" + dflt(number_text(d.adamw.eps))},
+    {"max-grad-norm", "X",
+     "clip the global gradient norm; 0 = off" + dflt(number_text(d.adamw.max_grad_norm, 1))},
     {"save-dtype", "D", "keep | bf16 | fp16 | fp32 (default keep: the dtype config.json "
                         "names)"},
     {"max-shard-size", "SIZE", "largest safetensors shard (default 5GB)"},
     {"metrics", "FILE", "also write one JSON line per step to FILE"},
-};
+  };
+}
 
 // --save-dtype; also accepts torch's names (bfloat16, float16, float32), which "keep" takes
 // from config.json.
@@ -57,7 +67,7 @@ int cmd_sft(const std::vector<std::string>& argv) {
                   "Trains on the token-mean cross-entropy of the loss_mask tokens (all\n"
                   "predicted tokens without one), prints the loss per step and saves the\n"
                   "model to --out (config and tokenizer files copied, safetensors weights).",
-                  concat(concat(kOptions, run_options(true)), device_options()), argv,
+                  concat(concat(sft_options(), run_options(true)), device_options()), argv,
                   {"searchr1-trainer sft --model models/Qwen2.5-0.5B-Instruct --data "
                    "sft.safetensors --out runs/sft/model --steps 20 --batch-size 4 "
                    "--micro-batch-size 2 --lr 1e-5 --lr-schedule cosine --warmup-steps 2 "
@@ -65,22 +75,25 @@ int cmd_sft(const std::vector<std::string>& argv) {
   if (print_help(args)) return 0;
   const std::string model_dir = args.required("model"), data_path = args.required("data");
   SftOptions opt;
-  opt.steps = static_cast<int>(args.integer("steps", 1, 1));
-  opt.batch_size = static_cast<int>(args.integer("batch-size", 0, 1));
-  opt.micro_batch_size = static_cast<int>(args.integer("micro-batch-size", 0, 1));
-  opt.schedule.kind = args.text("lr-schedule", "constant");
-  opt.schedule.peak = static_cast<float>(args.number("lr", 1e-5));
-  opt.schedule.warmup_steps = static_cast<int>(args.integer("warmup-steps", 0, 0));
-  opt.schedule.total_steps = opt.steps;
-  opt.schedule.min_lr_ratio = static_cast<float>(args.number("min-lr-ratio", 0.0));
-  opt.schedule.validate();
-  opt.adamw.weight_decay = static_cast<float>(args.number("weight-decay", 0.01));
-  opt.adamw.beta1 = static_cast<float>(args.number("beta1", 0.9));
-  opt.adamw.beta2 = static_cast<float>(args.number("beta2", 0.999));
-  opt.adamw.eps = static_cast<float>(args.number("eps", 1e-8));
-  opt.adamw.max_grad_norm = static_cast<float>(args.number("max-grad-norm", 1.0));
+  opt.steps = static_cast<int>(args.integer("steps", opt.steps, 1));
+  opt.batch_size = static_cast<int>(args.integer("batch-size", opt.batch_size, 1));
+  opt.micro_batch_size =
+      static_cast<int>(args.integer("micro-batch-size", opt.micro_batch_size, 1));
+  LrSchedule& lr = opt.schedule;
+  lr.kind = args.text("lr-schedule", lr.kind);
+  lr.peak = static_cast<float>(args.number("lr", lr.peak));
+  lr.warmup_steps = static_cast<int>(args.integer("warmup-steps", lr.warmup_steps, 0));
+  lr.total_steps = opt.steps;
+  lr.min_lr_ratio = static_cast<float>(args.number("min-lr-ratio", lr.min_lr_ratio));
+  lr.validate();
+  AdamWConfig& adamw = opt.adamw;
+  adamw.weight_decay = static_cast<float>(args.number("weight-decay", adamw.weight_decay));
+  adamw.beta1 = static_cast<float>(args.number("beta1", adamw.beta1));
+  adamw.beta2 = static_cast<float>(args.number("beta2", adamw.beta2));
+  adamw.eps = static_cast<float>(args.number("eps", adamw.eps));
+  adamw.max_grad_norm = static_cast<float>(args.number("max-grad-norm", adamw.max_grad_norm));
   opt.run = read_run_options(args);
-  const unsigned long long max_shard = args.bytes("max-shard-size", 5000000000ULL);
+  const unsigned long long max_shard = args.bytes("max-shard-size", kMaxShardBytes);
 
   const auto backend = open_backend(args);
   const auto model = Qwen2Model::load(model_dir, *backend);

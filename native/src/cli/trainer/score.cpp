@@ -3,8 +3,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/trainer/commands.h"
+#include "cli/trainer/options.h"
 #include "train/minibatch.h"
 
 namespace sr1 {

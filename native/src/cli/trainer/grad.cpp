@@ -1,23 +1,30 @@
 // searchr1-trainer grad: the loss of a batch and the gradient of every parameter, for
 // checking the backward pass and an objective against one's own implementation. Two
 // objectives: `weights` (L = -sum w_t * logprob_t) and `ppo` (the actor's RL objective).
-#include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/trainer/commands.h"
+#include "cli/trainer/options.h"
 #include "train/ppo_loss.h"
 #include "util/error.h"
 
 namespace sr1 {
 namespace {
 
+// The defaults shown are PpoConfig's, which read_ppo_config reads too.
 std::vector<OptionSpec> ppo_options() {
+  const PpoConfig d;
   return {{"loss", "weights|ppo", "the objective (default weights)"},
-          {"clip-ratio", "EPS", "ppo: clip range of the ratio (default 0.2)"},
+          {"clip-ratio", "EPS",
+           "ppo: clip range of the ratio (default " + number_text(d.clip_low) + ")"},
           {"clip-ratio-low", "EPS", "ppo: lower clip range (default --clip-ratio)"},
           {"clip-ratio-high", "EPS", "ppo: upper clip range (default --clip-ratio)"},
-          {"clip-ratio-c", "C", "ppo: dual-clip bound for negative advantages (default 3)"},
+          {"clip-ratio-c", "C",
+           "ppo: dual-clip bound for negative advantages (default " + number_text(d.clip_c) + ")"},
           {"kl-loss-type", "TYPE", "ppo: low_var_kl (default), kl, mse or abs"},
-          {"kl-loss-coef", "X", "ppo: weight of the KL loss (default 0: no KL term)"},
-          {"entropy-coeff", "X", "ppo: weight of the entropy bonus (default 0)"},
+          {"kl-loss-coef", "X",
+           "ppo: weight of the KL loss (default " + number_text(d.kl_coef) + ": no KL term)"},
+          {"entropy-coeff", "X",
+           "ppo: weight of the entropy bonus (default " + number_text(d.entropy_coeff) + ")"},
           {"loss-agg-mode", "MODE",
            "ppo: token-mean (default), seq-mean-token-sum or seq-mean-token-mean"}};
 }
@@ -30,16 +37,20 @@ float non_negative(const Args& args, const std::string& name, double fallback) {
 
 PpoConfig read_ppo_config(const Args& args) {
   PpoConfig c;
-  const float clip = non_negative(args, "clip-ratio", 0.2);
-  c.clip_low = non_negative(args, "clip-ratio-low", clip);
-  c.clip_high = non_negative(args, "clip-ratio-high", clip);
+  if (args.has("clip-ratio")) c.clip_low = c.clip_high = non_negative(args, "clip-ratio", 0);
+  c.clip_low = non_negative(args, "clip-ratio-low", c.clip_low);
+  c.clip_high = non_negative(args, "clip-ratio-high", c.clip_high);
   if (c.clip_low >= 1.0f) throw UsageError("--clip-ratio-low must be below 1");
-  c.clip_c = static_cast<float>(args.number("clip-ratio-c", 3.0));
+  c.clip_c = static_cast<float>(args.number("clip-ratio-c", c.clip_c));
   if (!(c.clip_c > 1.0f)) throw UsageError("--clip-ratio-c must be greater than 1");
-  c.kl_type = parse_kl_type(args.text("kl-loss-type", "low_var_kl"), OptionStyle::Flag);
-  c.kl_coef = non_negative(args, "kl-loss-coef", 0.0);
-  c.entropy_coeff = static_cast<float>(args.number("entropy-coeff", 0.0));
-  c.agg = parse_loss_agg(args.text("loss-agg-mode", "token-mean"), OptionStyle::Flag);
+  if (args.has("kl-loss-type")) {
+    c.kl_type = parse_kl_type(args.text("kl-loss-type", ""), OptionStyle::Flag);
+  }
+  c.kl_coef = non_negative(args, "kl-loss-coef", c.kl_coef);
+  c.entropy_coeff = static_cast<float>(args.number("entropy-coeff", c.entropy_coeff));
+  if (args.has("loss-agg-mode")) {
+    c.agg = parse_loss_agg(args.text("loss-agg-mode", ""), OptionStyle::Flag);
+  }
   return c;
 }
 

@@ -1,6 +1,7 @@
 // searchr1-engine: the native inference engine behind `searchr1 serve-engine`. It reads
 // commands from stdin and writes events to stdout, one JSON object per line; the protocol
-// is in engine/PROTOCOL.md.
+// is in engine/PROTOCOL.md, its commands are handled by engine/server.h. Here: the options,
+// sizing the KV cache, and the loop that feeds stdin to the server.
 #include <omp.h>
 #include <poll.h>
 #include <unistd.h>
@@ -14,14 +15,16 @@
 
 #include "cli/common.h"
 #include "engine/engine.h"
-#include "engine/protocol.h"
+#include "engine/server.h"
 #include "util/error.h"
 #include "util/json.h"
 
 namespace sr1 {
 namespace {
 
+// The defaults shown are EngineOptions', which run() reads too.
 std::vector<OptionSpec> engine_options() {
+  const EngineOptions d;
   return concat(
       {{"model", "DIR", "Hugging Face model folder (required)"},
        {"context-length", "N", "longest prompt + output (default: max_position_embeddings)"},
@@ -30,8 +33,10 @@ std::vector<OptionSpec> engine_options() {
        {"gpu-memory-utilization", "U",
         "on a GPU without --kv-cache-mb: the engine's share of the GPU's memory, weights and "
         "KV cache together (vLLM's meaning); no effect on the CPU"},
-       {"max-running", "N", "most sequences in one step (default 256)"},
-       {"chunk-tokens", "N", "most prompt tokens prefilled per step (default 512)"}},
+       {"max-running", "N",
+        "most sequences in one step (default " + std::to_string(d.max_running) + ")"},
+       {"chunk-tokens", "N",
+        "most prompt tokens prefilled per step (default " + std::to_string(d.chunk_tokens) + ")"}},
       device_options());
 }
 
@@ -140,121 +145,6 @@ class LineReader {
   std::string partial_;
 };
 
-struct PendingUpdate {
-  bool active = false;
-  json::Value id;
-  std::string path;
-};
-
-class EngineServer {
- public:
-  EngineServer(Qwen2Model& model, Engine& engine) : model_(model), engine_(engine) {}
-
-  // Returns false on shutdown.
-  bool handle(const std::string& line) {
-    json::Value cmd;
-    std::string op;
-    try {
-      cmd = json::parse(line);
-      const json::Value* o = cmd.find("op");
-      if (o == nullptr || !o->is_string()) throw Error("'op' is missing");
-      op = o->as_string();
-    } catch (const Error& e) {
-      emit(error_event("", std::string("bad command line: ") + e.what()));
-      return true;
-    }
-    if (op == "generate") {
-      const json::Value* rid = cmd.find("rid");
-      try {
-        engine_.submit(parse_generate(cmd));
-      } catch (const Error& e) {
-        emit(error_event(rid != nullptr && rid->is_string() ? rid->as_string() : "", e.what()));
-      }
-    } else if (op == "abort") {
-      const json::Value* rid = cmd.find("rid");
-      Finished f;
-      if (rid != nullptr && rid->is_string() && engine_.abort(rid->as_string(), &f)) {
-        emit(done_event(f, version()));
-      }
-    } else if (op == "update_weights") {
-      start_update(cmd);
-    } else if (op == "flush_cache") {
-      const bool ok = engine_.live() == 0 && engine_.flush_cache();
-      reply(cmd, ok, ok ? "prefix cache flushed" : "requests are running or queued; not flushed");
-    } else if (op == "stats") {
-      json::Value r = stats_object(engine_.stats());
-      r.set("ev", "reply");
-      r.set("id", id_of(cmd));
-      r.set("ok", true);
-      r.set("weight_version", version());
-      emit(r.dump());
-    } else if (op == "shutdown") {
-      for (const Finished& f : engine_.abort_all()) emit(done_event(f, version()));
-      return false;
-    } else {
-      emit(error_event("", "unknown op '" + op + "'"));
-    }
-    return true;
-  }
-
-  // Loads the pending weights once no started sequence is left.
-  void maybe_finish_update() {
-    if (!update_.active || engine_.has_started_work()) return;
-    bool ok = true;
-    std::string message;
-    try {
-      model_.reload_weights(update_.path);
-      engine_.reset_prefix_cache();
-      weight_version_++;
-      message = "loaded " + update_.path;
-    } catch (const Error& e) {
-      ok = false;
-      message = e.what();
-    }
-    engine_.set_paused(false);
-    update_.active = false;
-    json::Value r = json::Value::object({{"ev", "reply"},
-                                         {"id", update_.id},
-                                         {"ok", ok},
-                                         {"weight_version", version()},
-                                         {"num_paused_requests", engine_.not_started()},
-                                         {"message", message}});
-    emit(r.dump());
-  }
-
-  bool updating() const { return update_.active; }
-  std::string version() const { return std::to_string(weight_version_); }
-
- private:
-  static json::Value id_of(const json::Value& cmd) {
-    const json::Value* id = cmd.find("id");
-    return id == nullptr ? json::Value() : *id;
-  }
-  void reply(const json::Value& cmd, bool ok, const std::string& message) {
-    emit(json::Value::object(
-             {{"ev", "reply"}, {"id", id_of(cmd)}, {"ok", ok}, {"message", message}})
-             .dump());
-  }
-  void start_update(const json::Value& cmd) {
-    const json::Value* path = cmd.find("model_path");
-    if (update_.active) return reply(cmd, false, "a weight update is already in progress");
-    if (path == nullptr || !path->is_string() || path->as_string().empty()) {
-      return reply(cmd, false, "'model_path' must be a non-empty string");
-    }
-    const json::Value* abort_all = cmd.find("abort_all");
-    if (abort_all != nullptr && abort_all->is_bool() && abort_all->as_bool()) {
-      for (const Finished& f : engine_.abort_all()) emit(done_event(f, version()));
-    }
-    update_ = PendingUpdate{true, id_of(cmd), path->as_string()};
-    engine_.set_paused(true);
-  }
-
-  Qwen2Model& model_;
-  Engine& engine_;
-  PendingUpdate update_;
-  int weight_version_ = 0;
-};
-
 int run(const std::vector<std::string>& argv) {
   const Args args("searchr1-engine",
                   "serves generation over stdin/stdout (JSON lines; see engine/PROTOCOL.md)",
@@ -276,7 +166,7 @@ int run(const std::vector<std::string>& argv) {
                                    opt.max_running, kBlockSize);
   const std::vector<int32_t> eos = read_eos_ids(dir);
   Engine engine(*model, blocks, kBlockSize, eos, opt);
-  EngineServer server(*model, engine);
+  EngineServer server(*model, engine, emit);
 
   json::Value eos_json = json::Value::array();
   for (int32_t id : eos) eos_json.push(json::Value(static_cast<int64_t>(id)));
@@ -303,7 +193,7 @@ int run(const std::vector<std::string>& argv) {
   for (;;) {
     lines.clear();
     if (!reader.read(lines, idle) || interrupted()) {
-      for (const Finished& f : engine.abort_all()) emit(done_event(f, server.version()));
+      server.abort_all();
       std::fflush(stdout);
       return interrupted() ? 130 : 0;
     }
@@ -313,13 +203,9 @@ int run(const std::vector<std::string>& argv) {
         return 0;
       }
     }
-    server.maybe_finish_update();
-    const StepResult res = engine.step();
-    if (!res.tokens.empty()) emit(tokens_event(res.tokens));
-    for (const Finished& f : res.finished) emit(done_event(f, server.version()));
-    std::fflush(stdout);
     // Wait for input only when a step cannot make progress (nothing runnable).
-    idle = !res.ran && res.finished.empty();
+    idle = !server.step();
+    std::fflush(stdout);
   }
 }
 

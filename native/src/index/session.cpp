@@ -1,31 +1,28 @@
-// searchr1-index serve: the dense retriever's long-lived process. It holds a faiss index
-// (memory-mapped, its fp16 copy, or with --device cuda a flat index's fp16 copy on the
-// GPU(s): index/flat_search_cuda.h) and a BERT encoder, reads JSON commands one per line
-// on stdin and writes one reply line per command on stdout: searches by token ids or by
-// vectors, and builds of a flat index from token ids into a file that survives a kill.
-// The protocol is in index/SERVE.md.
-#include <omp.h>
+#include "index/session.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <memory>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "backend/sgemm.h"
-#include "cli/args.h"
-#include "cli/common.h"
-#include "index/faiss_io.h"
 #include "index/flat_search.h"
-#include "index/flat_search_cuda.h"
 #include "index/hnsw_search.h"
-#include "model/bert.h"
 #include "util/error.h"
-#include "util/json_fields.h"
 
 namespace sr1 {
+
+const FaissIndex& IndexSession::searched() const {
+  if (!index) throw Error("no index is open (start serve with --index)");
+  return *index;
+}
+
+BertEncoder& IndexSession::bert() const {
+  if (!encoder) throw Error("no encoder is loaded (start serve with --model)");
+  return *encoder;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -33,29 +30,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-struct Server {
-  std::unique_ptr<FaissIndex> index;
-  std::unique_ptr<CudaFlatIndex> gpu;  // the index's vectors on the GPU(s), --device cuda
-  std::unique_ptr<Backend> backend;  // declared before the encoder, which releases into it
-  std::unique_ptr<BertEncoder> encoder;
-  std::string pooling_name;
-  Pooling pooling = Pooling::Mean;
-  bool normalize = true;
-  int ef_search = 0;  // 0: the file's
-  bool exact = false;
-  int64_t batch_tokens = 16384;
-  std::unique_ptr<FlatIndexWriter> build;  // the file of build_open, until build_commit
-
-  const FaissIndex& searched() const {
-    if (!index) throw Error("no index is open (start serve with --index)");
-    return *index;
-  }
-  BertEncoder& bert() const {
-    if (!encoder) throw Error("no encoder is loaded (start serve with --model)");
-    return *encoder;
-  }
-};
 
 using TokenRows = std::vector<std::vector<int32_t>>;
 
@@ -118,7 +92,7 @@ std::vector<float> read_vectors(const JsonFields& f, int d) {
 // micro-batches of at most batch_tokens padded tokens (one row at least), so that short
 // texts are not padded to long ones and the encoder's activations stay bounded; each
 // embedding goes back to its row's place.
-std::vector<float> encode_rows(const Server& s, const TokenRows& rows) {
+std::vector<float> encode_rows(const IndexSession& s, const TokenRows& rows) {
   BertEncoder& bert = s.bert();
   const size_t dim = static_cast<size_t>(bert.dim());
   std::vector<size_t> order(rows.size());
@@ -153,7 +127,7 @@ std::vector<float> encode_rows(const Server& s, const TokenRows& rows) {
   return out;
 }
 
-json::Value info(const Server& s) {
+json::Value info(const IndexSession& s) {
   json::Value encoder;
   if (s.encoder) {
     const BertConfig& c = s.encoder->config();
@@ -182,7 +156,7 @@ json::Value info(const Server& s) {
   return r;
 }
 
-json::Value search(const Server& s, const JsonFields& f) {
+json::Value search(const IndexSession& s, const JsonFields& f) {
   const FaissIndex& index = s.searched();
   const int64_t k = f.integer("k");
   if (k < 1) throw Error("'k' must be >= 1");
@@ -232,7 +206,7 @@ json::Value search(const Server& s, const JsonFields& f) {
                               {"search_seconds", search_seconds}});
 }
 
-json::Value build_open(Server& s, const JsonFields& f) {
+json::Value build_open(IndexSession& s, const JsonFields& f) {
   const int dim = s.bert().dim();
   const std::string path = f.text("path"), metric = f.text("metric", "ip");
   if (metric != "ip" && metric != "l2") {
@@ -244,7 +218,7 @@ json::Value build_open(Server& s, const JsonFields& f) {
   return json::Value::object({{"rows", s.build->ntotal()}});
 }
 
-json::Value build_append(Server& s, const JsonFields& f) {
+json::Value build_append(IndexSession& s, const JsonFields& f) {
   if (!s.build) throw Error("no build is open (send build_open first)");
   const auto start = Clock::now();
   const TokenRows rows = read_token_rows(f, "input_ids", s.bert().config());
@@ -261,7 +235,7 @@ json::Value build_append(Server& s, const JsonFields& f) {
   return json::Value::object({{"rows", s.build->ntotal()}, {"seconds", seconds_since(start)}});
 }
 
-json::Value build_commit(Server& s, const JsonFields& f) {
+json::Value build_commit(IndexSession& s, const JsonFields& f) {
   if (!s.build) throw Error("no build is open (send build_open first)");
   const std::string out = f.text("out");
   const std::unique_ptr<FlatIndexWriter> build = std::move(s.build);  // closed either way
@@ -294,105 +268,15 @@ void check_fields(const std::string& op, const JsonFields& f) {
   throw Error("unknown op '" + op + "' (" + list + ")");
 }
 
-json::Value handle(Server& s, const std::string& op, const JsonFields& f) {
+}  // namespace
+
+json::Value handle_command(IndexSession& s, const std::string& op, const JsonFields& f) {
   check_fields(op, f);
   if (op == "info") return info(s);
   if (op == "search") return search(s, f);
   if (op == "build_open") return build_open(s, f);
   if (op == "build_append") return build_append(s, f);
   return build_commit(s, f);
-}
-
-// Opens the index and the encoder the command line names; the usage is checked before
-// anything slow starts.
-void start(Server& s, const Args& args) {
-  s.ef_search = static_cast<int>(args.integer("ef-search", 0, 1));
-  s.exact = args.flag("exact");
-  s.batch_tokens = args.integer("batch-tokens", s.batch_tokens, 1);
-  s.normalize = !args.flag("no-normalize");
-  s.pooling_name = args.text("pooling", "mean");
-  s.pooling = parse_pooling(s.pooling_name);
-  if (args.has("index")) {
-    s.index = std::make_unique<FaissIndex>(open_faiss_index(args.required("index")));
-  }
-  if (args.has("ef-search") && !(s.index && s.index->has_hnsw)) {
-    throw UsageError("--ef-search applies to HNSW indexes; " +
-                     (s.index ? s.index->path + " is " + index_type_name(*s.index)
-                              : std::string("no --index was given")));
-  }
-  if (args.flag("fp16") && !s.index) throw UsageError("--fp16 applies to an --index");
-  // --device cuda puts an exhaustive search on the GPU too; auto moves only the encoder.
-  const bool cuda = index_on_cuda(args.text("device", "auto"));
-  const bool graph = s.index && s.index->has_hnsw && !s.exact;
-  const bool on_gpu = cuda && s.index && !graph;
-  CudaFlatOptions gpu;
-  if (args.has("gpus")) {
-    gpu.gpus = parse_gpus(args.required("gpus"));
-    if (!on_gpu) {
-      throw UsageError("--gpus applies to an exhaustive search with --device cuda (a flat "
-                       "--index, or --exact)");
-    }
-  }
-  if (cuda) require_cuda();
-  if (cuda && graph) {
-    std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
-                         "(--device cuda serves the encoder, and exhaustive search)\n");
-  }
-  if (args.has("model")) {
-    s.backend = open_backend(args);  // sets the threads too
-    s.encoder = BertEncoder::load(args.required("model"), *s.backend);
-  } else if (args.has("threads")) {
-    const int n = static_cast<int>(args.integer("threads", 0, 1));
-    omp_set_num_threads(n);
-    set_sgemm_threads(n);
-  }
-  if (s.index && s.encoder && s.encoder->dim() != s.index->d) {
-    throw Error(args.required("model") + " encodes vectors of d = " +
-                std::to_string(s.encoder->dim()) + " but " + s.index->path +
-                " holds vectors of d = " + std::to_string(s.index->d));
-  }
-  // On the GPU the vectors are fp16 whatever --fp16 says: no host copy is needed.
-  if (on_gpu) {
-    s.gpu = upload_flat_index(*s.index, gpu);
-  } else if (args.flag("fp16")) {
-    keep_fp16(*s.index);
-  }
-  if (graph) page_in(*s.index);  // before the first reply: no search waits on the disk
-}
-
-}  // namespace
-
-int cmd_index_serve(const std::vector<std::string>& argv) {
-  const Args args(
-      "searchr1-index serve",
-      "Runs as the dense retriever: a faiss index (--index) and a BERT encoder (--model)\n"
-      "in memory, JSON commands on stdin, one JSON reply per command on stdout (protocol:\n"
-      "native/src/index/SERVE.md). It searches by token ids or by vectors, and builds flat\n"
-      "indexes from token ids into a file that a killed build resumes.",
-      concat({{"index", "FILE", "faiss index file to search"},
-              {"model", "DIR", "BERT encoder (Hugging Face folder) for token ids"},
-              {"pooling", "mean|cls", "pool the encoder's last layer by mean (default) or [CLS]"},
-              {"no-normalize", "", "leave embeddings as pooled (default: L2-normalised)"},
-              {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
-              {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
-              {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
-              {"batch-tokens", "N", "padded tokens per encoder micro-batch (default 16384)"},
-              {"gpus", "N|LIST", "with --device cuda: shard a flat index over the first N "
-                                 "GPUs, or the listed ordinals (0,1) (default 1)"}},
-             concat({{"device", "auto|cpu|cuda",
-                      "auto (default): the encoder on cuda when usable, the index on the "
-                      "CPU; cuda: the encoder, and a flat index (or --exact) in fp16, on the "
-                      "GPU (HNSW graphs stay on the CPU)"}},
-                    {{"threads", "N", "CPU threads (default: all cores)"}})),
-      argv,
-      {"echo '{\"op\":\"info\",\"id\":1}' | searchr1-index serve --index data/e5_Flat.index "
-       "--fp16"});
-  if (print_help(args)) return 0;
-  Server s;
-  start(s, args);
-  return serve_json_lines([&s](const std::string& op, const JsonFields& f) {
-    return handle(s, op, f);
-  });
 }
 
 }  // namespace sr1

@@ -1,0 +1,112 @@
+// searchr1-index serve: the dense retriever's long-lived process (index/session.h holds it
+// and answers its commands; the protocol is in index/SERVE.md). Here: the options, opening
+// the index and the encoder they name, and the JSON-lines loop on stdin/stdout.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/common.h"
+#include "index/faiss_io.h"
+#include "index/flat_search_cuda.h"
+#include "index/session.h"
+#include "model/bert.h"
+#include "util/error.h"
+
+namespace sr1 {
+namespace {
+
+// Opens the index and the encoder the command line names; the usage is checked before
+// anything slow starts.
+void start(IndexSession& s, const Args& args) {
+  s.ef_search = static_cast<int>(args.integer("ef-search", s.ef_search, 1));
+  s.exact = args.flag("exact");
+  s.batch_tokens = args.integer("batch-tokens", s.batch_tokens, 1);
+  s.normalize = !args.flag("no-normalize");
+  s.pooling_name = args.text("pooling", "mean");
+  s.pooling = parse_pooling(s.pooling_name);
+  if (args.has("index")) {
+    s.index = std::make_unique<FaissIndex>(open_faiss_index(args.required("index")));
+  }
+  if (args.has("ef-search") && !(s.index && s.index->has_hnsw)) {
+    throw UsageError("--ef-search applies to HNSW indexes; " +
+                     (s.index ? s.index->path + " is " + index_type_name(*s.index)
+                              : std::string("no --index was given")));
+  }
+  if (args.flag("fp16") && !s.index) throw UsageError("--fp16 applies to an --index");
+  // --device cuda puts an exhaustive search on the GPU too; auto moves only the encoder.
+  const bool cuda = index_on_cuda(args.text("device", "auto"));
+  const bool graph = s.index && s.index->has_hnsw && !s.exact;
+  const bool on_gpu = cuda && s.index && !graph;
+  CudaFlatOptions gpu;
+  if (args.has("gpus")) {
+    gpu.gpus = parse_gpus(args.required("gpus"));
+    if (!on_gpu) {
+      throw UsageError("--gpus applies to an exhaustive search with --device cuda (a flat "
+                       "--index, or --exact)");
+    }
+  }
+  if (cuda) require_cuda();
+  if (cuda && graph) {
+    std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
+                         "(--device cuda serves the encoder, and exhaustive search)\n");
+  }
+  if (args.has("model")) {
+    s.backend = open_backend(args);  // sets the threads too
+    s.encoder = BertEncoder::load(args.required("model"), *s.backend);
+  } else {
+    set_threads(args);
+  }
+  if (s.index && s.encoder && s.encoder->dim() != s.index->d) {
+    throw Error(args.required("model") + " encodes vectors of d = " +
+                std::to_string(s.encoder->dim()) + " but " + s.index->path +
+                " holds vectors of d = " + std::to_string(s.index->d));
+  }
+  // On the GPU the vectors are fp16 whatever --fp16 says: no host copy is needed.
+  if (on_gpu) {
+    s.gpu = upload_flat_index(*s.index, gpu);
+  } else if (args.flag("fp16")) {
+    keep_fp16(*s.index);
+  }
+  if (graph) page_in(*s.index);  // before the first reply: no search waits on the disk
+}
+
+}  // namespace
+
+int cmd_index_serve(const std::vector<std::string>& argv) {
+  IndexSession s;
+  const Args args(
+      "searchr1-index serve",
+      "Runs as the dense retriever: a faiss index (--index) and a BERT encoder (--model)\n"
+      "in memory, JSON commands on stdin, one JSON reply per command on stdout (protocol:\n"
+      "native/src/index/SERVE.md). It searches by token ids or by vectors, and builds flat\n"
+      "indexes from token ids into a file that a killed build resumes.",
+      concat({{"index", "FILE", "faiss index file to search"},
+              {"model", "DIR", "BERT encoder (Hugging Face folder) for token ids"},
+              {"pooling", "mean|cls", "pool the encoder's last layer by mean (default) or [CLS]"},
+              {"no-normalize", "", "leave embeddings as pooled (default: L2-normalised)"},
+              {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
+              {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
+              {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
+              {"batch-tokens", "N",
+               "padded tokens per encoder micro-batch (default " +
+                   std::to_string(s.batch_tokens) + ")"},
+              {"gpus", "N|LIST", "with --device cuda: shard a flat index over the first N "
+                                 "GPUs, or the listed ordinals (0,1) (default 1)"}},
+             concat({{"device", "auto|cpu|cuda",
+                      "auto (default): the encoder on cuda when usable, the index on the "
+                      "CPU; cuda: the encoder, and a flat index (or --exact) in fp16, on the "
+                      "GPU (HNSW graphs stay on the CPU)"}},
+                    {{"threads", "N", "CPU threads (default: all cores)"}})),
+      argv,
+      {"echo '{\"op\":\"info\",\"id\":1}' | searchr1-index serve --index data/e5_Flat.index "
+       "--fp16"});
+  if (print_help(args)) return 0;
+  start(s, args);
+  return serve_json_lines([&s](const std::string& op, const JsonFields& f) {
+    return handle_command(s, op, f);
+  });
+}
+
+}  // namespace sr1

@@ -1,0 +1,52 @@
+#include "cli/trainer/options.h"
+
+#include "cli/common.h"
+#include "util/error.h"
+
+namespace sr1 {
+
+std::vector<OptionSpec> run_options(bool backward) {
+  const RunOptions d;
+  std::vector<OptionSpec> specs = {
+      {"logits-chunk", "N",
+       "token rows per vocabulary-sized logits block (default " + std::to_string(d.logits_chunk) +
+           ")"},
+      {"temperature", "T",
+       "divide the logits by T before the softmax, as verl does (default " +
+           number_text(d.temperature) + ")"}};
+  if (backward) {
+    specs.push_back({"recompute", "", "recompute layer activations in backward (less memory)"});
+  }
+  return specs;
+}
+
+RunOptions read_run_options(const Args& args) {
+  RunOptions opt;
+  opt.logits_chunk = static_cast<int>(args.integer("logits-chunk", opt.logits_chunk, 1));
+  opt.recompute = args.flag("recompute");
+  opt.temperature = static_cast<float>(args.number("temperature", opt.temperature));
+  if (!(opt.temperature > 0)) throw UsageError("--temperature must be > 0");
+  return opt;
+}
+
+std::vector<OptionSpec> batch_command_options(const std::string& batch_help, bool backward) {
+  return concat(concat({{"model", "DIR", "Hugging Face model folder (required)"},
+                        {"batch", "IN", batch_help + " (required)"},
+                        {"out", "OUT", "output safetensors file (required)"}},
+                       run_options(backward)),
+                device_options());
+}
+
+BatchCommand open_batch_command(const Args& args) {
+  BatchCommand c;
+  const std::string model_dir = args.required("model"), in = args.required("batch");
+  c.out = args.required("out");
+  c.run = read_run_options(args);
+  c.backend = open_backend(args);
+  c.model = Qwen2Model::load(model_dir, *c.backend);
+  c.file = SafetensorsFile::open(in);
+  c.batch = read_batch(*c.file, c.model->config().vocab_size);
+  return c;
+}
+
+}  // namespace sr1

@@ -1,0 +1,116 @@
+#include "engine/server.h"
+
+#include "engine/protocol.h"
+#include "util/error.h"
+
+namespace sr1 {
+namespace {
+
+json::Value id_of(const json::Value& cmd) {
+  const json::Value* id = cmd.find("id");
+  return id == nullptr ? json::Value() : *id;
+}
+
+}  // namespace
+
+bool EngineServer::handle(const std::string& line) {
+  json::Value cmd;
+  std::string op;
+  try {
+    cmd = json::parse(line);
+    const json::Value* o = cmd.find("op");
+    if (o == nullptr || !o->is_string()) throw Error("'op' is missing");
+    op = o->as_string();
+  } catch (const Error& e) {
+    emit_(error_event("", std::string("bad command line: ") + e.what()));
+    return true;
+  }
+  if (op == "generate") {
+    const json::Value* rid = cmd.find("rid");
+    try {
+      engine_.submit(parse_generate(cmd));
+    } catch (const Error& e) {
+      emit_(error_event(rid != nullptr && rid->is_string() ? rid->as_string() : "", e.what()));
+    }
+  } else if (op == "abort") {
+    const json::Value* rid = cmd.find("rid");
+    Finished f;
+    if (rid != nullptr && rid->is_string() && engine_.abort(rid->as_string(), &f)) {
+      emit_(done_event(f, version()));
+    }
+  } else if (op == "update_weights") {
+    start_update(cmd);
+  } else if (op == "flush_cache") {
+    const bool ok = engine_.live() == 0 && engine_.flush_cache();
+    reply(cmd, ok, ok ? "prefix cache flushed" : "requests are running or queued; not flushed");
+  } else if (op == "stats") {
+    json::Value r = stats_object(engine_.stats());
+    r.set("ev", "reply");
+    r.set("id", id_of(cmd));
+    r.set("ok", true);
+    r.set("weight_version", version());
+    emit_(r.dump());
+  } else if (op == "shutdown") {
+    abort_all();
+    return false;
+  } else {
+    emit_(error_event("", "unknown op '" + op + "'"));
+  }
+  return true;
+}
+
+bool EngineServer::step() {
+  maybe_finish_update();
+  const StepResult res = engine_.step();
+  if (!res.tokens.empty()) emit_(tokens_event(res.tokens));
+  for (const Finished& f : res.finished) emit_(done_event(f, version()));
+  return res.ran || !res.finished.empty();
+}
+
+void EngineServer::abort_all() {
+  for (const Finished& f : engine_.abort_all()) emit_(done_event(f, version()));
+}
+
+// Loads the pending weights once no started sequence is left.
+void EngineServer::maybe_finish_update() {
+  if (!update_.active || engine_.has_started_work()) return;
+  bool ok = true;
+  std::string message;
+  try {
+    model_.reload_weights(update_.path);
+    engine_.reset_prefix_cache();
+    weight_version_++;
+    message = "loaded " + update_.path;
+  } catch (const Error& e) {
+    ok = false;
+    message = e.what();
+  }
+  engine_.set_paused(false);
+  update_.active = false;
+  json::Value r = json::Value::object({{"ev", "reply"},
+                                       {"id", update_.id},
+                                       {"ok", ok},
+                                       {"weight_version", version()},
+                                       {"num_paused_requests", engine_.not_started()},
+                                       {"message", message}});
+  emit_(r.dump());
+}
+
+void EngineServer::reply(const json::Value& cmd, bool ok, const std::string& message) {
+  emit_(json::Value::object({{"ev", "reply"}, {"id", id_of(cmd)}, {"ok", ok}, {"message", message}})
+            .dump());
+}
+
+void EngineServer::start_update(const json::Value& cmd) {
+  const json::Value* path = cmd.find("model_path");
+  if (update_.active) return reply(cmd, false, "a weight update is already in progress");
+  if (path == nullptr || !path->is_string() || path->as_string().empty()) {
+    return reply(cmd, false, "'model_path' must be a non-empty string");
+  }
+  const json::Value* abort_all = cmd.find("abort_all");
+  if (abort_all != nullptr && abort_all->is_bool() && abort_all->as_bool()) this->abort_all();
+  update_ = PendingUpdate{true, id_of(cmd), path->as_string()};
+  engine_.set_paused(true);
+}
+
+}  // namespace sr1

@@ -1,0 +1,49 @@
+// The engine's side of its stdio protocol (PROTOCOL.md beside this file): it takes command
+// lines, runs engine steps and hands every event line to `emit`. A weight update pauses the
+// queue and waits until no started sequence is left; then the weights are reloaded, the
+// prefix cache is dropped and weight_version goes up. The caller owns the input (stdin in
+// searchr1-engine) and decides when to wait for it.
+#pragma once
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "engine/engine.h"
+#include "model/qwen2.h"
+#include "util/json.h"
+
+namespace sr1 {
+
+class EngineServer {
+ public:
+  using Emit = std::function<void(const std::string& line)>;
+  EngineServer(Qwen2Model& model, Engine& engine, Emit emit)
+      : model_(model), engine_(engine), emit_(std::move(emit)) {}
+
+  // One command line; returns false on shutdown.
+  bool handle(const std::string& line);
+  // Finishes a pending weight update when it can, then runs one engine step and emits its
+  // tokens and finished sequences. Returns false when the step could make no progress
+  // (nothing runnable): the caller may then block on its input.
+  bool step();
+  // Ends every live sequence (reason abort), as at the end of the input.
+  void abort_all();
+  std::string version() const { return std::to_string(weight_version_); }
+
+ private:
+  void maybe_finish_update();
+  void reply(const json::Value& cmd, bool ok, const std::string& message);
+  void start_update(const json::Value& cmd);
+
+  Qwen2Model& model_;
+  Engine& engine_;
+  Emit emit_;
+  struct PendingUpdate {
+    bool active = false;
+    json::Value id;
+    std::string path;
+  } update_;
+  int weight_version_ = 0;
+};
+
+}  // namespace sr1

@@ -1,0 +1,41 @@
+// The dense retriever as `searchr1-index serve` keeps it between commands: a faiss index
+// (memory-mapped, its fp16 copy, or a flat index's fp16 copy on the GPU(s):
+// flat_search_cuda.h), a BERT encoder, and the flat index being built. Each command of the
+// protocol (SERVE.md beside this file) is one call of handle_command(): searches by token
+// ids or by vectors, and builds of a flat index from token ids into a file that survives a
+// kill. Opening the index and the encoder is the command line's (cli/index/serve.cpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "index/faiss_io.h"
+#include "index/flat_search_cuda.h"
+#include "model/bert.h"
+#include "util/json_fields.h"
+
+namespace sr1 {
+
+struct IndexSession {
+  std::unique_ptr<FaissIndex> index;
+  std::unique_ptr<CudaFlatIndex> gpu;  // the index's vectors on the GPU(s), --device cuda
+  std::unique_ptr<Backend> backend;  // declared before the encoder, which releases into it
+  std::unique_ptr<BertEncoder> encoder;
+  std::string pooling_name;
+  Pooling pooling = Pooling::Mean;
+  bool normalize = true;
+  int ef_search = 0;  // 0: the file's
+  bool exact = false;
+  int64_t batch_tokens = 16384;  // padded tokens per encoder micro-batch
+  std::unique_ptr<FlatIndexWriter> build;  // the file of build_open, until build_commit
+
+  const FaissIndex& searched() const;
+  BertEncoder& bert() const;
+};
+
+// One command (`shutdown` is the caller's loop's): checks its fields, runs it and returns
+// the reply's fields. Throws sr1::Error naming the field.
+json::Value handle_command(IndexSession& s, const std::string& op, const JsonFields& f);
+
+}  // namespace sr1

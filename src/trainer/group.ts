@@ -1,0 +1,187 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import type { ServiceError } from "../runtime/errors.js";
+import { TrainerProcess, type TrainerStartOptions } from "./process.js";
+import type {
+  ActorMetrics,
+  CriticMetrics,
+  ExportFields,
+  LoadCheckpointFields,
+  LoadFields,
+  LoadReply,
+  LogProbsFields,
+  Op,
+  Ops,
+  SaveCheckpointFields,
+  StepReply,
+  UpdateActorFields,
+  UpdateCriticFields,
+  ValuesFields,
+} from "./protocol.js";
+import { ScratchDir } from "./scratch.js";
+import type { Trainer } from "./trainer.js";
+
+export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank"> {
+  /** Ranks to start (data parallel); each is one `searchr1-trainer serve` process. */
+  ranks: number;
+  /** Seconds a collective waits for the other ranks; null: the trainer's default. */
+  collectiveTimeout?: number | null;
+}
+
+/**
+ * The data-parallel ranks of one run (native/src/train/SERVE.md), driven as one trainer:
+ * `ranks` processes of `searchr1-trainer serve --rank R --world-size N --rendezvous DIR`, with
+ * DIR a fresh temporary folder removed at the end and the CPU threads split among them. Every
+ * command goes to every rank (each takes its share of the batch's rows and the ranks sum their
+ * gradients); a call resolves with rank 0's reply once every rank has answered, and rejects
+ * with the first refusal (rank 0's first). A rank that dies stops the group: the others are
+ * killed, and every pending and later call rejects naming the rank and its last stderr lines.
+ * The abort signal (Ctrl-C) stops every rank.
+ */
+export class TrainerGroup implements Trainer {
+  /** Where batch and output files go (every rank reads them; rank 0 writes outputs). */
+  readonly scratch = new ScratchDir();
+  readonly exited: Promise<void>;
+  private death: ServiceError | null = null;
+  private readonly deathListeners: ((err: ServiceError) => void)[] = [];
+
+  private constructor(
+    private readonly ranks: TrainerProcess[],
+    /** The folder the ranks met in; removed once they have exited. */
+    readonly rendezvous: string,
+  ) {
+    this.exited = Promise.all(ranks.map((r) => r.exited)).then(async () => {
+      rmSync(rendezvous, { recursive: true, force: true });
+      await this.scratch.remove();
+    });
+    for (const r of ranks) r.onDeath((err) => this.onRankDeath(err));
+    // One that died before it could be told (the others wait for it in the rendezvous).
+    const gone = ranks.find((r) => r.ended)?.ended;
+    if (gone) this.onRankDeath(gone);
+  }
+
+  /** Starts every rank; rejects (and stops those started) if one cannot be run. */
+  static async start(options: TrainerGroupOptions): Promise<TrainerGroup> {
+    const { ranks: n, collectiveTimeout, onLine, ...rest } = options;
+    if (!Number.isInteger(n) || n < 2)
+      throw new Error(`TrainerGroup needs 2 or more ranks, got ${n}`);
+    const rendezvous = mkdtempSync(join(tmpdir(), "searchr1-ranks-"));
+    const threads = Math.max(1, Math.floor((options.threads ?? availableParallelism()) / n));
+    const started = await Promise.allSettled(
+      Array.from({ length: n }, (_, rank) =>
+        TrainerProcess.start({
+          ...rest,
+          threads,
+          onLine: onLine && ((line) => onLine(`rank ${rank}: ${line}`)),
+          rank: { rank, worldSize: n, rendezvous, collectiveTimeout },
+        }),
+      ),
+    );
+    const ranks = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+    const failed = started.find((s) => s.status === "rejected");
+    if (failed) {
+      await Promise.all(ranks.map((r) => r.kill()));
+      rmSync(rendezvous, { recursive: true, force: true });
+      throw failed.reason;
+    }
+    return new TrainerGroup(ranks, rendezvous);
+  }
+
+  /** The ranks' count. */
+  get size(): number {
+    return this.ranks.length;
+  }
+
+  get pid(): number | undefined {
+    return this.ranks[0]?.pid;
+  }
+
+  /** Every rank's process id, rank 0 first. */
+  get pids(): (number | undefined)[] {
+    return this.ranks.map((r) => r.pid);
+  }
+
+  /** Why calls fail: a rank died (that rank's error), or the group was stopped; else null. */
+  get ended(): ServiceError | null {
+    return this.death ?? this.ranks.find((r) => r.ended)?.ended ?? null;
+  }
+
+  /** The last lines rank 0 wrote on stderr. */
+  stderrTail(): string[] {
+    return this.ranks[0]?.stderrTail() ?? [];
+  }
+
+  /** Told once, with the dead rank's error, if a rank ends without being asked. */
+  onDeath(listener: (err: ServiceError) => void): void {
+    this.deathListeners.push(listener);
+  }
+
+  /** Sends one command to every rank; rank 0's reply once all have answered. */
+  async send<O extends Op>(op: O, fields: Ops[O]["fields"]): Promise<Ops[O]["reply"]> {
+    if (this.ended) throw this.ended;
+    const replies = await Promise.allSettled(this.ranks.map((r) => r.send(op, fields)));
+    if (this.death) throw this.death;
+    const refused = replies.find((r) => r.status === "rejected");
+    if (refused) throw refused.reason;
+    return (replies[0] as PromiseFulfilledResult<Ops[O]["reply"]>).value;
+  }
+
+  load(fields: LoadFields): Promise<LoadReply> {
+    return this.send("load", fields);
+  }
+
+  async logProbs(fields: LogProbsFields): Promise<void> {
+    await this.send("log_probs", fields);
+  }
+
+  async values(fields: ValuesFields): Promise<void> {
+    await this.send("values", fields);
+  }
+
+  updateActor(fields: UpdateActorFields): Promise<ActorMetrics> {
+    return this.send("update_actor", fields);
+  }
+
+  updateCritic(fields: UpdateCriticFields): Promise<CriticMetrics> {
+    return this.send("update_critic", fields);
+  }
+
+  async exportPolicy(fields: ExportFields): Promise<void> {
+    await this.send("export", fields);
+  }
+
+  saveCheckpoint(fields: SaveCheckpointFields): Promise<StepReply> {
+    return this.send("save_checkpoint", fields);
+  }
+
+  loadCheckpoint(fields: LoadCheckpointFields): Promise<StepReply> {
+    return this.send("load_checkpoint", fields);
+  }
+
+  /** Asks every rank to exit and waits for all; removes the rendezvous and scratch folders. */
+  async shutdown(): Promise<void> {
+    await Promise.all(this.ranks.map((r) => r.shutdown()));
+    await this.exited;
+  }
+
+  /** SIGKILL to every rank; waits for them. */
+  async kill(): Promise<void> {
+    await Promise.all(this.ranks.map((r) => r.kill()));
+    await this.exited;
+  }
+
+  /** The first death stops the others, which would wait in a collective for the dead one. */
+  private onRankDeath(err: ServiceError): void {
+    if (this.death) return;
+    this.death = err;
+    for (const r of this.ranks) if (!r.ended) void r.kill();
+    for (const listener of this.deathListeners) listener(err);
+  }
+}
+
+/** One trainer process for one rank, a TrainerGroup for more. */
+export function startTrainer(options: TrainerGroupOptions): Promise<Trainer> {
+  const { ranks, collectiveTimeout: _timeout, ...rest } = options;
+  return ranks > 1 ? TrainerGroup.start(options) : TrainerProcess.start(rest);
+}
