@@ -34,7 +34,26 @@ it("the recipes carry their published hyper-parameters", () => {
     actor: { lr: 5e-7 },
     reward: { format_reward: true, structure_format_score: 0.2, final_format_score: 0.1 },
   });
-  expect(resolved("skyrl-search-r1-qwen2.5-3b-grpo.yaml").actor).toMatchObject({ grad_clip: 0.5 });
+  const skyrl = resolved("skyrl-search-r1-qwen2.5-3b-grpo.yaml");
+  expect(skyrl.actor).toMatchObject({ grad_clip: 0.5 });
+  expect(skyrl.algorithm.rollout_correction).toMatchObject({
+    rollout_is: "token",
+    rollout_is_threshold: 2,
+  });
+  const dapo = resolved("dapo-search-r1-grpo.yaml");
+  expect(dapo.algorithm.filter_groups).toEqual({
+    enable: true,
+    metric: "acc",
+    max_num_gen_batches: 10,
+  });
+  expect(dapo.actor).toMatchObject({
+    use_kl_loss: false,
+    clip_ratio_low: 0.2,
+    clip_ratio_high: 0.28,
+    loss_agg_mode: "token-mean",
+  });
+  expect(dapo.reward.overlong_buffer).toEqual({ enable: true, len: 100, penalty_factor: 1 });
+  expect(dapo.rollout).toMatchObject({ n: 5, top_p: 1 });
   expect(resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml").rollout).toMatchObject({
     engine: "sglang",
   });
