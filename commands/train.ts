@@ -3,6 +3,7 @@ import { defineCommand } from "../src/command/define.js";
 import { trainSpec } from "../src/config/schemas/train.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { createProgress } from "../src/runtime/progress.js";
+import { dryRunText } from "../src/train/dry-run.js";
 import { runDirOf, runTrain } from "../src/train/run.js";
 import { trainView } from "../src/train/view.js";
 
@@ -19,12 +20,20 @@ export function register(program: Command): Command {
       { flags: "--engine-url <url>", key: "rollout.engine_url" },
       { flags: "--output-dir <dir>", key: "trainer.output_dir" },
       { flags: "--resume <mode>", key: "trainer.resume" },
+      { flags: "--dry-run", key: "trainer.dry_run" },
+      { flags: "--device-memory <GiB>", key: "trainer.device_memory_gib" },
     ],
     examples: [
       "searchr1 train --config templates/configs/search-r1-v0.2-grpo.yaml --model models/Qwen2.5-3B",
       "searchr1 train --model models/Qwen2.5-3B actor.lr=1e-6 data.train_batch_size=512 rollout.n=5",
+      "searchr1 train --config templates/configs/search-r1-v0.2-grpo.yaml --model models/Qwen2.5-3B --gpus 8 --dry-run",
     ],
     run: async (config) => {
+      // The memory plan of one device, then nothing else.
+      if (config.trainer.dry_run) {
+        process.stdout.write(dryRunText(config));
+        return;
+      }
       const tty = process.stderr.isTTY === true;
       const view = trainView(createProgress(), tty);
       try {

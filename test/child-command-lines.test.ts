@@ -9,7 +9,7 @@ import { resolveConfig } from "../src/config/resolve.js";
 import { evalSpec } from "../src/config/schemas/eval.js";
 import { quickstartSpec } from "../src/config/schemas/quickstart.js";
 import { trainSpec } from "../src/config/schemas/train.js";
-import { engineChildLine } from "../src/engine/client/connect.js";
+import { engineChildLine, engineChildLines } from "../src/engine/client/connect.js";
 import { quickstartSteps, SFT } from "../src/quickstart/steps.js";
 import { packageRoot } from "../src/runtime/package-root.js";
 import { DATA_SOURCES } from "../src/world/questions.js";
@@ -90,6 +90,55 @@ describe("the native engine eval, ask and train start (connectEngine)", () => {
       threads: null,
       gpu_memory_utilization: 0.6,
     });
+  });
+});
+
+describe("the engine replicas of train --gpus N (connectEngine)", () => {
+  it("starts one serve-engine per device, each seeing only its own, sharing the threads", () => {
+    const config = resolveConfig(trainSpec, {
+      overrides: [
+        "model.path=/m",
+        "trainer.gpus=2",
+        "rollout.engine_threads=5",
+        "rollout.gpu_memory_utilization=0.4",
+      ],
+    });
+    const lines = engineChildLines({
+      modelPath: "/models/Qwen 2.5, 3B",
+      child: { ...engineChildValues(config.rollout), device: "cuda" },
+      replicas: 2,
+      devices: ["4", "5"],
+    });
+    expect(lines.map((l) => l.command)).toEqual(["serve-engine", "serve-engine"]);
+    expect(lines.map((l) => l.env)).toEqual([
+      { CUDA_VISIBLE_DEVICES: "4" },
+      { CUDA_VISIBLE_DEVICES: "5" },
+    ]);
+    for (const line of lines) {
+      expect(resolveLine(line)).toMatchObject({
+        model: "/models/Qwen 2.5, 3B",
+        device: "cuda",
+        threads: 2,
+        gpu_memory_utilization: 0.4,
+        ...LISTEN,
+      });
+    }
+  });
+
+  it("CPU replicas share the cores and keep the environment; one replica is the plain line", () => {
+    const config = resolveConfig(trainSpec, {
+      overrides: ["model.path=/m", "rollout.engine_device=cpu", "rollout.engine_threads=1"],
+    });
+    const child = engineChildValues(config.rollout);
+    const lines = engineChildLines({ modelPath: "/m", child, replicas: 2, devices: null });
+    expect(lines).toHaveLength(2);
+    for (const line of lines) {
+      expect(line.env).toBeUndefined();
+      expect(resolveLine(line)).toMatchObject({ device: "cpu", threads: 1 });
+    }
+    expect(engineChildLines({ modelPath: "/m", child })).toEqual([
+      engineChildLine({ modelPath: "/m", child }),
+    ]);
   });
 });
 

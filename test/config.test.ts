@@ -306,10 +306,12 @@ describe("errors name key, origin, expectation and a suggestion", () => {
   it("names a list element that has the wrong type", () => {
     expect(
       errorOf(() =>
-        resolveConfig(trainSpec, { overrides: ["model.path=m", "trainer.logger=[console,wandb]"] }),
+        resolveConfig(trainSpec, {
+          overrides: ["model.path=m", "trainer.logger=[console,mlflow]"],
+        }),
       ),
     ).toBe(
-      '"trainer.logger[1]" = "wandb" (override trainer.logger=[console,wandb]): expected one of console|jsonl|plot',
+      '"trainer.logger[1]" = "mlflow" (override trainer.logger=[console,mlflow]): expected one of console|jsonl|plot|wandb|tensorboard',
     );
   });
 

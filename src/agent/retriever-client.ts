@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { ServiceError } from "../runtime/errors.js";
 import { HttpConnectionError, HttpStatusError, requestJson } from "../runtime/http-client.js";
 import type { Passage } from "./observation.js";
@@ -18,6 +19,11 @@ export interface RetrieverSettings {
   backoffMs?: number;
   /** Told of each retry (the run is slow for a reason the user should see). */
   onRetry?: (message: string) => void;
+  /**
+   * Aborting it (a child the run needs died, Ctrl-C) ends the request in flight and the
+   * retries at once, instead of a minute of back-off against a server that is gone.
+   */
+  signal?: AbortSignal;
 }
 
 export interface RetrieverStats {
@@ -79,10 +85,14 @@ export class RetrieverClient {
     for (let attempt = 0; ; attempt++) {
       try {
         this.stats.requests++;
-        const answer = await requestJson(url, body, { timeoutMs: this.settings.timeoutMs });
+        const answer = await requestJson(url, body, {
+          timeoutMs: this.settings.timeoutMs,
+          signal: this.settings.signal,
+        });
         this.stats.queries += queries.length;
         return parseAnswer(answer, queries.length, url);
       } catch (err) {
+        this.settings.signal?.throwIfAborted();
         const transient =
           err instanceof HttpConnectionError ||
           (err instanceof HttpStatusError && (err.status >= 500 || err.status === 429));
@@ -110,7 +120,9 @@ export class RetrieverClient {
         this.settings.onRetry?.(
           `retriever ${url} ${reason}; retry ${attempt + 1}/${maxRetries} in ${(delay / 1000).toFixed(1)} s`,
         );
-        await new Promise((r) => setTimeout(r, delay));
+        await sleep(delay, undefined, { signal: this.settings.signal }).catch(() =>
+          this.settings.signal?.throwIfAborted(),
+        );
       }
     }
   }

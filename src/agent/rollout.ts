@@ -60,6 +60,22 @@ export async function rollout(
   parts: AgentParts,
   hooks: RolloutHooks = {},
 ): Promise<Trajectory> {
+  // With several engine replicas (EngineRouter), every turn goes to the one that served the
+  // first turn.
+  const route = parts.engine.route?.() ?? null;
+  try {
+    return await turns(task, settings, { ...parts, engine: route ?? parts.engine }, hooks);
+  } finally {
+    route?.release();
+  }
+}
+
+async function turns(
+  task: RolloutTask,
+  settings: AgentSettings,
+  parts: Omit<AgentParts, "engine"> & { engine: Pick<EngineClient, "generate"> },
+  hooks: RolloutHooks,
+): Promise<Trajectory> {
   const started = performance.now();
   const promptIds = task.promptIds.slice(-settings.maxStartLength);
   const trajectory: Trajectory = {

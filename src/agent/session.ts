@@ -11,7 +11,7 @@ import {
 import type { EngineClient } from "../engine/client/types.js";
 import { ChildServer, type CommandLine } from "../runtime/child-server.js";
 import { ServiceError, UsageError } from "../runtime/errors.js";
-import { RetrieverClient } from "./retriever-client.js";
+import { RetrieverClient, type RetrieverSettings } from "./retriever-client.js";
 import type { AgentParts, AgentSettings } from "./rollout.js";
 
 type Lengths = { [K in keyof typeof lengthFields]: z.infer<(typeof lengthFields)[K]> };
@@ -59,6 +59,14 @@ export function retrieverChildLine(retriever: AgentConfig["retriever"]): Command
   });
 }
 
+/**
+ * `train --gpus N`'s engine: N native replicas, replica r seeing only `devices[r]` (null: CPU
+ * replicas), on `device` (the rollout's engine_device with auto resolved); absent: one.
+ */
+export type EngineReplicas = Pick<EngineChoice, "replicas" | "devices"> & {
+  device?: "cpu" | "cuda";
+};
+
 /** What the native engine started for a run is told besides its model. */
 export function engineChildValues(rollout: Generation): EngineChoice["child"] {
   return {
@@ -69,27 +77,32 @@ export function engineChildValues(rollout: Generation): EngineChoice["child"] {
 }
 
 /**
- * The engine (a running one, or the native engine started as a child) and the retriever
- * client of one command. `signal` aborts when the child engine dies; `failure()` then says
- * why in the engine's own words, which beats the refused sockets the requests see.
+ * The engine (a running one, or the native engine started as a child: one, or with
+ * `train --gpus N` one replica per device behind an EngineRouter; eval and ask keep one) and
+ * the retriever client of one command. `signal` aborts when a child engine dies; `failure()`
+ * then says why in the engine's own words (naming the replica), which beats the refused
+ * sockets the requests see.
  */
 export class AgentSession {
   private died: string | null = null;
   private readonly stop = new AbortController();
   private readonly interrupt: AbortSignal;
   readonly signal: AbortSignal;
+  readonly retriever: RetrieverClient;
 
   private constructor(
     private readonly connected: ConnectedEngine,
     private readonly retrieverChild: ChildServer | null,
-    readonly retriever: RetrieverClient,
+    retriever: RetrieverSettings,
     signal: AbortSignal,
   ) {
     this.interrupt = signal;
     this.signal = AbortSignal.any([signal, this.stop.signal]);
+    // A retriever that died ends its requests and their retries with the session.
+    this.retriever = new RetrieverClient({ ...retriever, signal: this.signal });
     // One listener per request in flight: hundreds at once are expected, not a leak.
     setMaxListeners(0, this.signal, signal);
-    for (const child of [connected.child, retrieverChild]) {
+    for (const child of [...connected.children, retrieverChild]) {
       child?.onDeath((message) => this.fail(message));
     }
   }
@@ -104,11 +117,17 @@ export class AgentSession {
     return this.connected.client;
   }
 
+  /** Whether the engine is the native one this session started (not one at engine_url). */
+  get startedEngine(): boolean {
+    return this.connected.children.length > 0;
+  }
+
   static async open(
     config: AgentConfig,
     modelPath: string,
     log: (line: string) => void,
     signal: AbortSignal,
+    replicas: EngineReplicas = {},
   ): Promise<AgentSession> {
     const { rollout } = config;
     if (rollout.tensor_parallel_size > 1) {
@@ -127,17 +146,31 @@ export class AgentSession {
         kind: rollout.engine,
         url: rollout.engine_url,
         modelPath,
-        child: engineChildValues(rollout),
+        child: {
+          ...engineChildValues(rollout),
+          ...(replicas.device && { device: replicas.device }),
+        },
+        replicas: replicas.replicas,
+        devices: replicas.devices,
       },
       { signal },
     );
-    const retriever = new RetrieverClient({
+    if (engine.children.length > 1) {
+      engine.children.forEach((child, r) => {
+        const device = replicas.devices?.[r];
+        log(
+          `engine replica ${r} serving at ${child.url}` +
+            (device === undefined ? "" : ` (CUDA_VISIBLE_DEVICES=${device})`),
+        );
+      });
+    }
+    const retriever: RetrieverSettings = {
       url: retrieverChild ? `${retrieverChild.url}` : config.retriever.url,
       topk: config.retriever.topk,
       timeoutMs: config.retriever.timeout_s * 1000,
       maxRetries: config.retriever.max_retries,
       onRetry: log,
-    });
+    };
     return new AgentSession(engine, retrieverChild, retriever, signal);
   }
 
@@ -153,7 +186,7 @@ export class AgentSession {
   async failure(err: unknown): Promise<unknown> {
     if (!this.died && !this.interrupt.aborted) {
       await Promise.all(
-        [this.connected.child, this.retrieverChild].map((child) => child?.settle(1000)),
+        [...this.connected.children, this.retrieverChild].map((child) => child?.settle(1000)),
       );
     }
     return this.died ? new ServiceError(this.died) : err;

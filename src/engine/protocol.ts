@@ -90,6 +90,8 @@ export interface EngineStats {
   decode_steps: number;
   kv_full_steps: number;
   preemptions: number;
+  /** The KV cache's memory is given back (between release_memory and resume_memory). */
+  kv_released: boolean;
   weight_version: string;
 }
 
@@ -97,6 +99,8 @@ export interface EngineStats {
 export type ControlCommand =
   | { op: "update_weights"; model_path: string; abort_all: boolean }
   | { op: "flush_cache" }
+  | { op: "release_memory" }
+  | { op: "resume_memory" }
   | { op: "stats" };
 
 /** Parses one stdout line into an event; throws with the reason when it is not one. */

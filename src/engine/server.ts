@@ -16,7 +16,13 @@
 import { existsSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join, resolve } from "node:path";
-import { HttpError, JsonHttpServer, readJsonBody, typeOf } from "../runtime/http-server.js";
+import {
+  HttpError,
+  JsonHttpServer,
+  readBody,
+  readJsonBody,
+  typeOf,
+} from "../runtime/http-server.js";
 import { packageVersion } from "../runtime/package-root.js";
 import type { Detokenizer } from "./detokenizer.js";
 import { parseGenerateRequest } from "./generate-request.js";
@@ -75,6 +81,14 @@ export class EngineServer extends JsonHttpServer {
       "/metrics": { methods: get, run: (_, s) => this.metrics(s) },
       "/flush_cache": { methods: ["GET", "POST"], run: (_, s) => this.flushCache(s) },
       "/update_weights_from_disk": { methods: ["POST"], run: (q, s) => this.updateWeights(q, s) },
+      "/release_memory_occupation": {
+        methods: ["GET", "POST"],
+        run: (q, s) => this.memoryOccupation(q, s, "release_memory"),
+      },
+      "/resume_memory_occupation": {
+        methods: ["GET", "POST"],
+        run: (q, s) => this.memoryOccupation(q, s, "resume_memory"),
+      },
     };
   }
 
@@ -221,6 +235,35 @@ export class EngineServer extends JsonHttpServer {
     this.sendJson(res, 200, { success: true, message: "cache flushed" });
   }
 
+  /**
+   * SGLang's `/release_memory_occupation` and `/resume_memory_occupation`, for the KV cache:
+   * the engine gives its memory back to the device while a trainer on the same GPU works,
+   * then takes it again (`tags`, when given, may name only "kv_cache": the weights stay).
+   * While released, `/generate` is refused. Serialized with weight updates.
+   */
+  private async memoryOccupation(
+    req: IncomingMessage,
+    res: ServerResponse,
+    op: "release_memory" | "resume_memory",
+  ): Promise<void> {
+    const raw = (await readBody(req, this.options.maxBodyBytes, "send a smaller body")).toString(
+      "utf8",
+    );
+    parseMemoryRequest(raw);
+    const engine = this.ready();
+    const run = this.updating.then(() => engine.control({ op }));
+    this.updating = run.catch(() => {});
+    const reply = await run;
+    const message = reply.message ?? (reply.ok ? "done" : "the engine refused");
+    if (!reply.ok) return this.sendError(res, 400, message, { success: false, message });
+    this.log(
+      op === "release_memory"
+        ? "KV cache released: its memory is the device's until /resume_memory_occupation"
+        : "KV cache resumed",
+    );
+    this.sendJson(res, 200, { success: true, message });
+  }
+
   private async updateWeights(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await readJsonBody(req, this.options.maxBodyBytes, "send a smaller body");
     const engine = this.ready();
@@ -303,6 +346,34 @@ function generateError(err: unknown, sequences: Sequence[], batch: boolean): unk
   const input = failed && batch ? `"input_ids[${failed.spec.input}]"` : '"input_ids"';
   const which = failed ? `${input} (sample ${failed.spec.sample})` : input;
   return new HttpError(400, `the engine refused ${which}: ${err.message}`);
+}
+
+/**
+ * The body of `/release_memory_occupation` and `/resume_memory_occupation` (SGLang's
+ * Release/ResumeMemoryOccupationReqInput): empty, `{}`, or `{"tags": ["kv_cache"]}`.
+ */
+function parseMemoryRequest(raw: string): void {
+  if (raw.trim() === "") return;
+  let body: unknown;
+  try {
+    body = JSON.parse(raw);
+  } catch (err) {
+    throw new HttpError(400, `request body is not valid JSON (${(err as Error).message})`);
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    throw new HttpError(400, `request body must be a JSON object like {"tags": ["kv_cache"]}`);
+  }
+  for (const [key, value] of Object.entries(body)) {
+    if (key !== "tags") throw new HttpError(400, `"${key}" is not a known key; known keys: tags`);
+    if (value === null) continue;
+    if (!Array.isArray(value) || value.some((t) => t !== "kv_cache")) {
+      throw new HttpError(
+        400,
+        `"tags" = ${JSON.stringify(value)}: this engine releases and resumes only its KV cache ` +
+          '(["kv_cache"], or null); its weights stay loaded',
+      );
+    }
+  }
 }
 
 /** `POST /update_weights_from_disk`, SGLang's UpdateWeightFromDiskReqInput. */

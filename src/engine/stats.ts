@@ -15,7 +15,7 @@ export interface ServerFigures {
 }
 
 /** The `/get_server_info` state fields. */
-export function stateFields(f: ServerFigures): Record<string, number | string> {
+export function stateFields(f: ServerFigures): Record<string, number | string | boolean> {
   const e = f.engine;
   return {
     running_requests: e.running,
@@ -31,6 +31,7 @@ export function stateFields(f: ServerFigures): Record<string, number | string> {
     decode_steps: e.decode_steps,
     kv_full_steps: e.kv_full_steps,
     preemptions: e.preemptions,
+    kv_released: e.kv_released === true,
     tokens_per_second: round(f.tokensPerSecond),
     weight_version: e.weight_version,
   };

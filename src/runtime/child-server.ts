@@ -11,6 +11,11 @@ import { packageRoot } from "./package-root.js";
 export interface CommandLine {
   readonly command: string;
   readonly args: readonly string[];
+  /**
+   * Variables added to the child's environment (the rest is inherited): `train --gpus N`
+   * gives each engine replica its one device as `CUDA_VISIBLE_DEVICES`.
+   */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** The arguments of `node` that run a command line with this package's CLI. */
@@ -52,6 +57,7 @@ export class ChildServer {
       stdin: "ignore",
       stdout: "ignore",
       stderr: "pipe",
+      env: line.env,
       reject: false,
       cancelSignal: options.signal,
       forceKillAfterDelay: 10_000,

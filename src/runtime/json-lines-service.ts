@@ -18,6 +18,8 @@ export interface JsonLinesServiceOptions {
   onLine?: (line: string) => void;
   /** Aborting it stops the process (SIGTERM); calls then reject. */
   signal?: AbortSignal;
+  /** Variables added to its environment (the rest is inherited), e.g. CUDA_VISIBLE_DEVICES. */
+  env?: Readonly<Record<string, string>>;
 }
 
 interface Pending {
@@ -74,6 +76,7 @@ export class JsonLinesService {
       stdout: "pipe",
       stderr: "pipe",
       buffer: false, // the replies are read as they come, never collected
+      env: options.env,
       reject: false,
       detached: true,
       cancelSignal: options.signal,

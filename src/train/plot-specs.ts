@@ -80,11 +80,19 @@ export const LENGTH_SERIES: readonly Series[] = [
   { key: "response_length/max", label: "max" },
   { key: "response_length/min", label: "min" },
 ];
+/**
+ * What a collapsing run shows first (README, "Collapse warnings"): the policy's entropy, the
+ * clip fraction, the gradient norm, the engine–trainer mismatch (`rollout_corr/kl`, logged
+ * whenever the engine gives its log-probs) and, with dynamic sampling, the share of groups
+ * dropped for carrying no signal.
+ */
 export const OPTIMISATION_SERIES: readonly Series[] = [
   { key: "actor/kl_loss", label: "KL loss" },
   { key: "actor/entropy", label: "entropy" },
   { key: "actor/pg_clipfrac", label: "clip fraction" },
   { key: "actor/grad_norm", label: "grad norm" },
+  { key: "rollout_corr/kl", label: "engine–trainer KL" },
+  { key: "train/filtered_group_ratio", label: "filtered groups" },
 ];
 const VAL_PREFIX = "val/em/";
 const VAL_MEAN: Series = { key: "val/em/mean", label: "mean over sources" };
@@ -435,8 +443,9 @@ export function behaviourSpec(rows: readonly PlotRow[]): TopLevelSpec | null {
 }
 
 /**
- * optimisation.svg: KL loss, entropy, clip fraction and grad norm as small multiples (a facet
- * over the folded table, two columns, each panel with its own y scale).
+ * optimisation.svg: KL loss, entropy, clip fraction, grad norm, the engine–trainer KL and
+ * the filtered-group share as small multiples (a facet over the folded table, two columns,
+ * each panel with its own y scale), a panel for each that was logged.
  */
 export function optimisationSpec(rows: readonly PlotRow[]): TopLevelSpec | null {
   const data = longTable(rows, OPTIMISATION_SERIES);
@@ -448,7 +457,7 @@ export function optimisationSpec(rows: readonly PlotRow[]): TopLevelSpec | null 
   const { mark, encoding } = linePanel({ title: "", yTitle: "", data, series, points });
   return {
     $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-    title: "Optimisation",
+    title: "Optimisation and stability",
     padding: 12,
     config: CONFIG,
     data: { values: data },

@@ -9,7 +9,7 @@ import { answerItems } from "../eval/answer-items.js";
 import { summarize } from "../eval/report.js";
 import { adaptiveKlController, fixedKlController } from "../rl/kl-controller.js";
 import { parseRolloutRs } from "../rl/rollout-correction.js";
-import { InputError, UsageError } from "../runtime/errors.js";
+import { CliError, InputError, UsageError } from "../runtime/errors.js";
 import { writeFileAtomic } from "../runtime/write-atomic.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
 import { startTrainer } from "../trainer/group.js";
@@ -22,9 +22,13 @@ import {
   readCheckpoint,
 } from "./checkpoints.js";
 import { DataOrder } from "./data-order.js";
+import { formatMetric, nonFiniteMetrics, nullableMetrics, RunHealth } from "./health.js";
+import { zeroStageOf } from "./memory-plan.js";
 import { MetricsLog, type MetricsRow } from "./metrics-log.js";
+import { placeRun } from "./placement.js";
 import { writePlots } from "./plots.js";
 import { pushWeights, type StepContext, trainStep } from "./step.js";
+import { openTrackers, type Trackers, trackerSettings } from "./trackers.js";
 
 /** What a run shows as it goes (a live view on a terminal, plain lines otherwise). */
 export interface TrainView {
@@ -52,6 +56,11 @@ export async function runTrain(
   signal: AbortSignal,
 ): Promise<string> {
   check(config);
+  // W&B's environment (WANDB_API_KEY, ...) is checked before anything is written.
+  const trackerEnv = trackerSettings(config);
+  // trainer.gpus ranks, data parallel, and as many engine replicas: rank r and replica r on
+  // device r (or all on the CPU); refused here, before anything is written, if it cannot be.
+  const placement = await placeRun(config);
   const model = resolve(config.model.path);
   const tokenizer = ModelTokenizer.load(config.model.tokenizer_path ?? model);
   const train = await readQaItems(config.data.train_files);
@@ -86,6 +95,15 @@ export async function runTrain(
       view.stepDone(row, totalSteps);
   };
   metrics.truncateAfter(resumed?.state.step ?? null);
+  // Collapse warnings (health.ts) over the whole run: the rows kept so far first.
+  const nullable = nullableMetrics(config.actor.use_kl_loss);
+  const health = new RunHealth(nullable);
+  health.replay(metrics.rows());
+  const record = (row: MetricsRow) => {
+    const report = health.observe(row);
+    for (const warning of report.warnings) view.log(`warning: ${warning}`);
+    return report;
+  };
   const exportsDir = existsSync("/dev/shm")
     ? join("/dev/shm", `searchr1-${process.pid}`)
     : join(runDir, "weights");
@@ -94,17 +112,27 @@ export async function runTrain(
   view.log(
     `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${config.rollout.n}`,
   );
-  // trainer.gpus ranks, data parallel (check() allows more than one on the CPU only).
+  for (const note of placement.notes) view.log(note);
   const trainer = await startTrainer({
     ranks: config.trainer.gpus,
-    device: config.trainer.device,
+    device: placement.trainer.device,
+    devices: placement.trainer.devices,
     threads: config.trainer.threads,
     recompute: config.actor.gradient_checkpointing,
     onLine: (line) => view.log(`trainer: ${line}`),
     signal,
   });
   let session: AgentSession | null = null;
+  let trackers: Trackers | null = null;
+  let exitCode = 1;
   try {
+    trackers = await openTrackers(
+      config,
+      runDir,
+      resumed ? resumed.state.step + 1 : 0,
+      trackerEnv,
+      (line) => view.log(line),
+    );
     const ppo = config.algorithm.name === "ppo";
     const needRef = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
     const miniBatches = Math.ceil(config.data.train_batch_size / config.actor.ppo_mini_batch_size);
@@ -123,15 +151,24 @@ export async function runTrain(
         ? optim(config.critic, config.critic.lr_warmup_steps_ratio, optimizerSteps, "constant")
         : undefined,
       seed: config.data.seed,
+      // The learners' state sharded over the ranks (native/src/train/learner.h).
+      zero_stage: zeroStageOf(config),
     });
     if (resumed) {
       await trainer.loadCheckpoint({ dir: resumed.dir });
       view.log(`resuming from ${resumed.dir} (step ${resumed.state.step})`);
     }
-    session = await AgentSession.open(config, model, (line) => view.log(line), signal);
+    session = await AgentSession.open(
+      config,
+      model,
+      (line) => view.log(line),
+      signal,
+      placement.engine,
+    );
     trainer.onDeath((err) => session?.fail(err.message));
 
     let currentStep = resumed?.state.step ?? 0;
+    let lastSaved = resumed?.state.step ?? null;
     const ctx: StepContext = {
       config,
       tokenizer,
@@ -183,7 +220,9 @@ export async function runTrain(
     try {
       if (currentStep === 0 && config.trainer.val_before_train) {
         const row = { step: 0, ...(await validate(0)) };
+        record(row);
         metrics.append(row);
+        trackers.log(row, []);
         show(row, false);
       }
       while (currentStep < totalSteps) {
@@ -191,10 +230,16 @@ export async function runTrain(
         currentStep = step;
         const row = await trainStep(ctx, step);
         const last = step === totalSteps;
-        if (step % config.trainer.test_freq === 0 || last) Object.assign(row, await validate(step));
+        // trainer.stop_on_nan: a step with a NaN or ±Inf metric is neither validated nor
+        // checkpointed; its row is logged, then the run stops.
+        const stop = config.trainer.stop_on_nan && nonFiniteMetrics(row, nullable).length > 0;
+        if (!stop && (step % config.trainer.test_freq === 0 || last))
+          Object.assign(row, await validate(step));
+        const { nonFinite } = record(row);
         // The row before the checkpoint: a run resumed from step N keeps rows up to N.
         metrics.append(row);
-        if (step % config.trainer.save_freq === 0 || last) {
+        const save = !stop && (step % config.trainer.save_freq === 0 || last);
+        if (save) {
           view.phase(step, totalSteps, "checkpoint");
           const dir = checkpointDir(runDir, step);
           await trainer.saveCheckpoint({ dir, overwrite: true });
@@ -203,19 +248,52 @@ export async function runTrain(
             klCoef: ctx.kl.value,
             genBatches: ctx.genBatches,
           } satisfies ControllerState);
+          lastSaved = step;
         }
-        if (logger.includes("plot")) await writePlots(metrics.rows(), join(runDir, "plots"));
-        show(row, last);
+        const plots = logger.includes("plot")
+          ? await writePlots(metrics.rows(), join(runDir, "plots"))
+          : [];
+        // W&B gets the plots as images at the steps that checkpoint.
+        trackers.log(row, save ? plots : []);
+        show(row, last || stop);
+        if (stop) throw diverged(step, row, nonFinite, runDir, lastSaved);
       }
+      exitCode = 0;
     } catch (err) {
       throw await session.failure(err);
     }
   } finally {
+    await trackers?.close(exitCode);
     await session?.close();
     await trainer.shutdown();
     rmSync(exportsDir, { recursive: true, force: true });
   }
   return runDir;
+}
+
+/**
+ * The error that stops a run at step `step` under trainer.stop_on_nan: the first metric that
+ * is not finite (and how many more), and the checkpoint left as the last.
+ */
+function diverged(
+  step: number,
+  row: MetricsRow,
+  nonFinite: readonly string[],
+  runDir: string,
+  lastSaved: number | null,
+): CliError {
+  const [first, ...more] = nonFinite;
+  const value = row[first as string];
+  return new CliError(
+    `step ${step}: ${first} is ${formatMetric(value)}${value === null ? " (the trainer's NaN or ±Inf)" : ""}` +
+      `${more.length ? `, and ${more.length} more metric(s) are not finite (${more.join(", ")})` : ""}; ` +
+      `trainer.stop_on_nan stopped the run without checkpointing step ${step}: ` +
+      (lastSaved === null
+        ? "no checkpoint was written"
+        : `the last checkpoint, ${checkpointDir(runDir, lastSaved)}, is intact`) +
+      ". Lower actor.lr (or actor.grad_clip), or set trainer.stop_on_nan=false to go on regardless",
+    1,
+  );
 }
 
 /** What this build refuses up front, each naming its key. */
@@ -236,22 +314,15 @@ function check(config: TrainConfig): void {
 }
 
 /**
- * trainer.gpus > 1 runs that many data-parallel trainer ranks; this build does so on the CPU
- * (one node): CUDA ranks are built (NCCL) but the run around them is not yet.
+ * trainer.gpus > 1 runs that many data-parallel trainer ranks and engine replicas on one node
+ * (placement.ts puts them on devices); several nodes are not built yet.
  */
 function checkRanks(config: TrainConfig): void {
-  const { gpus, nnodes, device } = config.trainer;
+  const { nnodes } = config.trainer;
   if (nnodes > 1) {
     throw new UsageError(
       `trainer.nnodes=${nnodes}: this build trains on one node; the ranks of several nodes ` +
         "(--nnodes, --node-rank, --master-addr) arrive later: set trainer.nnodes=1",
-    );
-  }
-  if (gpus > 1 && device !== "cpu") {
-    throw new UsageError(
-      `trainer.gpus=${gpus} with trainer.device=${device}: this build runs several trainer ranks ` +
-        "on the CPU only; on GPUs, a CUDA device per rank and an engine replica per device are " +
-        "not built yet. Set --gpus 1, or trainer.device=cpu to run the ranks on the CPU",
     );
   }
 }

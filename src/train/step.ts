@@ -82,6 +82,14 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   // 1–3. Prompts, rollouts, rewards; with dynamic sampling, again until the batch is full.
   const drawn = await drawBatch(ctx, step, phase);
   const { kept } = drawn;
+  // rollout.free_cache_engine: the engine's KV cache goes back to the device while the
+  // trainer works, and is taken again once the new weights are in (step 6).
+  const engine = ctx.session.engine;
+  const freeCache =
+    config.rollout.free_cache_engine &&
+    ctx.session.startedEngine &&
+    engine.releaseMemoryOccupation !== undefined;
+  if (freeCache) await engine.releaseMemoryOccupation?.();
   const trajectories = kept.map((d) => d.trajectory);
 
   // 4. Old and reference log-probs, values; advantages.
@@ -191,7 +199,10 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   }
 
   // 6. The new policy into the engine, without restarting it.
-  await phase("update_weights", () => pushWeights(ctx, step));
+  await phase("update_weights", async () => {
+    await pushWeights(ctx, step);
+    if (freeCache) await engine.resumeMemoryOccupation?.();
+  });
 
   // With dynamic sampling the rollout metrics cover every trajectory the step generated (what
   // the policy does); the update saw the kept groups.

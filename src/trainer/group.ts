@@ -3,28 +3,18 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ServiceError } from "../runtime/errors.js";
 import { TrainerProcess, type TrainerStartOptions } from "./process.js";
-import type {
-  ActorMetrics,
-  CriticMetrics,
-  ExportFields,
-  LoadCheckpointFields,
-  LoadFields,
-  LoadReply,
-  LogProbsFields,
-  Op,
-  Ops,
-  SaveCheckpointFields,
-  StepReply,
-  UpdateActorFields,
-  UpdateCriticFields,
-  ValuesFields,
-} from "./protocol.js";
+import type { Op, Ops } from "./protocol.js";
 import { ScratchDir } from "./scratch.js";
-import type { Trainer } from "./trainer.js";
+import { Trainer } from "./trainer.js";
 
-export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank"> {
+export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank" | "cudaDevice"> {
   /** Ranks to start (data parallel); each is one `searchr1-trainer serve` process. */
   ranks: number;
+  /**
+   * The one CUDA device each rank sees (`CUDA_VISIBLE_DEVICES`), rank 0 first: rank r runs on
+   * devices[r]. Null or absent: the environment as inherited (CPU ranks).
+   */
+  devices?: readonly string[] | null;
   /** Seconds a collective waits for the other ranks; null: the trainer's default. */
   collectiveTimeout?: number | null;
 }
@@ -32,14 +22,15 @@ export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank"> {
 /**
  * The data-parallel ranks of one run (native/src/train/SERVE.md), driven as one trainer:
  * `ranks` processes of `searchr1-trainer serve --rank R --world-size N --rendezvous DIR`, with
- * DIR a fresh temporary folder removed at the end and the CPU threads split among them. Every
+ * DIR a fresh temporary folder removed at the end and the CPU threads split among them (on
+ * GPUs, rank r sees only `devices[r]`, so each rank's CUDA device 0 is its own). Every
  * command goes to every rank (each takes its share of the batch's rows and the ranks sum their
  * gradients); a call resolves with rank 0's reply once every rank has answered, and rejects
  * with the first refusal (rank 0's first). A rank that dies stops the group: the others are
  * killed, and every pending and later call rejects naming the rank and its last stderr lines.
  * The abort signal (Ctrl-C) stops every rank.
  */
-export class TrainerGroup implements Trainer {
+export class TrainerGroup extends Trainer {
   /** Where batch and output files go (every rank reads them; rank 0 writes outputs). */
   readonly scratch = new ScratchDir();
   readonly exited: Promise<void>;
@@ -51,6 +42,7 @@ export class TrainerGroup implements Trainer {
     /** The folder the ranks met in; removed once they have exited. */
     readonly rendezvous: string,
   ) {
+    super();
     this.exited = Promise.all(ranks.map((r) => r.exited)).then(async () => {
       rmSync(rendezvous, { recursive: true, force: true });
       await this.scratch.remove();
@@ -63,9 +55,11 @@ export class TrainerGroup implements Trainer {
 
   /** Starts every rank; rejects (and stops those started) if one cannot be run. */
   static async start(options: TrainerGroupOptions): Promise<TrainerGroup> {
-    const { ranks: n, collectiveTimeout, onLine, ...rest } = options;
+    const { ranks: n, collectiveTimeout, onLine, devices, ...rest } = options;
     if (!Number.isInteger(n) || n < 2)
       throw new Error(`TrainerGroup needs 2 or more ranks, got ${n}`);
+    if (devices && devices.length < n)
+      throw new Error(`${n} trainer ranks but ${devices.length} devices: ${devices.join(",")}`);
     const rendezvous = mkdtempSync(join(tmpdir(), "searchr1-ranks-"));
     const threads = Math.max(1, Math.floor((options.threads ?? availableParallelism()) / n));
     const started = await Promise.allSettled(
@@ -75,6 +69,7 @@ export class TrainerGroup implements Trainer {
           threads,
           onLine: onLine && ((line) => onLine(`rank ${rank}: ${line}`)),
           rank: { rank, worldSize: n, rendezvous, collectiveTimeout },
+          cudaDevice: devices?.[rank],
         }),
       ),
     );
@@ -127,38 +122,6 @@ export class TrainerGroup implements Trainer {
     return (replies[0] as PromiseFulfilledResult<Ops[O]["reply"]>).value;
   }
 
-  load(fields: LoadFields): Promise<LoadReply> {
-    return this.send("load", fields);
-  }
-
-  async logProbs(fields: LogProbsFields): Promise<void> {
-    await this.send("log_probs", fields);
-  }
-
-  async values(fields: ValuesFields): Promise<void> {
-    await this.send("values", fields);
-  }
-
-  updateActor(fields: UpdateActorFields): Promise<ActorMetrics> {
-    return this.send("update_actor", fields);
-  }
-
-  updateCritic(fields: UpdateCriticFields): Promise<CriticMetrics> {
-    return this.send("update_critic", fields);
-  }
-
-  async exportPolicy(fields: ExportFields): Promise<void> {
-    await this.send("export", fields);
-  }
-
-  saveCheckpoint(fields: SaveCheckpointFields): Promise<StepReply> {
-    return this.send("save_checkpoint", fields);
-  }
-
-  loadCheckpoint(fields: LoadCheckpointFields): Promise<StepReply> {
-    return this.send("load_checkpoint", fields);
-  }
-
   /** Asks every rank to exit and waits for all; removes the rendezvous and scratch folders. */
   async shutdown(): Promise<void> {
     await Promise.all(this.ranks.map((r) => r.shutdown()));
@@ -182,6 +145,8 @@ export class TrainerGroup implements Trainer {
 
 /** One trainer process for one rank, a TrainerGroup for more. */
 export function startTrainer(options: TrainerGroupOptions): Promise<Trainer> {
-  const { ranks, collectiveTimeout: _timeout, ...rest } = options;
-  return ranks > 1 ? TrainerGroup.start(options) : TrainerProcess.start(rest);
+  const { ranks, collectiveTimeout: _timeout, devices, ...rest } = options;
+  return ranks > 1
+    ? TrainerGroup.start(options)
+    : TrainerProcess.start({ ...rest, cudaDevice: devices?.[0] });
 }

@@ -1,23 +1,9 @@
 import type { ServiceError } from "../runtime/errors.js";
 import { JsonLinesService } from "../runtime/json-lines-service.js";
 import { nativeExecutable } from "../runtime/native-executable.js";
-import type {
-  ActorMetrics,
-  CriticMetrics,
-  ExportFields,
-  LoadCheckpointFields,
-  LoadFields,
-  LoadReply,
-  LogProbsFields,
-  Op,
-  Ops,
-  SaveCheckpointFields,
-  StepReply,
-  UpdateActorFields,
-  UpdateCriticFields,
-  ValuesFields,
-} from "./protocol.js";
+import type { Op, Ops } from "./protocol.js";
 import { ScratchDir } from "./scratch.js";
+import { Trainer } from "./trainer.js";
 
 export interface TrainerStartOptions {
   device: "auto" | "cpu" | "cuda";
@@ -33,6 +19,8 @@ export interface TrainerStartOptions {
   signal?: AbortSignal;
   /** The executable; default the package's native/build/searchr1-trainer. */
   executable?: string;
+  /** The one CUDA device this process sees (`CUDA_VISIBLE_DEVICES`); absent: as inherited. */
+  cudaDevice?: string;
   /**
    * One rank of a data-parallel group (TrainerGroup starts them): `--rank`, `--world-size`,
    * `--rendezvous` and `--collective-timeout` of `searchr1-trainer serve`.
@@ -57,13 +45,14 @@ export interface TrainerRank {
  * later call naming how it ended and its last stderr lines. Batch and output files go in
  * `scratch`, which is removed with the process.
  */
-export class TrainerProcess {
+export class TrainerProcess extends Trainer {
   /** Where batch and output files for this trainer go; removed on shutdown, kill and death. */
   readonly scratch = new ScratchDir();
   /** Settles once the process has exited, the pending calls rejected, the scratch removed. */
   readonly exited: Promise<void>;
 
   private constructor(private readonly service: JsonLinesService) {
+    super();
     this.exited = service.exited.then(() => this.scratch.remove());
   }
 
@@ -88,6 +77,8 @@ export class TrainerProcess {
       who,
       onLine: options.onLine,
       signal: options.signal,
+      env:
+        options.cudaDevice === undefined ? undefined : { CUDA_VISIBLE_DEVICES: options.cudaDevice },
     });
     return new TrainerProcess(service);
   }
@@ -114,41 +105,6 @@ export class TrainerProcess {
   /** Sends one command and resolves with its reply (without `id` and `ok`). */
   send<O extends Op>(op: O, fields: Ops[O]["fields"]): Promise<Ops[O]["reply"]> {
     return this.service.send(op, fields) as Promise<Ops[O]["reply"]>;
-  }
-
-  load(fields: LoadFields): Promise<LoadReply> {
-    return this.send("load", fields);
-  }
-
-  /** Writes `log_probs` and `entropy` (F32 [B, T]) to `out`. */
-  async logProbs(fields: LogProbsFields): Promise<void> {
-    await this.send("log_probs", fields);
-  }
-
-  /** Writes the critic's `values` (F32 [B, T]) to `out`. */
-  async values(fields: ValuesFields): Promise<void> {
-    await this.send("values", fields);
-  }
-
-  updateActor(fields: UpdateActorFields): Promise<ActorMetrics> {
-    return this.send("update_actor", fields);
-  }
-
-  updateCritic(fields: UpdateCriticFields): Promise<CriticMetrics> {
-    return this.send("update_critic", fields);
-  }
-
-  /** Writes the policy as a Hugging Face folder (the protocol's `export`). */
-  async exportPolicy(fields: ExportFields): Promise<void> {
-    await this.send("export", fields);
-  }
-
-  saveCheckpoint(fields: SaveCheckpointFields): Promise<StepReply> {
-    return this.send("save_checkpoint", fields);
-  }
-
-  loadCheckpoint(fields: LoadCheckpointFields): Promise<StepReply> {
-    return this.send("load_checkpoint", fields);
   }
 
   /** Asks the trainer to exit, waits for it and removes the scratch folder. */

@@ -59,6 +59,12 @@ export interface LoadFields {
   critic_optim?: OptimFields;
   /** Seeds the learners' shuffling generators. */
   seed?: number;
+  /**
+   * ZeRO stage of the actor and the critic (SERVE.md, "Several ranks"): 0 every rank holds
+   * all of its learner's state; 1 the fp32 masters and AdamW moments are sharded over the
+   * ranks; 2 the gradients too (reduce-scattered, none held between updates).
+   */
+  zero_stage?: 0 | 1 | 2;
 }
 
 export interface LogProbsFields {
@@ -126,6 +132,27 @@ export type Metric = number | null;
 export interface LoadReply {
   parameters: number;
   device: string;
+  zero_stage: 0 | 1 | 2;
+  /** Bytes this rank holds for each model loaded. */
+  memory: {
+    actor: LearnerMemory;
+    reference?: { weights: number; master_weights: number };
+    critic?: LearnerMemory;
+  };
+}
+
+/** A learner's bytes on one rank (Learner::Memory in native/src/train/learner.h). */
+export interface LearnerMemory {
+  /** The compute copy of the whole model (bf16 on CUDA; fp32 on the CPU, the masters). */
+  weights: number;
+  /** fp32 masters apart from the compute copy: the whole model's, or this rank's shard. */
+  master_weights: number;
+  /** AdamW's two moments: the whole model's, or this rank's shard. */
+  optimizer_state: number;
+  /** The fp32 gradient buffer during an update. */
+  gradients: number;
+  /** ... and between updates (ZeRO stage 2: none). */
+  gradients_between_updates: number;
 }
 
 /** Means over the update's optimizer steps, the last learning rate and the counts. */

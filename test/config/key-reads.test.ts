@@ -388,8 +388,9 @@ describe("every key of every command is read", () => {
       "trainer.val_before_train=false",
       "trainer.project_name=reads",
       "trainer.resume=disable",
-      "trainer.logger=[console,jsonl]",
+      "trainer.logger=[console,jsonl,tensorboard]",
       "trainer.log_every=2",
+      "trainer.stop_on_nan=false",
       `trainer.output_dir=${path.join(dir, "runs")}`,
       ...AGENT,
     ];
@@ -413,7 +414,10 @@ describe("every key of every command is read", () => {
       "reward.overlong_buffer.penalty_factor=0.5",
       "trainer.total_training_steps=2",
       "trainer.experiment_name=grpo",
+      "trainer.zero_stage=1",
     ]);
+    // --dry-run prints the memory plan and stops (starts and writes nothing).
+    await run(record, [...common, "--dry-run", "trainer.device_memory_gib=40"]);
     const served = await startServing(
       ["serve-retriever", "--index", ix.index, "--corpus", ix.corpus, "--port", "0"],
       /serving \S+ retrieval over .* at (http:\/\/\S+\/retrieve)/,
@@ -442,6 +446,7 @@ describe("every key of every command is read", () => {
         "actor.use_kl_loss=false",
         // Groups of one trajectory are always kept: the random model's rewards never vary.
         "rollout.n=1",
+        "rollout.free_cache_engine=false",
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.metric=score",
         "algorithm.filter_groups.max_num_gen_batches=3",

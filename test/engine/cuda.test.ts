@@ -391,4 +391,17 @@ describe.runIf(GPU).each(CUDA_MODELS)("%s: the engine on CUDA against the CPU", 
       compare(o, lp[k + 1] as number[], k);
     });
   }, 120_000);
+
+  it("release_memory frees the KV cache on the GPU, resume_memory takes it again: the tokens of before", async () => {
+    const c = cases[0] as GreedyCase;
+    await gpu.command("release_memory");
+    expect(await gpu.command("stats")).toMatchObject({ kv_released: true, kv_blocks_cached: 0 });
+    await expect(gpu.generate(c.prompt_ids)).rejects.toThrow(/the KV cache is released/);
+    await gpu.command("resume_memory");
+    expect(await gpu.command("stats")).toMatchObject({ kv_released: false });
+    // Nothing cached survives: the prompt is prefilled again, as it was alone.
+    const again = await gpu.generate(c.prompt_ids);
+    expect(again.done.cached_tokens).toBe(0);
+    expect(again.tokens).toEqual(alone[0]?.tokens);
+  }, 120_000);
 });

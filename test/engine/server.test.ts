@@ -191,6 +191,68 @@ describe("routes", () => {
     await waitFor(server.base, (i) => i.running_requests + i.queued_requests === 0, "the abort");
   });
 
+  it("release/resume_memory_occupation give the KV cache back and take it again; generation waits for it", async () => {
+    const c = byName("len1");
+    const body = JSON.stringify({ input_ids: c.prompt_ids, sampling_params: GREEDY });
+    const before = await request(server.base, "POST", "/generate", body);
+    expect(before.status).toBe(200);
+    const blocks = (await serverInfo(server.base)).kv_blocks_total;
+
+    const released = await request(server.base, "POST", "/release_memory_occupation", "");
+    expect(released.status).toBe(200);
+    expect(released.json).toEqual({ success: true, message: "KV cache released" });
+    expect(await serverInfo(server.base)).toMatchObject({ kv_released: true, kv_blocks_cached: 0 });
+    // Generation is refused while released, naming why; the server goes on serving.
+    const refused = await request(server.base, "POST", "/generate", body);
+    expect(refused.status).toBe(400);
+    expect(refused.json.error).toMatch(/the KV cache is released .*resume it first/);
+    const again = await request(server.base, "POST", "/release_memory_occupation", "{}");
+    expect(again.status).toBe(400);
+    expect(again.json).toMatchObject({
+      success: false,
+      message: "the KV cache is already released",
+    });
+    // (Weights still load while released: train does so every step, test/train/train.test.ts.)
+    const resumed = await request(
+      server.base,
+      "GET",
+      "/resume_memory_occupation",
+      JSON.stringify({ tags: ["kv_cache"] }),
+    );
+    expect(resumed.status).toBe(200);
+    expect(resumed.json).toEqual({ success: true, message: "KV cache resumed" });
+    expect(await serverInfo(server.base)).toMatchObject({
+      kv_released: false,
+      kv_blocks_total: blocks,
+    });
+    const after = await request(server.base, "POST", "/generate", body);
+    expect(after.status).toBe(200);
+    expect(after.json.output_ids).toEqual(before.json.output_ids);
+    const notReleased = await request(server.base, "POST", "/resume_memory_occupation");
+    expect(notReleased.status).toBe(400);
+    expect(notReleased.json.message).toBe("the KV cache is not released");
+
+    // Only the KV cache is released: other tags are refused, naming the field.
+    const weights = await request(
+      server.base,
+      "POST",
+      "/release_memory_occupation",
+      JSON.stringify({ tags: ["weights", "kv_cache"] }),
+    );
+    expect(weights.status).toBe(400);
+    expect(weights.json.error).toMatch(/"tags" = \["weights","kv_cache"\]: this engine releases/);
+    // Not while sequences are live.
+    const job = startRequest(server.base, LONG);
+    await waitFor(server.base, (i) => i.running_requests > 0, "the job to run");
+    const busy = await request(server.base, "POST", "/release_memory_occupation");
+    expect(busy.status).toBe(400);
+    expect(busy.json.message).toMatch(/requests are running or queued/);
+    job.req.destroy();
+    await job.reply.catch(() => {});
+    await waitFor(server.base, (i) => i.running_requests + i.queued_requests === 0, "the abort");
+    expect((await serverInfo(server.base)).kv_released).toBe(false);
+  });
+
   it("404 names the routes; 405 says which methods (Allow)", async () => {
     const a = await request(server.base, "GET", "/v1/completions");
     expect(a.status).toBe(404);

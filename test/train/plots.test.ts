@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { inflateSync } from "node:zlib";
-import { compile } from "vega-lite";
+import { compile, type TopLevelSpec } from "vega-lite";
 import { afterAll, describe, expect, it, vi } from "vitest";
 import {
   behaviourSpec,
@@ -16,7 +16,7 @@ import {
   validationSeries,
   validationSpec,
 } from "../../src/train/plot-specs.js";
-import { writePlots } from "../../src/train/plots.js";
+import { renderSvg, writePlots } from "../../src/train/plots.js";
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -126,6 +126,32 @@ describe("plot specs", () => {
       "val/em/nq",
       "val/em/mean",
     ]);
+  });
+
+  it("the optimisation chart has a panel for each collapse sign that was logged", async () => {
+    const rows: PlotRow[] = Array.from({ length: 6 }, (_, i) => ({
+      step: i + 1,
+      "actor/entropy": 1 - 0.1 * i,
+      "actor/pg_clipfrac": 0.01 * i,
+      "actor/grad_norm": 1 + i,
+      "rollout_corr/kl": 1e-4 * i,
+      "train/filtered_group_ratio": 0.5 - 0.05 * i,
+      "response_length/mean": 100 + i,
+    }));
+    const spec = optimisationSpec(rows) as { facet: { sort: string[] } };
+    expect(spec.facet.sort).toEqual([
+      "entropy",
+      "clip fraction",
+      "grad norm",
+      "engine–trainer KL",
+      "filtered groups",
+    ]);
+    const svg = await renderSvg(optimisationSpec(rows) as TopLevelSpec);
+    for (const label of [">entropy<", ">grad norm<", ">engine–trainer KL<", ">filtered groups<"]) {
+      expect(svg).toContain(label);
+    }
+    // response length has its own chart
+    expect(chartSpecs(rows).map((c) => c.name)).toEqual(["length", "optimisation"]);
   });
 
   it("compiles every chart without vega-lite warnings", () => {

@@ -1,7 +1,8 @@
 // `searchr1 train` end to end with its real children: the native trainer, the native engine
 // (serving the tiny test model) and serve-retriever (BM25, started from retriever.index).
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -11,6 +12,8 @@ import { modelDir } from "../engine/helpers.js";
 import { type CliResult, runCli, startCli } from "../helpers/cli.js";
 import { preprocessQa, type QaRow } from "../helpers/qa-data.js";
 import { type ScriptedTurn, startScriptedEngine } from "../helpers/scripted-engine.js";
+import { readEvents } from "../helpers/tfevents.js";
+import { startWandbStandIn } from "../helpers/wandb-server.js";
 import { buildTestIndex, type TestIndex } from "../retrieval/helpers.js";
 
 const MODEL = modelDir("qwen-bpe");
@@ -239,8 +242,11 @@ describe("searchr1 train", () => {
     expect(metrics(path.join(dir, "quiet")).map((x) => x.step)).toEqual([1]);
   }, 240_000);
 
-  // Two trainer ranks (CPU, Gloo) stand in for two GPUs. The engine, its seeds and the data
-  // order are the same, so the rollouts are too, as long as the weights the engine receives
+  // Two trainer ranks (CPU, Gloo) and two engine replicas (CPU, a core each) stand in for two
+  // GPUs. The seeds and the data order are the same, and every request carries its seed to
+  // whichever replica the router gives its trajectory, so the rollouts are the same too (the
+  // replicas run other batches than one engine would, which moves the engine's log-probs by
+  // rounding, not the tokens sampled), as long as the weights the engine receives
   // after each update sample the same tokens: the ranks' weights differ from one rank's only
   // by the rounding of the gradient sum (test/native/ranks.test.ts: at most 6.7e-7 after 6
   // steps), far too little to change a sampled token here. So every rollout metric and the
@@ -250,10 +256,12 @@ describe("searchr1 train", () => {
   // step 2, 2.6e-6 at step 3 (kl_loss, which grows with the weights' drift from the
   // reference); pg_loss is 0 here (the random model earns no reward; ranks.test.ts checks
   // the policy-gradient part).
-  it("--gpus 2 with trainer.device=cpu: two trainer ranks give the run of one", () => {
+  it("--gpus 2 with trainer.device=cpu: two trainer ranks and two engine replicas give the run of one", () => {
     const out = path.join(dir, "two-ranks");
     const r = runCli(args(out, ["--gpus", "2"]));
     expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/^engine replica 0 serving at http:\/\/127\.0\.0\.1:\d+$/m);
+    expect(r.stderr).toMatch(/^engine replica 1 serving at http:\/\/127\.0\.0\.1:\d+$/m);
     const [one, two] = [metrics(straight()), metrics(out)];
     expect(two.map((x) => x.step)).toEqual(one.map((x) => x.step));
     const trainerKey = (k: string) => k.startsWith("actor/") || k.startsWith("critic/");
@@ -300,6 +308,37 @@ describe("searchr1 train", () => {
     expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(
       rendezvous as string,
     );
+  }, 240_000);
+
+  it("a dying engine replica stops the run naming the replica and its last lines", async () => {
+    const out = path.join(dir, "replica-crash");
+    const cli = startCli(args(out, ["--gpus", "2"]));
+    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
+    while (!existsSync(checkpoint) && cli.child.exitCode === null)
+      await new Promise((r) => setTimeout(r, 50));
+    const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
+      encoding: "utf8",
+    });
+    // Started in replica order, so in pid order.
+    const replicas = children
+      .split("\n")
+      .filter((l) => l.includes("serve-engine"))
+      .map((l) => Number(l.trim().split(/\s+/)[0]))
+      .sort((a, b) => a - b);
+    expect(replicas, children).toHaveLength(2);
+    process.kill(replicas[1] as number, "SIGKILL");
+    const r = await cli.result;
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(
+      /the engine replica 1 \(searchr1 serve-engine\) died \(SIGKILL\); its last lines:\n(.*\n)*.* {2}serving \S+ on cpu at /,
+    );
+    // Step 1 gave the KV cache back while the trainer worked, and took it again
+    // (rollout.free_cache_engine).
+    expect(r.stderr).toMatch(
+      / {2}KV cache released: its memory is the device's .*\n.* {2}KV cache resumed/,
+    );
+    expect(existsSync(checkpoint)).toBe(true);
+    expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(out);
   }, 240_000);
 
   it("Ctrl-C stops cleanly (exit 130); the resumed run equals the uninterrupted one", async () => {
@@ -354,12 +393,180 @@ describe("searchr1 train", () => {
     240_000,
   );
 
+  // W&B's variables as a user sets them, whatever this machine's environment holds.
+  const WANDB_KEY = "k".repeat(40);
+  const wandbEnv = (url: string) => ({
+    WANDB_API_KEY: WANDB_KEY,
+    WANDB_BASE_URL: url,
+    WANDB_MODE: "",
+    WANDB_ENTITY: "",
+    WANDB_RUN_ID: "",
+  });
+
+  it("trainer.logger wandb and tensorboard: every step's metrics in a W&B run (a stand-in server) and in event files; the plots as images at checkpoints", async () => {
+    const server = await startWandbStandIn({ apiKey: WANDB_KEY, entity: "alice" });
+    const out = path.join(dir, "trackers");
+    try {
+      const r = await startCli(
+        args(out, [
+          "trainer.logger=[console,jsonl,plot,wandb,tensorboard]",
+          "trainer.project_name=proj",
+          "trainer.experiment_name=trackers",
+          "trainer.save_freq=2",
+        ]),
+        { env: wandbEnv(server.url) },
+      ).result;
+      expect(r.code, r.stderr).toBe(0);
+      const run = path.join(out, "proj", "trackers");
+      const rows = readFileSync(path.join(run, "metrics.jsonl"), "utf8")
+        .split("\n")
+        .filter((l) => l)
+        .map((l) => JSON.parse(l) as Record<string, number | null> & { step: number });
+      expect(rows.map((x) => x.step)).toEqual([0, 1, 2, 3]);
+      // The collapse signs are logged every step (the filtered-group share with dynamic
+      // sampling: the DAPO test below).
+      for (const row of rows.slice(1)) {
+        for (const key of [
+          "actor/entropy",
+          "response_length/mean",
+          "actor/pg_clipfrac",
+          "actor/grad_norm",
+          "rollout_corr/kl",
+        ]) {
+          expect(row[key], `step ${row.step} ${key}`).toEqual(expect.any(Number));
+        }
+      }
+      const finite = (row: Record<string, number | null>) =>
+        Object.entries(row).filter(
+          ([k, v]) => k !== "step" && typeof v === "number" && Number.isFinite(v),
+        ) as [string, number][];
+
+      // W&B: the run under project_name with experiment_name, the resolved config, a history
+      // line per step with every finite metric, the plots as images where a checkpoint was
+      // written (steps 2 and 3), and the end marked with exit code 0.
+      const upsert = server.graphql.find((c) => /upsertBucket/.test(c.query));
+      const id = upsert?.variables.name as string;
+      expect(upsert?.variables).toMatchObject({ project: "proj", displayName: "trackers" });
+      expect(r.stderr).toContain(`W&B run ${server.url}/alice/proj/runs/${id}`);
+      const config = JSON.parse(upsert?.variables.config as string);
+      expect(config.rollout.value.n).toBe(2);
+      expect(config.trainer.value.logger).toContain("wandb");
+      expect(config.model.value.path).toBe(MODEL);
+      const history = server.history();
+      expect(history.map((h) => h._step)).toEqual([0, 1, 2, 3]);
+      const charts = readdirSync(path.join(run, "plots"))
+        .filter((f) => f.endsWith(".png"))
+        .map((f) => `plots/${f.replace(/\.png$/, "")}`)
+        .sort();
+      expect(charts).toEqual(expect.arrayContaining(["plots/reward", "plots/optimisation"]));
+      for (const [i, row] of rows.entries()) {
+        const line = history[i] as Record<string, unknown>;
+        for (const [k, v] of finite(row)) expect(line[k], `step ${row.step} ${k}`).toBe(v);
+        const images = Object.keys(line).filter((k) => k.startsWith("plots/"));
+        expect(images.sort(), `step ${row.step}`).toEqual(row.step >= 2 ? charts : []);
+      }
+      // The last step's images are the plots on disk.
+      const last = history[3] as Record<string, { path: string; sha256: string }>;
+      const png = readFileSync(path.join(run, "plots", "reward.png"));
+      expect(last["plots/reward"]?.sha256).toBe(createHash("sha256").update(png).digest("hex"));
+      expect(server.uploads.get(last["plots/reward"]?.path as string)?.bytes).toEqual(png);
+      expect(server.fileStream.at(-1)?.body).toEqual({ complete: true, exitcode: 0 });
+
+      // TensorBoard: one file; the version, a START at step 0, then one event per step with
+      // every finite metric of metrics.jsonl as a float32.
+      const tb = readdirSync(path.join(run, "tensorboard"));
+      expect(tb).toHaveLength(1);
+      expect(tb[0]).toMatch(/^events\.out\.tfevents\.\d+\./);
+      const events = readEvents(path.join(run, "tensorboard", tb[0] as string));
+      expect(events[0]?.fileVersion).toBe("brain.Event:2");
+      expect(events[1]).toMatchObject({ step: 0, sessionStatus: 1 });
+      expect(events.slice(2).map((e) => e.step)).toEqual([0, 1, 2, 3]);
+      for (const [i, row] of rows.entries()) {
+        expect(events[i + 2]?.values).toEqual(
+          finite(row)
+            .filter(([k]) => k !== "epoch")
+            .map(([tag, v]) => ({ tag, value: Math.fround(v) })),
+        );
+      }
+    } finally {
+      await server.close();
+    }
+  }, 240_000);
+
+  it("trainer.logger wandb: without WANDB_API_KEY, or with WANDB_MODE=offline, refused naming the variable", () => {
+    const base = args(path.join(dir, "x"), ["trainer.logger=[console,wandb]"]);
+    const none = runCli(base, { env: { WANDB_API_KEY: "", WANDB_MODE: "" } });
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/trainer\.logger has wandb but WANDB_API_KEY is not set/);
+    const offline = runCli(base, { env: { WANDB_API_KEY: WANDB_KEY, WANDB_MODE: "offline" } });
+    expect(offline.code).toBe(2);
+    expect(offline.stderr).toMatch(/WANDB_MODE=offline: searchr1 train logs to W&B online only/);
+    expect(existsSync(path.join(dir, "x"))).toBe(false); // refused before writing anything
+  });
+
+  it("a NaN metric stops the run (trainer.stop_on_nan): exit 1 naming the step and the metric; the last checkpoint stays the last", async () => {
+    // A learning rate of 1e30 leaves the policy's weights infinite after step 1's single
+    // optimizer step (one mini-batch per step), so step 2's log-probs, entropy, losses and
+    // gradient norm are NaN (null from the trainer).
+    const server = await startWandbStandIn({ apiKey: WANDB_KEY });
+    const out = path.join(dir, "nan");
+    const nan = [
+      "actor.lr=1e30",
+      "actor.ppo_mini_batch_size=4",
+      "trainer.val_before_train=false",
+      "trainer.logger=[console,jsonl,wandb]",
+    ];
+    try {
+      const r = await startCli(args(out, nan), { env: wandbEnv(server.url) }).result;
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stderr).toMatch(
+        /^warning: step 2: not finite: .*actor\/entropy=null.*actor\/grad_norm=null/m,
+      );
+      expect(r.stderr).toMatch(
+        /step 2: actor\/\S+ is null \(the trainer's NaN or ±Inf\), and \d+ more metric\(s\) are not finite \(.*actor\/grad_norm.*\); trainer\.stop_on_nan stopped the run without checkpointing step 2: the last checkpoint, \S+global_step_1, is intact/,
+      );
+      expect(r.stderr).not.toMatch(/^step 1\/3 .*warning/m);
+      const run = runDir(out);
+      expect(existsSync(path.join(run, "global_step_1", "controller.json"))).toBe(true);
+      expect(existsSync(path.join(run, "global_step_2"))).toBe(false);
+      expect(readFileSync(path.join(run, "latest_checkpointed_iteration.txt"), "utf8").trim()).toBe(
+        "1",
+      );
+      const m = metrics(out);
+      expect(m.map((x) => x.step)).toEqual([1, 2]);
+      expect(m[0]?.["actor/entropy"]).toEqual(expect.any(Number));
+      expect(m[1]?.["actor/entropy"]).toBeNull();
+      expect(m[1]).not.toHaveProperty("val/em/mean"); // a diverged step is not validated
+      expect(server.history().map((h) => h._step)).toEqual([1, 2]);
+      expect(server.fileStream.at(-1)?.body).toEqual({ complete: true, exitcode: 1 });
+    } finally {
+      await server.close();
+    }
+    // trainer.stop_on_nan=false: the same warning, and the run goes on to its end.
+    const goOn = runCli(
+      args(path.join(dir, "nan-go-on"), [
+        ...nan,
+        "trainer.logger=[console,jsonl]",
+        "trainer.stop_on_nan=false",
+        "trainer.total_training_steps=2",
+      ]),
+    );
+    expect(goOn.code, goOn.stderr).toBe(0);
+    expect(goOn.stderr).toMatch(/^warning: step 2: not finite: /m);
+    expect(existsSync(path.join(runDir(path.join(dir, "nan-go-on")), "global_step_2"))).toBe(true);
+  }, 240_000);
+
   it("refuses what this build cannot do, naming the key", () => {
-    const gpus = runCli([...args(path.join(dir, "x")), "--gpus", "2", "trainer.device=cuda"]);
+    // Devices no machine has: each rank's probe (searchr1-trainer info seeing its device alone)
+    // finds no GPU, here or on a GPU machine.
+    const gpus = runCli([...args(path.join(dir, "x")), "--gpus", "2", "trainer.device=cuda"], {
+      env: { CUDA_VISIBLE_DEVICES: "97,98" },
+    });
     expect(gpus.code).toBe(2);
     expect(gpus.stderr).toMatch(
-      /trainer\.gpus=2 with trainer\.device=cuda: this build runs several trainer ranks on the CPU only/,
+      /trainer\.device=cuda with trainer\.gpus=2: device 97 \(CUDA_VISIBLE_DEVICES=97\) is not usable: \S/,
     );
+    expect(existsSync(path.join(dir, "x"))).toBe(false);
     const nodes = runCli([...args(path.join(dir, "x")), "trainer.nnodes=2"]);
     expect(nodes.code).toBe(2);
     expect(nodes.stderr).toMatch(/trainer\.nnodes=2: this build trains on one node/);

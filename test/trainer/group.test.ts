@@ -3,11 +3,11 @@
 // is test/native/ranks.test.ts's; here, the controller's side: every op reaches every rank and
 // returns rank 0's reply, refusals come back as one rank's, a rank that dies stops the group
 // naming it, an abort stops every rank, and the rendezvous folder goes with them.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { afterAll, describe, expect, it } from "vitest";
 import { Rng } from "../../src/runtime/rng.js";
 import type { Sequence } from "../../src/trainer/batch.js";
-import { TrainerGroup, type TrainerGroupOptions } from "../../src/trainer/group.js";
+import { startTrainer, TrainerGroup, type TrainerGroupOptions } from "../../src/trainer/group.js";
 import { TrainerProcess } from "../../src/trainer/process.js";
 import { logProbRows } from "../../src/trainer/rows.js";
 import { maxAbsDiff, modelDir, tempDir } from "../native/helpers.js";
@@ -52,7 +52,7 @@ describe("TrainerGroup", () => {
     const g = await group();
     expect(g.size).toBe(2);
     expect(existsSync(g.rendezvous)).toBe(true);
-    expect(await g.load({ policy: POLICY })).toEqual({ parameters: 140160, device: "cpu" });
+    expect(await g.load({ policy: POLICY })).toMatchObject({ parameters: 140160, device: "cpu" });
     const two = await logProbRows(g, SEQS);
     await expect(g.logProbs({ batch: "/nonexistent/batch", out: tempDir() })).rejects.toThrow(
       /^the trainer's rank 0 refused log_probs: .*\/nonexistent\/batch/,
@@ -84,6 +84,21 @@ describe("TrainerGroup", () => {
     await expect(logProbRows(g, SEQS)).rejects.toThrow(/the trainer's rank 1 .* died/);
     expect(alive(rank0)).toBe(false);
     expect(existsSync(g.rendezvous)).toBe(false);
+  });
+
+  it("rank r sees only devices[r] (CUDA_VISIBLE_DEVICES); one trainer sees devices[0]", async () => {
+    const visible = (pid: number | undefined) =>
+      readFileSync(`/proc/${pid}/environ`, "utf8")
+        .split("\0")
+        .find((v) => v.startsWith("CUDA_VISIBLE_DEVICES="));
+    // CPU ranks given devices: the environment is all this checks.
+    const g = await group({ devices: ["4", "GPU-5"] });
+    expect(g.pids.map(visible)).toEqual(["CUDA_VISIBLE_DEVICES=4", "CUDA_VISIBLE_DEVICES=GPU-5"]);
+    await g.shutdown();
+    const one = await startTrainer({ device: "cpu", threads: 1, ranks: 1, devices: ["3"] });
+    started.push(one as TrainerProcess);
+    expect(visible((one as TrainerProcess).pid)).toBe("CUDA_VISIBLE_DEVICES=3");
+    await expect(group({ devices: ["0"] })).rejects.toThrow("2 trainer ranks but 1 devices: 0");
   });
 
   it("an abort (Ctrl-C) stops every rank", async () => {

@@ -85,7 +85,7 @@ const flat = (rows: ArrayLike<number>[]) => rows.flatMap((r) => [...Array.from(r
 describe("trainer bridge: log-probs", () => {
   it("logProbRows is score at the response positions, bit for bit, policy and reference", async () => {
     const t = await start();
-    expect(await t.load({ policy: POLICY, reference: REFERENCE })).toEqual({
+    expect(await t.load({ policy: POLICY, reference: REFERENCE })).toMatchObject({
       parameters: 140160,
       device: "cpu",
     });

@@ -39,6 +39,11 @@ std::string collective_error(const CommOptions& o, const std::string& op, const 
   return s.str();
 }
 
+void LocalComm::all_gather_into(const void*, void*, size_t, size_t, const std::string& what) {
+  throw Error("all_gather_into of " + what + ": one local rank has nothing to gather from, and "
+              "its memory kind (host or device) is the backend's, unknown here");
+}
+
 double all_reduce_sum(Comm& comm, double x, const std::string& what) {
   comm.all_reduce_sum_host(&x, 1, what);
   return x;

@@ -17,6 +17,7 @@ enum ncclResult_t : int {
 };
 
 enum ncclDataType_t : int {
+  ncclUint8 = 1,
   ncclFloat32 = 7,
   ncclFloat64 = 8,
 };
@@ -42,6 +43,11 @@ struct Api {
   const char* (*ncclGetErrorString)(ncclResult_t result);
   ncclResult_t (*ncclAllReduce)(const void* send, void* recv, size_t count, ncclDataType_t type,
                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t (*ncclReduceScatter)(const void* send, void* recv, size_t recvcount,
+                                    ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                                    cudaStream_t stream);
+  ncclResult_t (*ncclAllGather)(const void* send, void* recv, size_t sendcount,
+                                ncclDataType_t type, ncclComm_t comm, cudaStream_t stream);
 };
 
 // The library, found once per process: `api` set and `path` the file loaded, or `error` saying

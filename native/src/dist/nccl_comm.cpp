@@ -16,37 +16,20 @@
 // as PyTorch's NCCL watchdog does. ncclCommInitRank itself waits for every rank without a
 // timeout: a rank that dies before it is caught by the controller, which stops the others.
 #include <dlfcn.h>
-#include <glob.h>
-#include <link.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <set>
 #include <thread>
-#include <vector>
+#include <type_traits>
 
+#include "backend/cuda/library_search.h"
 #include "dist/comm_impl.h"
 #include "dist/nccl_api.h"
 
 namespace sr1 {
 namespace nccl {
 namespace {
-
-constexpr const char* kNames[] = {"libnccl.so.2", "libnccl.so"};
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-bool is_folder(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 // Fills `api` from `lib`; returns the first function it lacks, or null.
 const char* resolve_all(void* lib, Api* api) {
@@ -63,124 +46,36 @@ const char* resolve_all(void* lib, Api* api) {
   get("ncclCommGetAsyncError", &api->ncclCommGetAsyncError);
   get("ncclGetErrorString", &api->ncclGetErrorString);
   get("ncclAllReduce", &api->ncclAllReduce);
+  get("ncclReduceScatter", &api->ncclReduceScatter);
+  get("ncclAllGather", &api->ncclAllGather);
   return missing;
 }
 
-// The search so far: one note per place looked in, and the library once one has loaded.
-class Search {
- public:
-  explicit Search(Api* table) : table_(table) {}
-
-  bool file(const std::string& path, const std::string& label) {
-    return open(path) || note(label, last_error_);
-  }
-
-  bool folder(const std::string& dir, const std::string& label) {
-    if (!seen_.insert(dir).second) return false;
-    if (!is_folder(dir)) return note(label, "no such folder");
-    std::string outcome = "no libnccl there";
-    for (const char* name : kNames) {
-      const std::string path = dir + "/" + name;
-      if (access(path.c_str(), F_OK) != 0) continue;
-      if (open(path)) return true;
-      outcome = last_error_;
-    }
-    return note(label, outcome);
-  }
-
-  bool wheels(const std::string& prefix) {
-    const std::string pattern = prefix + "/lib/python3*/site-packages/nvidia/nccl/lib";
-    glob_t g;
-    if (glob(pattern.c_str(), GLOB_ONLYDIR, nullptr, &g) != 0) return note(pattern, "no such folder");
-    const std::vector<std::string> dirs(g.gl_pathv, g.gl_pathv + g.gl_pathc);
-    globfree(&g);
-    for (const std::string& dir : dirs) {
-      if (folder(dir, dir)) return true;
-    }
-    return false;
-  }
-
-  bool system() {
-    for (const char* name : kNames) {
-      if (open(name)) return true;
-    }
-    return note("the system's library path (LD_LIBRARY_PATH, ldconfig)", last_error_);
-  }
-
-  Library failure() const {
-    std::string msg = "NCCL could not be loaded (tried libnccl.so.2 and libnccl.so): ";
-    for (size_t i = 0; i < notes_.size(); i++) msg += (i ? "; " : "") + notes_[i];
-    msg += ". CUDA ranks need it: install it (pip install nvidia-nccl-cu12, or nvidia-nccl-cu13 "
-           "with CUDA 13, or the system's libnccl2) or set SEARCHR1_NCCL_PATH to libnccl.so.2 "
-           "or its folder";
-    Library failed;
-    failed.error = msg;
-    return failed;
-  }
-
-  const Library& found() const { return found_; }
-
- private:
-  bool open(const std::string& file) {
-    void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* e = dlerror();
-      last_error_ = e ? e : file + ": dlopen failed";
-      return false;
-    }
-    Api api{};
-    if (const char* missing = resolve_all(lib, &api)) {
-      last_error_ = file + " has no " + missing + " (not NCCL 2?)";
-      dlclose(lib);
-      return false;
-    }
-    *table_ = api;
-    const link_map* map = nullptr;
-    const bool named = dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name[0];
-    found_.api = table_;
-    found_.path = named ? map->l_name : file;
-    return true;
-  }
-
-  bool note(const std::string& place, const std::string& outcome) {
-    notes_.push_back(place + ": " + outcome);
-    return false;
-  }
-
-  Api* table_;
-  Library found_;
-  std::vector<std::string> notes_;
-  std::set<std::string> seen_;
-  std::string last_error_;
-};
-
 Library search(Api* table) {
-  Search s(table);
-  const std::string user = env("SEARCHR1_NCCL_PATH");
-  if (!user.empty()) {
-    const bool found = is_folder(user) ? s.folder(user, "SEARCHR1_NCCL_PATH=" + user)
-                                       : s.file(user, "SEARCHR1_NCCL_PATH");
-    if (found) return s.found();
+  cuda::LibrarySearch what;
+  what.names = {"libnccl.so.2", "libnccl.so"};
+  what.env = "SEARCHR1_NCCL_PATH";
+  what.wheels = {"nccl"};  // nvidia-nccl-cu12 and nvidia-nccl-cu13 alike
+  what.none_there = "no libnccl there";
+  what.lacking = "(not NCCL 2?)";
+  what.resolve = [table](void* lib) {
+    Api api{};  // into the table only when complete
+    const char* missing = resolve_all(lib, &api);
+    if (missing == nullptr) *table = api;
+    return missing;
+  };
+  const cuda::FoundLibrary found = cuda::find_library(what);
+  Library loaded;
+  if (!found.path.empty()) {
+    loaded.api = table;
+    loaded.path = found.path;
+    return loaded;
   }
-  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
-    const std::string prefix = env(var);
-    if (!prefix.empty() && s.wheels(prefix)) return s.found();
-  }
-  const std::string conda = env("CONDA_PREFIX");
-  if (!conda.empty() && s.folder(conda + "/lib", conda + "/lib")) return s.found();
-  std::vector<std::string> toolkits;
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (!env(var).empty()) toolkits.push_back(env(var) + "/lib64");
-  }
-  toolkits.push_back("/usr/local/cuda/lib64");
-#ifdef SR1_CUDA_TOOLKIT_LIBDIR
-  toolkits.push_back(SR1_CUDA_TOOLKIT_LIBDIR);
-#endif
-  for (const std::string& dir : toolkits) {
-    if (s.folder(dir, dir)) return s.found();
-  }
-  if (s.system()) return s.found();
-  return s.failure();
+  loaded.error = "NCCL could not be loaded (tried libnccl.so.2 and libnccl.so): " + found.notes +
+                 ". CUDA ranks need it: install it (pip install nvidia-nccl-cu12, or "
+                 "nvidia-nccl-cu13 with CUDA 13, or the system's libnccl2) or set "
+                 "SEARCHR1_NCCL_PATH to libnccl.so.2 or its folder";
+  return loaded;
 }
 
 }  // namespace
@@ -236,6 +131,32 @@ class NcclComm final : public Comm {
     host_sum(x, n, nccl::ncclFloat64, what);
   }
 
+  // In place, as NCCL allows: this rank's block is at recvbuff = sendbuff + rank * count.
+  void reduce_scatter_sum(float* x, size_t n, const std::string& what) override {
+    if (n == 0) return;
+    c_.run("reduce_scatter", what, n * size(), [&] {
+      check(api_->ncclReduceScatter(x, x + static_cast<size_t>(rank()) * n, n, nccl::ncclFloat32,
+                                    nccl::ncclSum, comm_, stream_),
+            "ncclReduceScatter");
+      wait();
+    });
+  }
+
+  // Bytes: an all-gather copies, so any element type travels as ncclUint8.
+  void all_gather(void* x, size_t n, size_t elem, const std::string& what) override {
+    const size_t bytes = n * elem;
+    all_gather_into(static_cast<char*>(x) + static_cast<size_t>(rank()) * bytes, x, n, elem, what);
+  }
+  void all_gather_into(const void* in, void* out, size_t n, size_t elem,
+                       const std::string& what) override {
+    if (n == 0) return;
+    c_.run("all_gather", what, n * size(), [&] {
+      check(api_->ncclAllGather(in, out, n * elem, nccl::ncclUint8, comm_, stream_),
+            "ncclAllGather");
+      wait();
+    });
+  }
+
   // NCCL has no barrier: a one-value all-reduce is one (as torch.distributed does it).
   void barrier(const std::string& what) override {
     float one = 1;
@@ -287,6 +208,11 @@ class NcclComm final : public Comm {
   // In place on device memory x; waits for it with the timeout.
   void reduce(void* x, size_t n, nccl::ncclDataType_t type) {
     check(api_->ncclAllReduce(x, x, n, type, nccl::ncclSum, comm_, stream_), "ncclAllReduce");
+    wait();
+  }
+
+  // Waits for the collective just queued on the stream, within the timeout.
+  void wait() {
     const auto deadline = Clock::now() + timeout();
     while (true) {
       const cudaError_t q = cudaStreamQuery(stream_);

@@ -44,6 +44,9 @@ Engine::~Engine() = default;
 void Engine::submit(GenerateRequest r) {
   const int V = model_.config().vocab_size, ctx = opt_.context_length;
   if (r.rid.empty()) throw Error("rid must be a non-empty string");
+  if (cache_.released()) {
+    throw Error("the KV cache is released (release_memory_occupation): resume it first");
+  }
   if (live_rids_.count(r.rid) != 0) throw Error("rid '" + r.rid + "' is already live");
   if (r.input_ids.empty()) throw Error("input_ids must not be empty");
   for (int32_t id : r.input_ids) {
@@ -131,6 +134,34 @@ bool Engine::flush_cache() {
   return true;
 }
 
+bool Engine::release_memory(std::string* why) {
+  if (cache_.released()) {
+    *why = "the KV cache is already released";
+    return false;
+  }
+  if (live() > 0 || !instant_.empty()) {
+    *why = "requests are running or queued; the KV cache is kept";
+    return false;
+  }
+  blocks_.flush();
+  cache_.release();
+  return true;
+}
+
+bool Engine::resume_memory(std::string* why) {
+  if (!cache_.released()) {
+    *why = "the KV cache is not released";
+    return false;
+  }
+  try {
+    cache_.resume();
+  } catch (const Error& e) {
+    *why = std::string("the KV cache could not be taken again: ") + e.what();
+    return false;
+  }
+  return true;
+}
+
 void Engine::reset_prefix_cache() {
   if (!running_.empty()) throw Error("engine: prefix cache reset while sequences run");
   blocks_.flush();
@@ -143,6 +174,7 @@ EngineStats Engine::stats() const {
   s.kv_blocks_total = blocks_.num_blocks();
   s.kv_blocks_used = blocks_.used();
   s.kv_blocks_cached = blocks_.cached();
+  s.kv_released = cache_.released();
   return s;
 }
 

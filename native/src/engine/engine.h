@@ -65,6 +65,8 @@ struct EngineStats {
   // Steps in which the KV cache was full: a queued sequence had to wait for room, or a
   // running one was preempted (preemptions counts those).
   uint64_t kv_full_steps = 0, preemptions = 0;
+  // The KV cache's memory is given back (release_memory) until resume_memory.
+  bool kv_released = false;
 };
 
 class Engine {
@@ -95,6 +97,12 @@ class Engine {
   // Drops the prefix cache while queued sequences (which hold no blocks) wait: after a
   // weight update, when nothing is running.
   void reset_prefix_cache();
+  // Frees the KV cache's memory (and drops the prefix cache): only when nothing is live;
+  // until resume_memory(), submit() refuses. False with *why when refused.
+  bool release_memory(std::string* why);
+  // Takes the KV cache's memory again; false with *why when it cannot be had (still released).
+  bool resume_memory(std::string* why);
+  bool memory_released() const { return cache_.released(); }
 
   EngineStats stats() const;
   const EngineOptions& options() const { return opt_; }

@@ -73,7 +73,8 @@ json::Value stats_object(const EngineStats& s) {
                               {"generated_tokens", u(s.generated_tokens)},
                               {"decode_steps", u(s.decode_steps)},
                               {"kv_full_steps", u(s.kv_full_steps)},
-                              {"preemptions", u(s.preemptions)}});
+                              {"preemptions", u(s.preemptions)},
+                              {"kv_released", s.kv_released}});
 }
 
 }  // namespace sr1

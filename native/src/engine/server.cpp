@@ -43,6 +43,11 @@ bool EngineServer::handle(const std::string& line) {
   } else if (op == "flush_cache") {
     const bool ok = engine_.live() == 0 && engine_.flush_cache();
     reply(cmd, ok, ok ? "prefix cache flushed" : "requests are running or queued; not flushed");
+  } else if (op == "release_memory" || op == "resume_memory") {
+    std::string why;
+    const bool release = op == "release_memory";
+    const bool ok = release ? engine_.release_memory(&why) : engine_.resume_memory(&why);
+    reply(cmd, ok, ok ? (release ? "KV cache released" : "KV cache resumed") : why);
   } else if (op == "stats") {
     json::Value r = stats_object(engine_.stats());
     r.set("ev", "reply");

@@ -95,10 +95,10 @@ static void write_config(const std::string& dir, DType dtype, const ModelConfig&
 }
 
 void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
-                    DType dtype, uint64_t max_shard_bytes) {
+                    DType dtype, uint64_t max_shard_bytes, const float* host) {
   out.copy_model_files(source_dir);
   write_config(out.dir(), dtype, model.config(), model.head_kind());
-  model.save_weights(out.dir(), dtype, max_shard_bytes);
+  model.save_weights(out.dir(), dtype, max_shard_bytes, host);
 }
 
 }  // namespace sr1

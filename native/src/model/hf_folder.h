@@ -31,7 +31,8 @@ constexpr uint64_t kMaxShardBytes = 5000000000ULL;
 
 // Fills `out` with a Hugging Face folder of the model: config.json (its dtype field set to
 // `dtype`), the tokenizer and generation files of `source_dir`, and the weights in `dtype`.
+// `host`: the fp32 weights to write instead of the model's own (Qwen2Model::save_weights).
 void write_hf_model(OutputFolder& out, Qwen2Model& model, const std::string& source_dir,
-                    DType dtype, uint64_t max_shard_bytes);
+                    DType dtype, uint64_t max_shard_bytes, const float* host = nullptr);
 
 }  // namespace sr1

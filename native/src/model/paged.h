@@ -30,21 +30,31 @@ struct PagedStep {
 using LogitsSink = std::function<void(int first, int n, const float* logits)>;
 
 // Keys and values of every layer for `num_blocks` blocks of `block_size` positions, in the
-// backend's compute type.
+// backend's compute type. release() gives the memory back to the device (SGLang's
+// release_memory_occupation of the KV cache, so a trainer on the same GPU can use it) and
+// resume() takes it again, the same size; what it held is gone (the caller drops its
+// prefix cache).
 class PagedKvCache {
  public:
   PagedKvCache(Backend& backend, const ModelConfig& c, int num_blocks, int block_size);
+  ~PagedKvCache();
+  PagedKvCache(const PagedKvCache&) = delete;
+  PagedKvCache& operator=(const PagedKvCache&) = delete;
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   XPtr k(int layer) const { return base_ + static_cast<size_t>(2 * layer) * layer_elems_; }
   XPtr v(int layer) const { return base_ + static_cast<size_t>(2 * layer + 1) * layer_elems_; }
   // Bytes one block takes over all layers (keys and values).
   static size_t bytes_per_block(const ModelConfig& c, int block_size, size_t x_elem);
+  bool released() const { return base_.null(); }
+  void release();
+  // Throws (out of memory) and stays released when the memory cannot be had.
+  void resume();
 
  private:
-  DeviceBuffers mem_;
+  Backend& be_;
   int num_blocks_, block_size_;
-  size_t layer_elems_;
+  size_t layer_elems_, total_elems_;
   XPtr base_;
 };
 

@@ -38,8 +38,12 @@ struct Qwen2Model::Activations : DeviceBuffers {
   explicit Activations(Backend& backend) : DeviceBuffers(backend) {}
 };
 
-Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend, Head head)
-    : config_(std::move(config)), head_(head), be_(backend), layout_(config_, head) {}
+Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend, Head head, size_t pad_multiple)
+    : config_(std::move(config)),
+      head_(head),
+      be_(backend),
+      layout_(config_, head),
+      capacity_((layout_.total() + pad_multiple - 1) / pad_multiple * pad_multiple) {}
 
 Qwen2Model::~Qwen2Model() {
   acts_.reset();
@@ -49,10 +53,12 @@ Qwen2Model::~Qwen2Model() {
 }
 
 std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend,
-                                             Head head) {
-  std::unique_ptr<Qwen2Model> model(new Qwen2Model(load_model_config(dir), backend, head));
-  model->params_ = backend.alloc(model->layout_.total());
-  backend.zero(model->params_, model->layout_.total());  // the alignment gaps
+                                             Head head, size_t pad_multiple) {
+  if (pad_multiple < 1) throw Error("Qwen2Model::load: pad_multiple must be >= 1");
+  std::unique_ptr<Qwen2Model> model(
+      new Qwen2Model(load_model_config(dir), backend, head, pad_multiple));
+  model->params_ = backend.alloc(model->capacity_);
+  backend.zero(model->params_, model->capacity_);  // the alignment gaps and the padding
   model->load_weights(dir, true);
   return model;
 }
@@ -119,42 +125,101 @@ void Qwen2Model::load_weights(const std::string& dir, bool fresh_value_head) {
   const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
   // Every check comes before the first write, so a bad folder leaves the weights intact.
   check_tensors(weights, fresh_value_head);
-  // Converted one tensor at a time, so loading never holds a second full copy.
+  // Converted one tensor at a time, so loading never holds a second full copy. Without
+  // masters, each tensor reaches the compute copy through a bounded fp32 staging buffer on
+  // the device, converted there as params_changed() converts the masters.
   std::vector<float> staging;
-  for (const ParamTensor& t : layout_.tensors()) {
-    if (weights.find(t.name) == nullptr) continue;  // a fresh value head
-    staging.resize(t.numel);
-    read_f32(*weights.find(t.name), t.shape, staging.data());
-    be_.upload(params_ + t.offset, staging.data(), t.numel);
+  constexpr size_t kPiece = size_t{1} << 24;  // floats: 64 MiB of device staging at most
+  float* device = nullptr;
+  if (params_ == nullptr) {
+    size_t largest = 0;
+    for (const ParamTensor& t : layout_.tensors()) largest = std::max(largest, t.numel);
+    device = be_.alloc(std::min(largest, kPiece));
+  }
+  try {
+    for (const ParamTensor& t : layout_.tensors()) {
+      if (weights.find(t.name) == nullptr) continue;  // a fresh value head
+      staging.resize(t.numel);
+      read_f32(*weights.find(t.name), t.shape, staging.data());
+      if (params_ != nullptr) {
+        be_.upload(params_ + t.offset, staging.data(), t.numel);
+        continue;
+      }
+      for (size_t at = 0; at < t.numel; at += kPiece) {
+        const size_t k = std::min(kPiece, t.numel - at);
+        be_.upload(device, staging.data() + at, k);
+        be_.to_x(weights_ + (t.offset + at), device, k);
+      }
+    }
+  } catch (...) {
+    if (device != nullptr) be_.release(device);
+    throw;
+  }
+  if (device != nullptr) {
+    be_.synchronize();  // the last conversion has read the staging buffer
+    be_.release(device);
+    return;
   }
   params_changed();
 }
 
 float* Qwen2Model::grads() {
   if (grads_ == nullptr) {
-    grads_ = be_.alloc(layout_.total());
-    be_.zero(grads_, layout_.total());
+    grads_ = be_.alloc(capacity_);
+    be_.zero(grads_, capacity_);
   }
   return grads_;
 }
 
 void Qwen2Model::params_changed() {
-  const size_t n = layout_.total();
-  if (weights_.null()) {
-    weights_ = be_.x_elem() == sizeof(float) ? XPtr{params_, sizeof(float)} : be_.alloc_x(n);
+  if (params_ == nullptr) {
+    throw Error("params_changed: this model's fp32 master weights were dropped");
   }
-  be_.to_x(weights_, params_, n);
+  if (weights_.null()) {
+    weights_ =
+        be_.x_elem() == sizeof(float) ? XPtr{params_, sizeof(float)} : be_.alloc_x(capacity_);
+  }
+  be_.to_x(weights_, params_, capacity_);
 }
 
-void Qwen2Model::zero_grad() { be_.zero(grads(), layout_.total()); }
+void Qwen2Model::drop_masters() {
+  if (params_ == nullptr || weights_.p == params_) return;
+  be_.synchronize();
+  be_.release(params_);
+  params_ = nullptr;
+}
 
-void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes) {
-  std::vector<float> host(layout_.total());
-  be_.download(host.data(), params_, host.size());
+void Qwen2Model::release_grads() {
+  if (grads_ == nullptr) return;
+  be_.synchronize();
+  be_.release(grads_);
+  grads_ = nullptr;
+}
+
+size_t Qwen2Model::master_bytes() const {
+  return params_ != nullptr && weights_.p != params_ ? capacity_ * sizeof(float) : 0;
+}
+size_t Qwen2Model::weight_bytes() const { return capacity_ * weights_.elem; }
+size_t Qwen2Model::grad_bytes() const { return grads_ != nullptr ? capacity_ * sizeof(float) : 0; }
+
+void Qwen2Model::zero_grad() { be_.zero(grads(), capacity_); }
+
+void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes,
+                              const float* given) {
+  std::vector<float> host;
+  if (given == nullptr) {
+    host.resize(layout_.total());
+    if (params_ != nullptr) {
+      be_.download(host.data(), params_, host.size());
+    } else {
+      be_.download_x(host.data(), weights_, host.size());
+    }
+    given = host.data();
+  }
   std::vector<std::vector<uint16_t>> converted;  // keeps 16-bit copies alive until written
   std::vector<TensorOut> out;
   for (const ParamTensor& t : layout_.tensors()) {
-    const float* src = host.data() + t.offset;
+    const float* src = given + t.offset;
     if (dtype == DType::F32) {
       out.push_back(TensorOut{t.name, dtype, t.shape, src});
       continue;

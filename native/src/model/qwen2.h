@@ -31,8 +31,12 @@ class Qwen2Model {
   // Reads config.json and the safetensors weights of a Hugging Face folder. A critic
   // (Head::Value) may start from a causal LM's folder: its lm_head is then ignored and a
   // value head missing from the folder starts at zero (every value 0 at first).
+  // `pad_multiple` rounds the parameter, compute-copy and gradient buffers up to a multiple
+  // of it (zeros past the layout's end), so that a ZeRO learner can cut them into equal
+  // shards, one per rank (train/learner.h).
   static std::unique_ptr<Qwen2Model> load(const std::string& dir, Backend& backend,
-                                          Head head = Head::LanguageModel);
+                                          Head head = Head::LanguageModel,
+                                          size_t pad_multiple = 1);
   // Replaces the weights with those of another folder of the same architecture. Throws
   // (with the current weights intact) when its config or tensors do not match.
   void reload_weights(const std::string& dir);
@@ -48,14 +52,34 @@ class Qwen2Model {
   const ParamLayout& layout() const { return layout_; }
   // Floats in the parameter (and gradient) buffer: the parameters and alignment gaps.
   size_t param_buffer_size() const { return layout_.total(); }
-  float* params() { return params_; }  // fp32 master weights
+  // Floats each full buffer holds: param_buffer_size() rounded up to load's pad_multiple.
+  size_t buffer_capacity() const { return capacity_; }
+  // fp32 master weights (buffer_capacity() floats); null once drop_masters() let them go.
+  float* params() { return params_; }
   float* grads();  // fp32, allocated on first use
   // Call after changing params(): refreshes the compute-type copy the layers read.
   void params_changed();
+  // The compute-type copy the layers read (buffer_capacity() elements): params() itself
+  // when the compute type is fp32 (the CPU), else a copy of its own (bf16 on CUDA).
+  XPtr weights() const { return weights_; }
+  // Lets the fp32 master weights go where the compute copy is not them (CUDA), keeping the
+  // compute copy alone: for a model nobody trains (the reference, the engine's) or one whose
+  // masters a ZeRO learner keeps in shards. Loading then writes the compute copy directly,
+  // and saving reads it (exact in the compute type; save_weights can be handed the fp32
+  // values instead). A no-op where the compute copy is the masters.
+  void drop_masters();
+  // Frees the gradient buffer (the next grads() or zero_grad() allocates a zeroed one).
+  void release_grads();
+  // Bytes held: fp32 masters apart from the compute copy, the compute copy, gradients.
+  size_t master_bytes() const;
+  size_t weight_bytes() const;
+  size_t grad_bytes() const;
 
   // Writes the weights into `dir` as safetensors in `dtype` (F32, BF16 or F16), sharded
-  // above `max_shard_bytes`.
-  void save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes);
+  // above `max_shard_bytes`: `host` (param_buffer_size() fp32 values in the layout's
+  // order) when given, else the masters, else (dropped) the compute copy.
+  void save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes,
+                    const float* host = nullptr);
 
   // Per-token log-probs and entropies ([B*T], host), 0 where a token is not predicted.
   void score(const Batch& batch, const RunOptions& opt, float* logprobs, float* entropy);
@@ -92,7 +116,7 @@ class Qwen2Model {
   void load_weights(const std::string& dir, bool fresh_value_head);
   void check_config(const std::string& dir) const;
   void check_tensors(const SafetensorsSet& weights, bool fresh_value_head) const;
-  Qwen2Model(ModelConfig config, Backend& backend, Head head);
+  Qwen2Model(ModelConfig config, Backend& backend, Head head, size_t pad_multiple);
   void require_head(Head head, const char* what) const;
   // Rows of the predicted positions of `batch`, and the row before each (its input).
   void value_rows(const Batch& batch, std::vector<float>& row_values, float* out) const;
@@ -111,6 +135,7 @@ class Qwen2Model {
   Head head_;
   Backend& be_;
   ParamLayout layout_;
+  size_t capacity_;
   float* params_ = nullptr;
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;

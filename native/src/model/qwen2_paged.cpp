@@ -12,11 +12,25 @@ namespace sr1 {
 
 PagedKvCache::PagedKvCache(Backend& backend, const ModelConfig& c, int num_blocks,
                            int block_size)
-    : mem_(backend),
+    : be_(backend),
       num_blocks_(num_blocks),
       block_size_(block_size),
-      layer_elems_(static_cast<size_t>(num_blocks) * c.num_kv_heads * block_size * c.head_dim) {
-  base_ = mem_.x(2 * static_cast<size_t>(c.num_layers) * layer_elems_);
+      layer_elems_(static_cast<size_t>(num_blocks) * c.num_kv_heads * block_size * c.head_dim),
+      total_elems_(2 * static_cast<size_t>(c.num_layers) * layer_elems_) {
+  base_ = be_.alloc_x(total_elems_);
+}
+
+PagedKvCache::~PagedKvCache() { release(); }
+
+void PagedKvCache::release() {
+  if (base_.null()) return;
+  be_.release(base_.p);
+  base_.p = nullptr;
+}
+
+void PagedKvCache::resume() {
+  if (!base_.null()) return;
+  base_ = be_.alloc_x(total_elems_);
 }
 
 size_t PagedKvCache::bytes_per_block(const ModelConfig& c, int block_size, size_t x_elem) {

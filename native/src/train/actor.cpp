@@ -51,6 +51,7 @@ ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutToken
   for (double* x : {&m.pg_loss, &m.pg_clipfrac, &m.ppo_kl, &m.entropy, &m.kl_loss, &m.grad_norm}) {
     *x /= std::max(1, m.steps);
   }
+  actor.end_update();  // ZeRO stage 2: no gradient memory between updates
   if (!actor.comm().local()) {  // all the ranks' forward-backward passes
     m.micro_batches = static_cast<int>(
         all_reduce_sum(actor.comm(), m.micro_batches, "update_actor's micro-batch count"));

@@ -1,6 +1,8 @@
 #include "train/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -24,14 +26,21 @@ void AdamW::save(const std::string& path) const {
   std::vector<float> m(n_), v(n_);
   be_.download(m.data(), m_, n_);
   be_.download(v.data(), v_, n_);
-  const int64_t steps = steps_;
-  const int64_t n = static_cast<int64_t>(n_);
-  write_safetensors(path, {{"adamw.m", DType::F32, {n}, m.data()},
-                           {"adamw.v", DType::F32, {n}, v.data()},
-                           {"adamw.step", DType::I64, {1}, &steps}});
+  write(path, m, v, steps_);
 }
 
-AdamW::State AdamW::read(const std::string& path) const {
+void AdamW::write(const std::string& path, const std::vector<float>& m,
+                  const std::vector<float>& v, int steps) {
+  const int64_t step = steps;
+  const int64_t n = static_cast<int64_t>(m.size());
+  write_safetensors(path, {{"adamw.m", DType::F32, {n}, m.data()},
+                           {"adamw.v", DType::F32, {n}, v.data()},
+                           {"adamw.step", DType::I64, {1}, &step}});
+}
+
+AdamW::State AdamW::read(const std::string& path) const { return read(path, 0, n_); }
+
+AdamW::State AdamW::read(const std::string& path, size_t offset, size_t total) const {
   const std::unique_ptr<SafetensorsFile> file = SafetensorsFile::open(path);
   State state;
   for (const auto& [name, dst] :
@@ -40,8 +49,14 @@ AdamW::State AdamW::read(const std::string& path) const {
     if (t == nullptr || t->dtype != DType::F32) {
       throw Error(path + ": tensor '" + name + "' is missing or not F32");
     }
-    dst->resize(n_);
-    read_f32(*t, {static_cast<int64_t>(n_)}, dst->data());
+    check_f32(*t, {static_cast<int64_t>(total)});
+    // Only this optimizer's range is read from the mapped file (a shard of a large model
+    // never holds the whole moments).
+    dst->assign(n_, 0.0f);
+    if (offset < total) {
+      const size_t k = std::min(n_, total - offset);
+      std::memcpy(dst->data(), t->data + offset * sizeof(float), k * sizeof(float));
+    }
   }
   const TensorView* step = file->find("adamw.step");
   if (step == nullptr) throw Error(path + ": tensor 'adamw.step' is missing");
@@ -59,6 +74,11 @@ void AdamW::restore(const State& state) {
 
 double AdamW::step(float* params, const float* grads, float lr) {
   const double norm = std::sqrt(be_.sum_squares(grads, n_));
+  step(params, grads, lr, norm);
+  return norm;
+}
+
+void AdamW::step(float* params, const float* grads, float lr, double norm) {
   AdamWParams a;
   a.lr = lr;
   a.beta1 = config_.beta1;
@@ -71,7 +91,6 @@ double AdamW::step(float* params, const float* grads, float lr) {
     if (clip < 1.0) a.grad_scale = static_cast<float>(clip);
   }
   be_.adamw_update(params, grads, m_, v_, n_, a);
-  return norm;
 }
 
 }  // namespace sr1

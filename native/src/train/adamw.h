@@ -24,6 +24,9 @@ class AdamW {
 
   // One update at learning rate `lr`; returns the gradient norm before clipping.
   double step(float* params, const float* grads, float lr);
+  // The same with the norm given: that of the whole gradient, of which `grads` is one rank's
+  // shard (a ZeRO learner sums the shards' squares over the ranks).
+  void step(float* params, const float* grads, float lr, double norm);
 
   // Updates taken so far (bias correction's step count).
   int steps() const { return steps_; }
@@ -34,9 +37,19 @@ class AdamW {
     int steps = 0;
   };
   void save(const std::string& path) const;
+  // The same file from host copies of the moments (a ZeRO learner's, gathered).
+  static void write(const std::string& path, const std::vector<float>& m,
+                    const std::vector<float>& v, int steps);
   // Reads (and checks) a saved state without applying it; throws sr1::Error naming the
-  // file when its tensors do not match this optimizer.
+  // file when its tensors do not match this optimizer. With `total`, the file holds the
+  // state of `total` values (a whole model's, as every checkpoint does) and this optimizer
+  // takes its n values from `offset` on (zeros past `total`): a ZeRO shard's.
   State read(const std::string& path) const;
+  State read(const std::string& path, size_t offset, size_t total) const;
+  size_t size() const { return n_; }
+  // The moments on the device (n values each), for a ZeRO learner to gather.
+  const float* m() const { return m_; }
+  const float* v() const { return v_; }
   void restore(const State& state);
 
  private:

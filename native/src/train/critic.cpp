@@ -72,6 +72,7 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
   for (double* x : {&m.vf_loss, &m.vf_clipfrac, &m.vpred_mean, &m.grad_norm}) {
     *x /= std::max(1, m.steps);
   }
+  critic.end_update();  // ZeRO stage 2: no gradient memory between updates
   if (!critic.comm().local()) {  // all the ranks' forward-backward passes
     m.micro_batches = static_cast<int>(
         all_reduce_sum(critic.comm(), m.micro_batches, "update_critic's micro-batch count"));

@@ -1,42 +1,209 @@
 #include "train/learner.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 
+#include "io/safetensors.h"
+#include "model/params.h"
 #include "util/error.h"
 
 namespace sr1 {
 
+size_t zero_pad_multiple(int zero_stage, int ranks) {
+  return zero_stage > 0 ? static_cast<size_t>(ranks) * ParamLayout::kAlign : 1;
+}
+
+namespace {
+
+// The values each rank's optimizer holds: all of them at stage 0, else one equal shard.
+size_t shard_of(const Qwen2Model& model, const Comm& comm, int stage) {
+  if (stage < 0 || stage > 2) {
+    throw Error("'zero_stage' must be 0, 1 or 2, got " + std::to_string(stage));
+  }
+  if (stage == 0) return model.param_buffer_size();
+  const size_t multiple = zero_pad_multiple(stage, comm.size());
+  if (model.buffer_capacity() % multiple != 0) {
+    throw Error("ZeRO stage " + std::to_string(stage) + ": the model's buffers are not padded " +
+                "for " + std::to_string(comm.size()) + " ranks (load it with zero_pad_multiple)");
+  }
+  return model.buffer_capacity() / comm.size();
+}
+
+}  // namespace
+
 Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed,
-                 Comm& comm)
+                 Comm& comm, int zero_stage)
     : model_(model),
       comm_(comm),
-      optimizer_(model.be(), model.param_buffer_size(), adamw),
+      stage_(zero_stage),
+      offset_(0),
+      shard_(shard_of(model, comm, zero_stage)),
+      optimizer_(model.be(), shard_, adamw),
       schedule_(schedule),
       rng_(seed) {
   schedule_.validate(OptionStyle::Field);
+  if (stage_ == 0) return;
+  offset_ = static_cast<size_t>(comm.rank()) * shard_;
+  if (model.params() == nullptr) {
+    throw Error("ZeRO stage " + std::to_string(stage_) + ": the model's fp32 masters are gone");
+  }
+  if (model.weights().p == model.params()) return;  // fp32 compute copy: the shard is in it
+  // A master shard of this rank's own, then the model's whole fp32 copy goes.
+  Backend& be = model.be();
+  std::vector<float> host(shard_);
+  be.download(host.data(), model.params() + offset_, shard_);
+  masters_ = be.alloc(shard_);
+  be.upload(masters_, host.data(), shard_);
+  model.drop_masters();
+}
+
+Learner::~Learner() {
+  if (masters_ != nullptr) model_.be().release(masters_);
 }
 
 double Learner::step(float* lr, const std::string& what) {
-  if (!comm_.local()) {
-    model_.be().synchronize();  // the backward passes have written the gradients
-    comm_.all_reduce_sum(model_.grads(), model_.param_buffer_size(), what + "'s gradients");
-  }
+  Backend& be = model_.be();
+  const bool ranks = !comm_.local();
   *lr = schedule_.at(optimizer_.steps());
-  const double norm = optimizer_.step(model_.params(), model_.grads(), *lr);
-  model_.params_changed();
+  if (stage_ == 0) {
+    if (ranks) {
+      be.synchronize();  // the backward passes have written the gradients
+      comm_.all_reduce_sum(model_.grads(), model_.param_buffer_size(), what + "'s gradients");
+    }
+    const double norm = optimizer_.step(model_.params(), model_.grads(), *lr);
+    model_.params_changed();
+    return norm;
+  }
+  float* grads = model_.grads();
+  if (ranks) {
+    be.synchronize();
+    if (stage_ == 1) {
+      comm_.all_reduce_sum(grads, model_.buffer_capacity(), what + "'s gradients");
+    } else {
+      comm_.reduce_scatter_sum(grads, shard_, what + "'s gradients");
+    }
+  }
+  float* mine = grads + offset_;
+  double squares = be.sum_squares(mine, shard_);
+  if (ranks) squares = all_reduce_sum(comm_, squares, what + "'s squared gradient norm");
+  const double norm = std::sqrt(squares);
+  const XPtr weights = model_.weights();
+  optimizer_.step(masters_ != nullptr ? masters_ : model_.params() + offset_, mine, *lr, norm);
+  if (masters_ != nullptr) be.to_x(weights + offset_, masters_, shard_);
+  if (ranks) {
+    be.synchronize();
+    comm_.all_gather(weights.p, shard_, weights.elem, what + "'s updated weights");
+  }
   return norm;
 }
 
-void Learner::save_state(const std::string& dir, const std::string& name) const {
-  optimizer_.save(dir + "/" + name + ".optimizer.safetensors");
+void Learner::end_update() {
+  if (stage_ == 2) model_.release_grads();
+}
+
+std::vector<float> Learner::gather(const float* shard, const std::string& what) {
+  Backend& be = model_.be();
+  const size_t total = model_.param_buffer_size();
+  const bool root = comm_.rank() == 0;
+  std::vector<float> out(root ? total : 0);
+  if (comm_.local()) {  // one rank: its shard is the whole buffer
+    be.download(out.data(), shard, total);
+    return out;
+  }
+  const size_t ranks = static_cast<size_t>(comm_.size());
+  constexpr size_t kPiece = size_t{1} << 22;  // floats of each rank per round (16 MiB)
+  const size_t piece = std::min(shard_, kPiece);
+  std::vector<float> host(root ? piece * ranks : 0);
+  float* staging = be.alloc(piece * ranks);
+  try {
+    be.synchronize();
+    for (size_t at = 0; at < shard_; at += piece) {
+      const size_t k = std::min(piece, shard_ - at);
+      comm_.all_gather_into(shard + at, staging, k, sizeof(float), what);
+      if (!root) continue;
+      be.download(host.data(), staging, k * ranks);
+      for (size_t r = 0; r < ranks; r++) {
+        const size_t begin = r * shard_ + at;  // where rank r's piece sits in the flat buffer
+        if (begin >= total) continue;          // the padding
+        std::memcpy(out.data() + begin, host.data() + r * k,
+                    std::min(k, total - begin) * sizeof(float));
+      }
+    }
+  } catch (...) {
+    be.release(staging);
+    throw;
+  }
+  be.release(staging);
+  return out;
+}
+
+Learner::Snapshot Learner::snapshot(const std::string& what) {
+  Snapshot s;
+  s.steps = optimizer_.steps();
+  s.rng = rng_;
+  if (stage_ == 0) {  // every rank holds it all: rank 0 reads its own
+    if (comm_.rank() == 0) {
+      s.m.resize(shard_);
+      s.v.resize(shard_);
+      model_.be().download(s.m.data(), optimizer_.m(), shard_);
+      model_.be().download(s.v.data(), optimizer_.v(), shard_);
+    }
+    return s;
+  }
+  s.m = gather(optimizer_.m(), what + " (AdamW's first moments)");
+  s.v = gather(optimizer_.v(), what + " (AdamW's second moments)");
+  s.masters = gather_masters(what + " (the fp32 weights)");
+  return s;
+}
+
+std::vector<float> Learner::gather_masters(const std::string& what) {
+  if (masters_ == nullptr) return {};
+  return gather(masters_, what);
+}
+
+void Learner::save_state(const Snapshot& snapshot, const std::string& dir,
+                         const std::string& name) {
+  AdamW::write(dir + "/" + name + ".optimizer.safetensors", snapshot.m, snapshot.v,
+               snapshot.steps);
   const std::string path = dir + "/" + name + ".rng.txt";
   std::ofstream rng(path);
-  rng << rng_;
+  rng << snapshot.rng;
   if (!rng) throw Error(path + ": cannot write");
 }
 
-Learner::State Learner::read_state(const std::string& dir, const std::string& name) const {
-  State state{optimizer_.read(dir + "/" + name + ".optimizer.safetensors"), {}};
+std::vector<float> Learner::read_masters(const std::string& weights_dir) const {
+  std::vector<float> out(shard_, 0.0f);
+  const SafetensorsSet set = SafetensorsSet::open_dir(weights_dir);
+  const size_t lo = offset_, hi = offset_ + shard_;
+  for (const ParamTensor& t : model_.layout().tensors()) {
+    const size_t begin = std::max(lo, t.offset), end = std::min(hi, t.offset + t.numel);
+    if (begin >= end) continue;
+    const TensorView* view = set.find(t.name);
+    if (view == nullptr) throw Error(set.source() + ": tensor '" + t.name + "' is missing");
+    check_f32(*view, t.shape);
+    const size_t from = begin - t.offset, k = end - begin;
+    float* dst = out.data() + (begin - lo);
+    if (view->dtype == DType::F32) {  // only this range of the mapped file is read
+      std::memcpy(dst, view->data + from * sizeof(float), k * sizeof(float));
+      continue;
+    }
+    std::vector<float> whole(t.numel);
+    read_f32(*view, t.shape, whole.data());
+    std::memcpy(dst, whole.data() + from, k * sizeof(float));
+  }
+  return out;
+}
+
+Learner::State Learner::read_state(const std::string& dir, const std::string& name,
+                                   const std::string& weights_dir) const {
+  const std::string optimizer = dir + "/" + name + ".optimizer.safetensors";
+  State state{stage_ == 0 ? optimizer_.read(optimizer)
+                          : optimizer_.read(optimizer, offset_, model_.param_buffer_size()),
+              {},
+              {}};
+  if (masters_ != nullptr) state.masters = read_masters(weights_dir);
   const std::string path = dir + "/" + name + ".rng.txt";
   std::ifstream in(path);
   if (!(in >> state.rng)) throw Error(path + ": missing or not a generator state");
@@ -45,7 +212,18 @@ Learner::State Learner::read_state(const std::string& dir, const std::string& na
 
 void Learner::restore_state(const State& state) {
   optimizer_.restore(state.optimizer);
+  if (masters_ != nullptr) model_.be().upload(masters_, state.masters.data(), shard_);
   rng_ = state.rng;
+}
+
+Learner::Memory Learner::memory() const {
+  Memory m;
+  m.weights = model_.weight_bytes();
+  m.masters = model_.master_bytes() + (masters_ != nullptr ? shard_ * sizeof(float) : 0);
+  m.optimizer = 2 * shard_ * sizeof(float);
+  m.gradients = model_.buffer_capacity() * sizeof(float);
+  m.gradients_between = stage_ == 2 ? 0 : m.gradients;
+  return m;
 }
 
 }  // namespace sr1

@@ -3,10 +3,28 @@
 // and restores so that a resumed run continues bit-exactly; and the communicator of its
 // data-parallel ranks (dist/comm.h), over which each step first sums the ranks' gradients,
 // so that every rank takes the same step (the generator, seeded alike, shuffles alike).
+//
+// ZeRO (DeepSpeed's stages; `zero_stage` of SERVE.md's load): from stage 1 on, the fp32
+// master weights and both AdamW moments are cut into one shard per rank. The model's flat
+// buffers are padded (Qwen2Model::load's pad_multiple = ranks × ParamLayout::kAlign) so that
+// rank r owns the contiguous range [r·S, (r+1)·S) of S = buffer_capacity() / ranks values,
+// every shard the same size (the last one's tail is zero padding that stays zero). A step:
+//  - stage 1: the whole gradient is summed over the ranks (all-reduce), as at stage 0;
+//  - stage 2: it is reduce-scattered instead (each rank gets the sum of its shard only, half
+//    the traffic), and the gradient buffer is freed once the update ends (end_update), so
+//    between updates a rank holds no gradient; during an update it holds the whole fp32
+//    buffer the backward passes accumulate into (a bucketed reduction during the backward,
+//    which DeepSpeed's stage 2 has, would cut that to a bucket: not built);
+// then the global gradient norm is the square root of the ranks' summed squared shard norms,
+// the clip and AdamW run on the rank's shard alone, and the updated shard goes into every
+// rank's compute copy of the whole model (all-gather, in the compute type: bf16 on CUDA,
+// where the model's own fp32 masters are dropped; on the CPU the compute copy is fp32 and is
+// the masters, so the shard is updated in place and gathered).
 #pragma once
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "dist/comm.h"
 #include "model/qwen2.h"
@@ -17,34 +35,84 @@ namespace sr1 {
 
 class Learner {
  public:
-  Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed, Comm& comm);
+  // `zero_stage` 1 or 2 needs the model loaded with pad_multiple = ranks × kAlign
+  // (zero_pad_multiple); it takes over the model's fp32 masters (Qwen2Model::drop_masters).
+  Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed, Comm& comm,
+          int zero_stage = 0);
+  ~Learner();
+  Learner(const Learner&) = delete;
+  Learner& operator=(const Learner&) = delete;
 
   Qwen2Model& model() { return model_; }
   Comm& comm() { return comm_; }
   std::mt19937_64& rng() { return rng_; }
   int steps() const { return optimizer_.steps(); }
+  int zero_stage() const { return stage_; }
   // One optimizer step on the accumulated gradients, summed over the ranks, at the
   // schedule's rate; returns the gradient norm before clipping and sets *lr. `what` names the
   // update in a failed collective's message ("update_actor").
   double step(float* lr, const std::string& what);
+  // After an update's last step: at stage 2 the gradient buffer goes.
+  void end_update();
 
-  // `<dir>/<name>.optimizer.safetensors` and `<dir>/<name>.rng.txt`
-  void save_state(const std::string& dir, const std::string& name) const;
-  // Loading reads and checks everything first (read_state), so that a checkpoint can be
-  // restored all or nothing; restore_state then cannot fail.
-  struct State {
-    AdamW::State optimizer;
+  // Checkpoints have one layout at every stage and number of ranks, one rank's: the whole
+  // moments (`<dir>/<name>.optimizer.safetensors`), the generator (`<dir>/<name>.rng.txt`)
+  // and the fp32 weights (the caller's Hugging Face folder). So they resume on any number
+  // of ranks: each rank reads its own range.
+  // snapshot() gathers the state to rank 0's host memory: every rank must call it (from
+  // stage 1 on it is a collective; at stage 0 rank 0 reads its own copy). On rank 0 it holds
+  // m and v, and `masters` when the model holds no whole fp32 copy (CUDA from stage 1 on;
+  // then write the weights from it); elsewhere it is empty.
+  struct Snapshot {
+    std::vector<float> m, v, masters;
+    int steps = 0;
     std::mt19937_64 rng;
   };
-  State read_state(const std::string& dir, const std::string& name) const;
+  Snapshot snapshot(const std::string& what);
+  // Rank 0's whole fp32 weights when the model does not hold them (empty elsewhere, and
+  // where it does: Qwen2Model::params()); every rank must call it.
+  std::vector<float> gather_masters(const std::string& what);
+  static void save_state(const Snapshot& snapshot, const std::string& dir, const std::string& name);
+  // Loading reads and checks everything first (read_state: this rank's range of the moments,
+  // and of the fp32 weights in `weights_dir` where the learner keeps a master shard), so
+  // that a checkpoint can be restored all or nothing; restore_state then cannot fail. The
+  // caller reloads the model's weights from `weights_dir` itself.
+  struct State {
+    AdamW::State optimizer;
+    std::vector<float> masters;
+    std::mt19937_64 rng;
+  };
+  State read_state(const std::string& dir, const std::string& name,
+                   const std::string& weights_dir) const;
   void restore_state(const State& state);
 
+  // Bytes this rank holds for the model being trained (the load reply's `memory`).
+  struct Memory {
+    size_t weights = 0;    // the compute copy of the whole model (fp32 on the CPU: the masters)
+    size_t masters = 0;    // fp32 masters apart from it: the model's whole, or this shard
+    size_t optimizer = 0;  // AdamW's two moments: whole, or this shard
+    size_t gradients = 0;  // the fp32 gradient buffer during an update
+    size_t gradients_between = 0;  // ... and between updates (stage 2: none)
+  };
+  Memory memory() const;
+
  private:
+  // Rank 0's host copy of the first param_buffer_size() values of the ranks' shards
+  // (`shard` on the device, shard_ values on each rank), gathered through a bounded buffer.
+  std::vector<float> gather(const float* shard, const std::string& what);
+  std::vector<float> read_masters(const std::string& weights_dir) const;
+
   Qwen2Model& model_;
   Comm& comm_;
+  int stage_;
+  size_t offset_, shard_;  // this rank's range of the flat buffers (stage 0: all of them)
+  float* masters_ = nullptr;  // this shard's fp32 masters, where the model holds none
   AdamW optimizer_;
   LrSchedule schedule_;
   std::mt19937_64 rng_;
 };
+
+// Qwen2Model::load's pad_multiple for a learner of `zero_stage` over `ranks` ranks.
+size_t zero_pad_multiple(int zero_stage, int ranks);
 
 }  // namespace sr1

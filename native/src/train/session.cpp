@@ -160,7 +160,9 @@ std::vector<std::string> fields_of(const std::string& op) {
   const auto add = [&](const std::vector<std::string>& more) {
     k.insert(k.end(), more.begin(), more.end());
   };
-  if (op == "load") add({"policy", "reference", "critic", "actor_optim", "critic_optim", "seed"});
+  if (op == "load") {
+    add({"policy", "reference", "critic", "actor_optim", "critic_optim", "seed", "zero_stage"});
+  }
   if (op == "log_probs") add({"model", "batch", "out", "temperature", "micro_batch_size"});
   if (op == "values") add({"batch", "out", "micro_batch_size"});
   if (op == "update_actor") {
@@ -179,23 +181,34 @@ std::vector<std::string> fields_of(const std::string& op) {
 }
 
 // All or nothing: the new models and learners replace the session's only once all loaded.
+// The trained models' buffers are padded for the ZeRO shards (learner.h); the reference,
+// which nobody trains, keeps its compute copy alone (no fp32 masters where that is not them).
 void load(TrainerSession& s, const JsonFields& f) {
   const uint64_t seed = static_cast<uint64_t>(f.integer("seed", 1));
+  const long stage = f.integer("zero_stage", 0);
+  if (stage < 0 || stage > 2) {
+    throw Error("'zero_stage' must be 0, 1 or 2, got " + std::to_string(stage));
+  }
+  const size_t pad = zero_pad_multiple(static_cast<int>(stage), s.comm.size());
   const JsonFields actor_optim = f.object("actor_optim"), critic_optim = f.object("critic_optim");
   actor_optim.only(kOptimFields);
   critic_optim.only(kOptimFields);
   TrainerSession next{s.be, s.comm, s.run, f.text("policy"),
                       f.has("critic") ? f.text("critic") : "",
                       nullptr, nullptr, nullptr, nullptr, nullptr};
-  next.policy = Qwen2Model::load(next.policy_dir, s.be);
-  if (f.has("reference")) next.reference = Qwen2Model::load(f.text("reference"), s.be);
+  next.policy = Qwen2Model::load(next.policy_dir, s.be, Head::LanguageModel, pad);
+  if (f.has("reference")) {
+    next.reference = Qwen2Model::load(f.text("reference"), s.be);
+    next.reference->drop_masters();
+  }
   next.actor = std::make_unique<Learner>(*next.policy, read_adamw(actor_optim),
-                                         read_schedule(actor_optim, kActorLr), seed, s.comm);
+                                         read_schedule(actor_optim, kActorLr), seed, s.comm,
+                                         static_cast<int>(stage));
   if (f.has("critic")) {
-    next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value);
+    next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value, pad);
     next.critic_learner = std::make_unique<Learner>(
         *next.critic, read_adamw(critic_optim), read_schedule(critic_optim, kCriticLr), seed + 1,
-        s.comm);
+        s.comm, static_cast<int>(stage));
   }
   s.reset();
   s.policy_dir = next.policy_dir;
@@ -227,22 +240,39 @@ void on_rank_0(TrainerSession& s, const std::string& op, const std::function<voi
   if (failed != 0) throw Error(op + " failed on rank 0, which writes the files (its reply says why)");
 }
 
-// fp32 weights and every learner's state: loading them resumes bit-exactly.
-void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite) {
+// What a checkpoint holds, on rank 0: every learner's whole state (Learner::snapshot, a
+// collective from ZeRO stage 1 on, so every rank takes it).
+struct CheckpointState {
+  Learner::Snapshot actor, critic;
+};
+
+CheckpointState checkpoint_state(TrainerSession& s) {
+  CheckpointState c;
+  c.actor = s.actor_learner().snapshot("save_checkpoint's actor state");
+  if (s.critic) c.critic = s.critic_learner->snapshot("save_checkpoint's critic state");
+  return c;
+}
+
+// fp32 weights and every learner's state: loading them resumes bit-exactly. The layout is
+// one rank's at every ZeRO stage and number of ranks (learner.h), so it resumes on any.
+void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite,
+                     const CheckpointState& state) {
   if (!overwrite && std::filesystem::exists(dir)) {
     throw Error(dir + ": already exists (set \"overwrite\": true to replace it)");
   }
   OutputFolder out(dir, overwrite);
-  const auto save_model = [&](Qwen2Model& m, const std::string& source, const char* name) {
+  const auto save_model = [&](Qwen2Model& m, const std::string& source, const char* name,
+                              const std::vector<float>& masters) {
     OutputFolder part(out.dir() + "/" + name, false);
-    write_hf_model(part, m, source, DType::F32, kMaxShardBytes);
+    write_hf_model(part, m, source, DType::F32, kMaxShardBytes,
+                   masters.empty() ? nullptr : masters.data());
     part.commit();
   };
-  save_model(*s.policy, s.policy_dir, "policy");
-  s.actor_learner().save_state(out.dir(), "actor");
+  save_model(*s.policy, s.policy_dir, "policy", state.actor.masters);
+  Learner::save_state(state.actor, out.dir(), "actor");
   if (s.critic) {
-    save_model(*s.critic, s.critic_dir, "critic");
-    s.critic_learner->save_state(out.dir(), "critic");
+    save_model(*s.critic, s.critic_dir, "critic", state.critic.masters);
+    Learner::save_state(state.critic, out.dir(), "critic");
   }
   out.commit();
 }
@@ -250,12 +280,12 @@ void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite) 
 // All or nothing: every file is read and checked before anything changes.
 void load_checkpoint(TrainerSession& s, const std::string& dir) {
   Qwen2Model& policy = s.model("policy");
-  const Learner::State actor = s.actor_learner().read_state(dir, "actor");
   policy.check_weights(dir + "/policy");
+  const Learner::State actor = s.actor_learner().read_state(dir, "actor", dir + "/policy");
   Learner::State critic;
   if (s.critic) {
-    critic = s.critic_learner->read_state(dir, "critic");
     s.critic->check_weights(dir + "/critic");
+    critic = s.critic_learner->read_state(dir, "critic", dir + "/critic");
   }
   policy.reload_weights(dir + "/policy");
   s.actor->restore_state(actor);
@@ -263,6 +293,28 @@ void load_checkpoint(TrainerSession& s, const std::string& dir) {
     s.critic->reload_weights(dir + "/critic");
     s.critic_learner->restore_state(critic);
   }
+}
+
+// The load reply's `memory`: bytes this rank holds for each model (Learner::Memory).
+json::Value memory_reply(const TrainerSession& s) {
+  const auto learner = [](const Learner& l) {
+    const Learner::Memory m = l.memory();
+    return json::Value::object({{"weights", static_cast<int64_t>(m.weights)},
+                                {"master_weights", static_cast<int64_t>(m.masters)},
+                                {"optimizer_state", static_cast<int64_t>(m.optimizer)},
+                                {"gradients", static_cast<int64_t>(m.gradients)},
+                                {"gradients_between_updates",
+                                 static_cast<int64_t>(m.gradients_between)}});
+  };
+  json::Value r = json::Value::object({{"actor", learner(*s.actor)}});
+  if (s.reference) {
+    r.set("reference",
+          json::Value::object({{"weights", static_cast<int64_t>(s.reference->weight_bytes())},
+                               {"master_weights",
+                                static_cast<int64_t>(s.reference->master_bytes())}}));
+  }
+  if (s.critic_learner) r.set("critic", learner(*s.critic_learner));
+  return r;
 }
 
 }  // namespace
@@ -274,6 +326,8 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     load(s, f);
     r.set("parameters", static_cast<int64_t>(s.policy->param_buffer_size()));
     r.set("device", s.be.name());
+    r.set("zero_stage", s.actor->zero_stage());
+    r.set("memory", memory_reply(s));
   } else if (op == "log_probs") {
     Qwen2Model& m = s.model(f.text("model", "policy"));
     const BatchFile b = open_batch(f, m);
@@ -356,15 +410,23 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
       throw Error("'dtype' must be bf16, fp16 or fp32, got \"" + name + "\"");
     }
     const std::string path = f.text("out");
+    // Without whole fp32 masters (ZeRO on CUDA) the bf16 compute copy is the bf16 export
+    // exactly; any other dtype is written from the fp32 shards, gathered to rank 0.
+    const std::vector<float> masters =
+        m.params() == nullptr && dtype != DType::BF16
+            ? s.actor_learner().gather_masters("export's fp32 weights")
+            : std::vector<float>{};
     on_rank_0(s, op, [&] {
       OutputFolder out(path, true);
-      write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes);
+      write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes,
+                     masters.empty() ? nullptr : masters.data());
       out.commit();
     });
   } else if (op == "save_checkpoint") {
     const std::string dir = f.text("dir");
     const bool overwrite = f.boolean("overwrite", false);
-    on_rank_0(s, op, [&] { save_checkpoint(s, dir, overwrite); });
+    const CheckpointState state = checkpoint_state(s);
+    on_rank_0(s, op, [&] { save_checkpoint(s, dir, overwrite, state); });
     r.set("global_step", s.actor_learner().steps());
   } else if (op == "load_checkpoint") {
     load_checkpoint(s, f.text("dir"));

@@ -74,8 +74,12 @@ export const generationFields = {
   engine_device: z
     .enum(["auto", "cpu", "cuda"])
     .default("auto")
-    .describe("device of the native engine started for the run (not used with engine_url)"),
-  engine_threads: threadsField("CPU threads of the native engine started for the run"),
+    .describe(
+      "device of the native engine started for the run (not used with engine_url); train --gpus N starts N replicas, replica r on device r",
+    ),
+  engine_threads: threadsField(
+    "CPU threads of the native engine started for the run (train --gpus N splits them among its replicas)",
+  ),
   max_turns: positiveInt().default(4).describe("search/answer actions per trajectory"),
   temperature: z.number().min(0).default(1).describe("sampling temperature (0 = greedy)"),
   top_p: z.number().gt(0).max(1).default(1).describe("nucleus sampling mass"),
@@ -114,10 +118,10 @@ export const decodingFields = {
 
 export const loggingFields = {
   logger: z
-    .array(z.enum(["console", "jsonl", "plot"]))
+    .array(z.enum(["console", "jsonl", "plot", "wandb", "tensorboard"]))
     .default(["console", "jsonl", "plot"])
     .describe(
-      "where metrics go: console (a line per step), jsonl (metrics.jsonl, which a resumed run's plots continue), plot (plots/*.svg and *.png)",
+      "where metrics go: console (a line per step), jsonl (metrics.jsonl, which a resumed run's plots continue), plot (plots/*.svg and *.png), wandb (a W&B run: WANDB_API_KEY, WANDB_BASE_URL), tensorboard (event files in tensorboard/)",
     ),
   log_every: positiveInt()
     .default(1)

@@ -218,6 +218,12 @@ export const trainSchema = z.strictObject({
       log_prob_micro_batch_size: positiveInt()
         .default(128)
         .describe("trajectories per forward pass of the old and reference log-probs"),
+      free_cache_engine: z
+        .boolean()
+        .default(true)
+        .describe(
+          "verl's free_cache_engine: the native engine(s) started for the run give their KV cache's memory back while the trainer works (after the rollouts; SGLang's release_memory_occupation) and take it again once the new weights are in, so a trainer on the same GPU can use it; no effect with engine_url",
+        ),
       ...generationFields,
     })
     .prefault({}),
@@ -307,14 +313,39 @@ export const trainSchema = z.strictObject({
       gpus: positiveInt()
         .default(1)
         .describe(
-          "GPUs per node, one data-parallel trainer rank each (verl's n_gpus_per_node); in this build more than 1 runs only with trainer.device=cpu (CPU ranks over Gloo, sharing trainer.threads) and is refused on GPUs",
+          "GPUs per node (verl's n_gpus_per_node): one data-parallel trainer rank and one native engine replica each, rank r and replica r on device r (CUDA_VISIBLE_DEVICES; NCCL) or all on the CPU (Gloo; sharing trainer.threads and rollout.engine_threads); more than 1 on GPUs is built but has not yet run on a GPU",
         ),
       nnodes: positiveInt().default(1).describe("nodes (one in this build; more is refused)"),
       device: z
         .enum(["auto", "cpu", "cuda"])
         .default("auto")
-        .describe("device of the native trainer (auto: CUDA when usable)"),
+        .describe(
+          "device of the native trainer (auto: CUDA when usable; with gpus > 1, when usable on every rank's device, else the CPU)",
+        ),
       threads: threadsField("CPU threads of the native trainer"),
+      zero_stage: z
+        .number()
+        .int()
+        .min(0)
+        .max(2)
+        .nullable()
+        .default(null)
+        .describe(
+          "ZeRO stage of the trainer ranks (DeepSpeed's): 0 = every rank holds its learners' whole state; 1 = the fp32 master weights and AdamW moments sharded over the ranks; 2 = the gradients too (reduce-scattered, none held between updates); null = 0 on one rank, 2 on several",
+        ),
+      dry_run: z
+        .boolean()
+        .default(false)
+        .describe(
+          "print the memory plan of one device (trainer rank and engine replica: weights, optimizer state, gradients, activations, KV cache) and whether it fits trainer.device_memory_gib, then exit; starts and writes nothing",
+        ),
+      device_memory_gib: z
+        .number()
+        .positive()
+        .default(79)
+        .describe(
+          "memory of one device that dry_run's plan is checked against, GiB (an 80 GB A100/H100 shows CUDA about 79)",
+        ),
       total_epochs: positiveInt().default(15).describe("epochs when total_training_steps is null"),
       total_training_steps: positiveInt()
         .nullable()
@@ -334,6 +365,12 @@ export const trainSchema = z.strictObject({
         .union([z.enum(["auto", "disable"]), z.string().min(1)])
         .default("auto")
         .describe("auto (latest checkpoint if any), disable, or a checkpoint folder"),
+      stop_on_nan: z
+        .boolean()
+        .default(true)
+        .describe(
+          "stop the run (exit 1) at a step with a NaN or ±Inf metric, without checkpointing that step; false = warn and go on",
+        ),
       ...loggingFields,
     })
     .prefault({}),

@@ -1,7 +1,9 @@
+import { availableParallelism } from "node:os";
 import { type ConfigValues, serverLine } from "../../config/command-line.js";
 import { serveEngineSpec } from "../../config/schemas/serve-engine.js";
 import { ChildServer, type CommandLine } from "../../runtime/child-server.js";
 import { UsageError } from "../../runtime/errors.js";
+import { EngineRouter } from "./router.js";
 import { SglangClient } from "./sglang.js";
 import type { EngineClient } from "./types.js";
 import { VllmClient } from "./vllm.js";
@@ -14,13 +16,24 @@ export interface EngineChoice {
   modelPath: string;
   /** More `searchr1 serve-engine` config for the child (e.g. `{ device: "cpu" }`). */
   child?: ConfigValues<typeof serveEngineSpec>;
+  /**
+   * Native engine replicas to start, one child each (default 1; `train --gpus N` starts N):
+   * the client routes among them (EngineRouter) and they share `child.threads` (all cores
+   * when unset).
+   */
+  replicas?: number;
+  /**
+   * The one CUDA device each replica sees (`CUDA_VISIBLE_DEVICES`), replica 0 first; null or
+   * absent: the environment as inherited (CPU replicas).
+   */
+  devices?: readonly string[] | null;
 }
 
 export interface ConnectedEngine {
   client: EngineClient;
-  /** The child engine, when this process started one. */
-  child: ChildServer | null;
-  /** Stops the child engine, if any. */
+  /** The child engines this process started, replica 0 first; none for a running engine. */
+  children: ChildServer[];
+  /** Stops the child engines, if any. */
   stop(): Promise<void>;
 }
 
@@ -32,7 +45,7 @@ export async function connectEngine(
   if (choice.url !== null) {
     const url = choice.url.replace(/\/+$/, "").replace(/\/(generate|v1\/completions)$/, "");
     const client = choice.kind === "vllm" ? new VllmClient(url) : new SglangClient(url);
-    return { client, child: null, stop: async () => {} };
+    return { client, children: [], stop: async () => {} };
   }
   if (choice.kind !== "native") {
     throw new UsageError(
@@ -40,11 +53,55 @@ export async function connectEngine(
         "rollout.engine_url (--engine-url); only the native engine is started here",
     );
   }
-  const child = await ChildServer.start("engine", engineChildLine(choice), options);
-  return { client: new SglangClient(child.url), child, stop: () => child.stop() };
+  const lines = engineChildLines(choice);
+  if (lines.length === 1) {
+    const child = await ChildServer.start("engine", lines[0] as CommandLine, options);
+    return { client: new SglangClient(child.url), children: [child], stop: () => child.stop() };
+  }
+  // Replica r is "engine replica r" in every message (its death, its refusals).
+  const started = await Promise.allSettled(
+    lines.map((line, r) => ChildServer.start(`engine replica ${r}`, line, options)),
+  );
+  const children = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  const stop = async () => {
+    await Promise.all(children.map((c) => c.stop()));
+  };
+  const failed = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
+  if (failed) {
+    await stop();
+    throw failed.reason;
+  }
+  const client = new EngineRouter(children.map((c) => new SglangClient(c.url)));
+  return { client, children, stop };
 }
 
 /** The `searchr1 serve-engine` command line of the native engine started for a run. */
 export function engineChildLine(choice: Pick<EngineChoice, "modelPath" | "child">): CommandLine {
   return serverLine(serveEngineSpec, { model: choice.modelPath, ...choice.child });
+}
+
+/**
+ * The command lines of the native engine replicas started for a run, replica 0 first: each
+ * one `engineChildLine`, with `child.threads` (all cores when unset) split evenly among
+ * several, and replica r given `devices[r]` as its only visible CUDA device.
+ */
+export function engineChildLines(
+  choice: Pick<EngineChoice, "modelPath" | "child" | "replicas" | "devices">,
+): CommandLine[] {
+  const n = choice.replicas ?? 1;
+  if (!Number.isInteger(n) || n < 1) throw new Error(`engine replicas: ${n}`);
+  const { devices } = choice;
+  if (devices && devices.length < n) {
+    throw new Error(`${n} engine replicas but ${devices.length} devices: ${devices.join(",")}`);
+  }
+  const given = choice.child?.threads ?? null;
+  const threads = n > 1 ? Math.max(1, Math.floor((given ?? availableParallelism()) / n)) : given;
+  return Array.from({ length: n }, (_, r) => {
+    const line = engineChildLine({
+      modelPath: choice.modelPath,
+      child: { ...choice.child, threads: threads ?? undefined },
+    });
+    const device = devices?.[r];
+    return device === undefined ? line : { ...line, env: { CUDA_VISIBLE_DEVICES: device } };
+  });
 }

@@ -43,6 +43,28 @@ export class SglangClient implements EngineClient {
       );
     }
   }
+
+  /** The engine's KV cache memory goes back to the device; generation waits for resume. */
+  releaseMemoryOccupation(): Promise<void> {
+    return this.memoryOccupation("release");
+  }
+
+  /** The engine takes its KV cache memory again. */
+  resumeMemoryOccupation(): Promise<void> {
+    return this.memoryOccupation("resume");
+  }
+
+  private async memoryOccupation(which: "release" | "resume"): Promise<void> {
+    const url = `${this.url}/${which}_memory_occupation`;
+    // SGLang answered an empty body before it answered {success, message}.
+    const answer = (await callEngine(url, { tags: ["kv_cache"] })) as {
+      success?: boolean;
+      message?: string;
+    } | null;
+    if (answer?.success === false) {
+      throw new ServiceError(`engine ${url} refused: ${answer.message ?? "no reason given"}`);
+    }
+  }
 }
 
 /** POSTs to an engine; failures become one-line errors that name the engine's URL. */

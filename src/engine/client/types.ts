@@ -44,4 +44,22 @@ export interface EngineClient {
    * `/update_weights_from_disk`); absent where the engine has no such call.
    */
   updateWeightsFromDisk?(modelPath: string): Promise<void>;
+  /**
+   * SGLang's `/release_memory_occupation` of the KV cache: its memory goes back to the device
+   * (a trainer on the same GPU uses it) and generation waits for `resumeMemoryOccupation`.
+   * Absent where the engine has no such call.
+   */
+  releaseMemoryOccupation?(): Promise<void>;
+  resumeMemoryOccupation?(): Promise<void>;
+  /**
+   * For an engine of several replicas (EngineRouter): a route for one trajectory, which sends
+   * every turn to the replica that served its first; absent for a single engine.
+   */
+  route?(): EngineRoute;
+}
+
+/** The engine of one trajectory's turns; `release()` once the trajectory is over. */
+export interface EngineRoute {
+  generate(request: TurnRequest, signal?: AbortSignal): Promise<TurnOutput>;
+  release(): void;
 }

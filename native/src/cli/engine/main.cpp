@@ -154,6 +154,9 @@ int run(const std::vector<std::string>& argv) {
   install_interrupt_handler();
   std::unique_ptr<Backend> backend = open_backend(args);
   std::unique_ptr<Qwen2Model> model = Qwen2Model::load(dir, *backend);
+  // The engine never trains: on a GPU it keeps the bf16 compute copy alone, not fp32 masters
+  // beside it (weight updates are converted into the compute copy as they load).
+  model->drop_masters();
 
   EngineOptions opt;
   opt.context_length = args.has("context-length")

@@ -1,0 +1,448 @@
+/**
+ * The memory plan of a `train` run: the bytes one device holds, its trainer rank and its
+ * native engine replica, computed from the model's dimensions and the run's config as the
+ * native code allocates them (not measured, and not a rule of thumb). `searchr1 train
+ * --dry-run` prints it (src/train/dry-run.ts). What it follows:
+ * - native/src/model/params.h: one flat fp32 parameter buffer, each weight group starting at
+ *   a multiple of 128 floats; train/learner.h: ZeRO pads it to a multiple of ranks × 128 and
+ *   gives each rank one equal shard of the masters, the AdamW moments and (stage 2) the
+ *   gradients; the compute copy (bf16 on CUDA, the fp32 masters themselves on the CPU) stays
+ *   whole on every rank, as does the fp32 gradient buffer during an update.
+ * - train/session.cpp: the reference keeps its compute copy alone.
+ * - model/qwen2.cpp reserve(): the activations of one pass over N tokens, kept by each model
+ *   between passes (a larger pass replaces them).
+ * - backend/cuda: the 32 MiB cuBLASLt workspace, the attention's scratch.
+ * - cli/engine/main.cpp: the engine's compute copy, and its KV cache filling
+ *   rollout.gpu_memory_utilization × the device's memory (vLLM's meaning) after the weights;
+ *   with rollout.free_cache_engine the KV cache's memory goes back to the device while the
+ *   trainer works (src/train/step.ts: after the rollouts, until the new weights are in).
+ * Two moments of a step are summed: the rollout (the engine's weights and KV cache, and all
+ * the trainer keeps between updates) and the trainer's work (log-probs and updates: the
+ * gradients too, and the engine's KV cache unless it was released). The peak is the larger.
+ */
+import type { ModelDims } from "../ckpt/model-dims.js";
+import type { TrainConfig } from "../config/schemas/train.js";
+
+/** ParamLayout::kAlign: each weight group starts at a multiple of it (floats). */
+export const PARAM_ALIGN = 128;
+/** RunOptions::logits_chunk, the trainer's default: predicted rows per head chunk. */
+export const LOGITS_CHUNK = 256;
+/** cuda::Matmul::kWorkspaceBytes: each CUDA process's cuBLASLt workspace. */
+export const CUDA_WORKSPACE = 32 * 2 ** 20;
+export const GiB = 2 ** 30;
+/** The native engine's KV block: positions per block (cli/engine/main.cpp kBlockSize). */
+export const KV_BLOCK = 16;
+
+export type ZeroStage = 0 | 1 | 2;
+export type Device = "cuda" | "cpu";
+
+/** A model as the plan needs it: config.json's sizes and whether q/k/v have biases. */
+export interface PlanModel {
+  dims: ModelDims;
+  /** Qwen2 always has q/k/v biases; Llama as its config.json says. */
+  attentionBias: boolean;
+}
+
+/** trainer.zero_stage, null resolved: 0 on one rank, 2 on several. */
+export function zeroStageOf(config: TrainConfig): ZeroStage {
+  const ranks = config.trainer.gpus * config.trainer.nnodes;
+  return (config.trainer.zero_stage ?? (ranks > 1 ? 2 : 0)) as ZeroStage;
+}
+
+/** The flat buffer of a model (ParamLayout): its floats, alignment gaps included, and its parameters. */
+export function paramLayout(
+  m: PlanModel,
+  head: "lm" | "value",
+): { floats: number; parameters: number } {
+  const {
+    hiddenSize: H,
+    intermediateSize: I,
+    vocabSize: V,
+    layers,
+    heads,
+    kvHeads,
+    headDim,
+  } = m.dims;
+  const Q = heads * headDim;
+  const KV = kvHeads * headDim;
+  let floats = 0;
+  let parameters = 0;
+  const add = (numel: number, aligned = true) => {
+    if (aligned) floats = Math.ceil(floats / PARAM_ALIGN) * PARAM_ALIGN;
+    floats += numel;
+    parameters += numel;
+  };
+  add(V * H);
+  for (let l = 0; l < layers; l++) {
+    add(H);
+    add(Q * H);
+    add(KV * H, false);
+    add(KV * H, false);
+    if (m.attentionBias) {
+      add(Q);
+      add(KV, false);
+      add(KV, false);
+    }
+    add(H * Q);
+    add(H);
+    add(I * H);
+    add(I * H, false);
+    add(H * I);
+  }
+  add(H);
+  if (head === "value") {
+    add(H);
+    add(1, false);
+  } else if (!m.dims.tied) {
+    add(V * H);
+  }
+  return { floats, parameters };
+}
+
+/** What one pass allocates: forward only (log-probs, values) or forward and backward. */
+export interface PassShape {
+  /** Token rows of the pass (the packed micro-batch's real tokens). */
+  tokens: number;
+  backward: boolean;
+  /** gradient_checkpointing: one layer's buffers, recomputed, instead of every layer's. */
+  recompute: boolean;
+}
+
+/** Bytes of Qwen2Model's activations for one pass (qwen2.cpp reserve()); x: compute bytes. */
+export function activationBytes(d: ModelDims, pass: PassShape, x: number): number {
+  const N = pass.tokens;
+  const { hiddenSize: H, intermediateSize: I, vocabSize: V, layers: L, heads: NH } = d;
+  const Q = NH * d.headDim;
+  const QKV = (NH + 2 * d.kvHeads) * d.headDim;
+  const C = LOGITS_CHUNK;
+  const sets = pass.backward && !pass.recompute ? L : 1;
+  // Compute-type buffers: every layer's input, the layer sets, the final norm, the head's
+  // chunk and logits, the values row.
+  let xs = (L + 1) * N * H + sets * N * (3 * H + QKV + Q + 3 * I) + N * H + C * H + C * V + N;
+  let fs = sets * N * (2 + NH) + 3 * N; // rstd1, lse, rstd2 per set; rstdf, logprob, entropy
+  const ints = 5 * N; // ids, mask, positions, head rows, targets
+  if (pass.backward) {
+    xs += N * (3 * H + QKV + Q + 3 * I) + C * H; // dres, dln, dlnf, dqkv, datt, dgu, dact; dhead_in
+    fs += 2 * N; // coef, ent_coef
+  }
+  return xs * x + fs * 4 + ints * 4;
+}
+
+/** The CUDA attention's scratch for one pass (attention.cu): spans, and the backward's fp32 dq. */
+export function attentionScratchBytes(d: ModelDims, pass: PassShape): number {
+  const N = pass.tokens;
+  const spans = 8 * N;
+  return pass.backward ? spans + 4 * N * (d.heads * d.headDim + d.heads) : spans;
+}
+
+/** A trained model's bytes on one rank (Learner::Memory), at one ZeRO stage. */
+export interface LearnerBytes {
+  weights: number;
+  masters: number;
+  optimizer: number;
+  gradients: number;
+  gradientsBetween: number;
+}
+
+/** Learner::Memory for a model of `floats` floats over `ranks` ranks at `stage`. */
+export function learnerBytes(
+  floats: number,
+  ranks: number,
+  stage: ZeroStage,
+  device: Device,
+): LearnerBytes {
+  const multiple = stage > 0 ? ranks * PARAM_ALIGN : 1;
+  const capacity = Math.ceil(floats / multiple) * multiple;
+  const shard = stage > 0 ? capacity / ranks : floats;
+  const x = device === "cuda" ? 2 : 4;
+  return {
+    weights: x * capacity,
+    // On the CPU the compute copy is fp32 and is the masters.
+    masters: device === "cuda" ? 4 * shard : 0,
+    optimizer: 8 * shard,
+    gradients: 4 * capacity,
+    gradientsBetween: stage === 2 ? 0 : 4 * capacity,
+  };
+}
+
+/** Everything the plan takes; planInput() derives it from a train config. */
+export interface PlanInput {
+  policy: PlanModel;
+  /** The critic's model (critic.model_path), null without a critic (GRPO and the others). */
+  critic: PlanModel | null;
+  reference: boolean;
+  /** Data-parallel ranks over every node (trainer.gpus × trainer.nnodes). */
+  ranks: number;
+  /** The stage the run uses; the plan shows all three. */
+  stage: ZeroStage;
+  device: Device;
+  recompute: boolean;
+  /** Token rows of one pass, per rank. */
+  tokens: { update: number; logProbs: number; criticUpdate: number; values: number };
+  /**
+   * The native engine replica on this device, or null when it is elsewhere; `release`: it
+   * gives its KV cache back while the trainer works (rollout.free_cache_engine).
+   */
+  engine: { utilization: number; release: boolean } | null;
+  /** Why there is no engine row (when engine is null). */
+  engineElsewhere?: string;
+  deviceBytes: number;
+  /** The bound on a trajectory's tokens the token counts assume. */
+  trajectoryTokens: number;
+}
+
+/**
+ * The longest trajectory the rollout can produce: its prompt (data.max_start_length), then
+ * rollout.max_turns turns of a response and an observation, and a last response.
+ */
+export function trajectoryBound(config: TrainConfig): number {
+  const { max_start_length, max_response_length, max_obs_length } = config.data;
+  return (
+    max_start_length +
+    config.rollout.max_turns * (max_response_length + max_obs_length) +
+    max_response_length
+  );
+}
+
+/** The plan's input for a run of `config` whose models are `policy` (and `critic`). */
+export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanModel): PlanInput {
+  const { trainer, rollout, actor, algorithm, data } = config;
+  const ranks = trainer.gpus * trainer.nnodes;
+  const T = trajectoryBound(config);
+  const perRank = (rows: number) => Math.ceil(rows / ranks);
+  // A micro-batch holds at most this many of the rank's rows (step.ts's token budget is
+  // ppo_micro_batch_size × the longest trajectory), a log-prob group this many.
+  const miniRows = perRank(actor.ppo_mini_batch_size * rollout.n);
+  const batchRows = perRank(data.train_batch_size * rollout.n);
+  const ppo = algorithm.name === "ppo";
+  const native = rollout.engine === "native" && rollout.engine_url === null;
+  const engineOnDevice = native && rollout.engine_device !== "cpu" && trainer.device !== "cpu";
+  return {
+    policy,
+    critic: ppo ? critic : null,
+    reference: actor.use_kl_loss || algorithm.use_kl_in_reward,
+    ranks,
+    stage: zeroStageOf(config),
+    device: trainer.device === "cpu" ? "cpu" : "cuda",
+    recompute: actor.gradient_checkpointing,
+    tokens: {
+      update: Math.min(actor.ppo_micro_batch_size, miniRows) * T,
+      logProbs: Math.min(rollout.log_prob_micro_batch_size, batchRows) * T,
+      criticUpdate: Math.min(config.critic.ppo_micro_batch_size, miniRows) * T,
+      values: Math.min(config.critic.ppo_micro_batch_size, batchRows) * T,
+    },
+    engine: engineOnDevice
+      ? { utilization: rollout.gpu_memory_utilization, release: rollout.free_cache_engine }
+      : null,
+    engineElsewhere: engineOnDevice
+      ? undefined
+      : !native
+        ? `the engine runs elsewhere (${rollout.engine_url ?? `rollout.engine=${rollout.engine}`})`
+        : "the engine runs on the CPU",
+    deviceBytes: trainer.device_memory_gib * GiB,
+    trajectoryTokens: T,
+  };
+}
+
+type Triple = [number, number, number];
+
+/**
+ * One line of the plan: the bytes at ZeRO stage 0, 1, 2 held during the rollouts and while
+ * the trainer works; `counted` false: shown for comparison, in neither total.
+ */
+export interface PlanRow {
+  part: "actor" | "reference" | "critic" | "engine" | "trainer";
+  item: string;
+  rollout: Triple;
+  update: Triple;
+  counted: boolean;
+}
+
+export interface MemoryPlan {
+  input: PlanInput;
+  parameters: number;
+  rows: PlanRow[];
+  /** The counted rows' sums at each stage, during the rollouts and while the trainer works. */
+  totals: { rollout: Triple; update: Triple; peak: Triple };
+  /** The engine's KV cache is out of room (its weights alone exceed its share). */
+  engineRefuses: boolean;
+}
+
+const STAGES: ZeroStage[] = [0, 1, 2];
+const same = (b: number): Triple => [b, b, b];
+const byStage = (f: (s: ZeroStage) => number): Triple => STAGES.map(f) as Triple;
+
+/** The plan: pure arithmetic over `input`. */
+export function memoryPlan(input: PlanInput): MemoryPlan {
+  const { device, ranks, recompute, tokens } = input;
+  const x = device === "cuda" ? 2 : 4;
+  const xName = device === "cuda" ? "bf16" : "fp32";
+  const d = input.policy.dims;
+  const policy = paramLayout(input.policy, "lm");
+  const rows: PlanRow[] = [];
+  // Held throughout (`update` omitted), or `rollout` during the rollouts and `update` while
+  // the trainer works.
+  const row = (
+    part: PlanRow["part"],
+    item: string,
+    rollout: Triple,
+    update: Triple = rollout,
+    counted = true,
+  ) => rows.push({ part, item, rollout, update, counted });
+  const learnerRows = (part: "actor" | "critic", floats: number) => {
+    const at = STAGES.map((s) => learnerBytes(floats, ranks, s, device));
+    const pick = (k: keyof LearnerBytes) => at.map((b) => b[k]) as Triple;
+    row(part, `weights (${xName} compute copy)`, pick("weights"));
+    if (device === "cuda") row(part, "fp32 master weights", pick("masters"));
+    row(part, "AdamW moments (fp32 m, v)", pick("optimizer"));
+    row(
+      part,
+      "fp32 gradients (stage 2: during the updates only)",
+      pick("gradientsBetween"),
+      pick("gradients"),
+    );
+  };
+  const tok = (n: number) => `${n.toLocaleString("en-US")} tokens`;
+  // Each model keeps the buffers of its largest pass (reserve() replaces smaller ones),
+  // through the rollouts too.
+  const actsRows = (
+    part: "actor" | "critic",
+    m: PlanModel,
+    train: number,
+    forward: number,
+    forwardName: string,
+  ) => {
+    const on = activationBytes(m.dims, { tokens: train, backward: true, recompute: true }, x);
+    const off = activationBytes(m.dims, { tokens: train, backward: true, recompute: false }, x);
+    const fwd = activationBytes(m.dims, { tokens: forward, backward: false, recompute }, x);
+    const update = recompute ? on : off;
+    const other = recompute ? off : on;
+    const checkpointing = (yes: boolean) => `gradient checkpointing ${yes ? "on" : "off"}`;
+    row(
+      part,
+      `activations, update micro-batch (${tok(train)}), ${checkpointing(recompute)}`,
+      same(update),
+      same(update),
+      update >= fwd,
+    );
+    row(
+      part,
+      `activations, the same, ${checkpointing(!recompute)}`,
+      same(other),
+      same(other),
+      false,
+    );
+    row(
+      part,
+      `activations, ${forwardName} (${tok(forward)}, forward)`,
+      same(fwd),
+      same(fwd),
+      fwd > update,
+    );
+  };
+
+  learnerRows("actor", policy.floats);
+  actsRows("actor", input.policy, tokens.update, tokens.logProbs, "log-prob micro-batch");
+  if (input.reference) {
+    row("reference", `weights (${xName} compute copy)`, same(x * policy.floats));
+    row(
+      "reference",
+      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward)`,
+      same(activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, x)),
+    );
+  }
+  if (input.critic) {
+    learnerRows("critic", paramLayout(input.critic, "value").floats);
+    actsRows("critic", input.critic, tokens.criticUpdate, tokens.values, "values micro-batch");
+  }
+  if (device === "cuda") {
+    const passes: [PlanModel, PassShape][] = [
+      [input.policy, { tokens: tokens.update, backward: true, recompute }],
+      [input.policy, { tokens: tokens.logProbs, backward: false, recompute }],
+    ];
+    if (input.critic) {
+      passes.push([input.critic, { tokens: tokens.criticUpdate, backward: true, recompute }]);
+    }
+    const scratch = Math.max(...passes.map(([m, p]) => attentionScratchBytes(m.dims, p)));
+    row("trainer", "cuBLASLt workspace and attention scratch", same(CUDA_WORKSPACE + scratch));
+  }
+
+  let engineRefuses = false;
+  if (input.engine) {
+    const weights = x * policy.floats;
+    row("engine", `weights (${xName} compute copy)`, same(weights));
+    const budget = input.engine.utilization * input.deviceBytes;
+    const kv = Math.max(0, budget - weights - CUDA_WORKSPACE);
+    // PagedKvCache::bytes_per_block: keys and values of 16 positions, every layer.
+    const block = 2 * d.layers * d.kvHeads * KV_BLOCK * d.headDim * x;
+    engineRefuses = kv < block;
+    const positions = Math.floor(kv / block) * KV_BLOCK;
+    const release = input.engine.release;
+    row(
+      "engine",
+      `KV cache: ${input.engine.utilization} × device − weights, ` +
+        `${positions.toLocaleString("en-US")} token positions` +
+        (release ? " (released while the trainer works)" : ""),
+      same(kv),
+      same(release ? 0 : kv),
+    );
+    row("engine", "cuBLASLt workspace", same(CUDA_WORKSPACE));
+  }
+  const sum = (phase: "rollout" | "update") =>
+    byStage((s) => rows.reduce((t, r) => t + (r.counted ? r[phase][s] : 0), 0));
+  const rollout = sum("rollout");
+  const update = sum("update");
+  const peak = byStage((s) => Math.max(rollout[s], update[s]));
+  return {
+    input,
+    parameters: policy.parameters,
+    rows,
+    totals: { rollout, update, peak },
+    engineRefuses,
+  };
+}
+
+const gib = (b: number) => (b / GiB).toFixed(2);
+
+/** Whether the plan's peak fits the device at `stage`, and by how much. */
+export function fitsAt(plan: MemoryPlan, stage: ZeroStage): { fits: boolean; margin: number } {
+  const margin = plan.input.deviceBytes - plan.totals.peak[stage];
+  return { fits: margin >= 0 && !plan.engineRefuses, margin };
+}
+
+/**
+ * The plan as `train --dry-run` prints it: one row per part, a column per ZeRO stage, GiB;
+ * a row's number is the most it holds (the notes in its name say when).
+ */
+export function formatPlan(plan: MemoryPlan, title: string): string {
+  const { input, totals } = plan;
+  const header = STAGES.map((s) => `stage ${s}${s === input.stage ? "*" : ""}`);
+  const names = plan.rows.map(
+    (r) => `${r.part.padEnd(9)} ${r.item}${r.counted ? "" : " (not in the totals)"}`,
+  );
+  const width = Math.max(...names.map((n) => n.length));
+  const cell = (s: string) => s.padStart(9);
+  const line = (name: string, cells: string[]) =>
+    `${name.padEnd(width)}  ${cells.map(cell).join(" ")}`;
+  const most = (r: PlanRow) => byStage((s) => Math.max(r.rollout[s], r.update[s]));
+  const lines = [
+    title,
+    line("GiB per device", header),
+    ...plan.rows.map((r, i) => line(names[i] ?? "", most(r).map(gib))),
+    line("total during the rollouts", totals.rollout.map(gib)),
+    line("total while the trainer works", totals.update.map(gib)),
+  ];
+  const { fits, margin } = fitsAt(plan, input.stage);
+  const device = `${gib(input.deviceBytes)} GiB`;
+  const s = input.stage;
+  const when =
+    totals.update[s] >= totals.rollout[s] ? "while the trainer works" : "during the rollouts";
+  lines.push(
+    plan.engineRefuses
+      ? `does NOT fit: the engine's share (rollout.gpu_memory_utilization × ${device}) leaves no room for a KV cache after its weights`
+      : fits
+        ? `fits ${device} at ZeRO stage ${s} (${gib(margin)} GiB to spare ${when})`
+        : `does NOT fit ${device} at ZeRO stage ${s}: ${gib(-margin)} GiB short ${when}`,
+  );
+  return `${lines.join("\n")}\n`;
+}

@@ -1,0 +1,417 @@
+// The memory plan of `searchr1 train --dry-run` (src/train/memory-plan.ts) against numbers
+// worked out by hand here, for a small model and for Qwen2.5-3B and 7B (their config.json
+// values: /work/shared/reference/native.md §2.2, whose parameter counts §2.3 checks), and
+// against what the native trainer really allocates for the test fixture (the CPU backend
+// counts every allocation: score --repeat reports the peak).
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import type { ModelDims } from "../../src/ckpt/model-dims.js";
+import { resolveConfig } from "../../src/config/resolve.js";
+import { trainSpec } from "../../src/config/schemas/train.js";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
+import { writeSafetensors } from "../../src/tensors/safetensors.js";
+import { readPlanModel } from "../../src/train/dry-run.js";
+import {
+  activationBytes,
+  fitsAt,
+  GiB,
+  learnerBytes,
+  memoryPlan,
+  type PlanModel,
+  paramLayout,
+  planInput,
+  trajectoryBound,
+  zeroStageOf,
+} from "../../src/train/memory-plan.js";
+import { runCli } from "../helpers/cli.js";
+import { modelDir, tempDir } from "../native/helpers.js";
+
+const qwen2 = (dims: Omit<ModelDims, "modelType">): PlanModel => ({
+  dims: { modelType: "qwen2", ...dims },
+  attentionBias: true,
+});
+
+// H 8, I 16, 2 layers, 2 heads of 4 (Q 8), 1 KV head (KV 4), V 32, untied, q/k/v biases.
+const SMALL = qwen2({
+  vocabSize: 32,
+  hiddenSize: 8,
+  intermediateSize: 16,
+  layers: 2,
+  heads: 2,
+  kvHeads: 1,
+  headDim: 4,
+  tied: false,
+});
+const QWEN_3B = qwen2({
+  vocabSize: 151936,
+  hiddenSize: 2048,
+  intermediateSize: 11008,
+  layers: 36,
+  heads: 16,
+  kvHeads: 2,
+  headDim: 128,
+  tied: true,
+});
+// The brief for this file said vocab 151936 for both; Qwen2.5-7B's config.json says 152064
+// (native.md §2.2), which the parameter count below confirms.
+const QWEN_7B = qwen2({
+  vocabSize: 152064,
+  hiddenSize: 3584,
+  intermediateSize: 18944,
+  layers: 28,
+  heads: 28,
+  kvHeads: 4,
+  headDim: 128,
+  tied: false,
+});
+
+describe("the flat parameter buffer (native/src/model/params.h)", () => {
+  // Groups start at multiples of 128 floats. Embedding [32, 8]: 0..256. Layer 0: ln1 at 256
+  // (..264); q at 384 (..448), k, v follow (..512); the biases at 512 (..528); o at 640
+  // (..704); ln2 at 768 (..776); gate at 896, up (..1152); down at 1152 (..1280). Layer 1
+  // the same from 1280: ..2304. Final norm at 2304 (..2312); lm_head at 2432 (..2688).
+  // Parameters: 256 + 2 × 608 (8 + 64 + 32 + 32 + 16 + 64 + 8 + 3 × 128) + 8 + 256.
+  it("a small model: the floats with the alignment gaps, and the parameters", () => {
+    expect(paramLayout(SMALL, "lm")).toEqual({ floats: 2688, parameters: 1736 });
+    // A critic: no lm_head; the value head [1, 8] at 2432 and its bias: 2441.
+    expect(paramLayout(SMALL, "value")).toEqual({ floats: 2441, parameters: 1489 });
+  });
+
+  // Every Qwen2.5-3B/7B size is a multiple of 128: no gaps. The counts are Hugging Face's.
+  it("Qwen2.5-3B and 7B: Hugging Face's parameter counts", () => {
+    expect(paramLayout(QWEN_3B, "lm")).toEqual({
+      floats: 3_085_938_688,
+      parameters: 3_085_938_688,
+    });
+    expect(paramLayout(QWEN_7B, "lm")).toEqual({
+      floats: 7_615_616_512,
+      parameters: 7_615_616_512,
+    });
+    // The 7B critic: the lm_head (152064 × 3584) replaced by a value head of 3584 + 1.
+    expect(paramLayout(QWEN_7B, "value").parameters).toBe(
+      7_615_616_512 - 152_064 * 3584 + 3584 + 1,
+    );
+  });
+
+  it("the fixture the native tests train: the trainer's own count", () => {
+    expect(paramLayout(readPlanModel(modelDir("untied")), "lm").floats).toBe(140160);
+  });
+});
+
+describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
+  // 8 ranks: the buffer padded to a multiple of 8 × 128 = 1024 floats. 3B: 3,085,938,688 /
+  // 1024 = 3,013,612 exactly, so the shard is 385,742,336 floats. 7B: 7,437,125.5 → the
+  // buffer padded to 7,437,126 × 1024 = 7,615,617,024, shards of 951,952,128.
+  it("Qwen2.5-3B on 8 GPUs: ZeRO stage 0, 1, 2", () => {
+    const P = 3_085_938_688;
+    expect(learnerBytes(P, 8, 0, "cuda")).toEqual({
+      weights: 2 * P,
+      masters: 4 * P, // 11.50 GiB
+      optimizer: 8 * P, // 22.99 GiB
+      gradients: 4 * P,
+      gradientsBetween: 4 * P,
+    });
+    const S = 385_742_336;
+    expect(learnerBytes(P, 8, 1, "cuda")).toEqual({
+      weights: 2 * P,
+      masters: 4 * S, // 1.44 GiB
+      optimizer: 8 * S, // 2.87 GiB
+      gradients: 4 * P,
+      gradientsBetween: 4 * P,
+    });
+    expect(learnerBytes(P, 8, 2, "cuda")).toMatchObject({ optimizer: 8 * S, gradientsBetween: 0 });
+  });
+
+  it("Qwen2.5-7B on 8 GPUs: the padded buffer and its shards", () => {
+    const C = 7_615_617_024;
+    const S = 951_952_128;
+    expect(learnerBytes(7_615_616_512, 8, 2, "cuda")).toEqual({
+      weights: 2 * C,
+      masters: 4 * S,
+      optimizer: 8 * S,
+      gradients: 4 * C,
+      gradientsBetween: 0,
+    });
+    expect((8 * S) / GiB).toBeCloseTo(7.093, 3);
+  });
+
+  it("on the CPU the fp32 compute copy is the masters", () => {
+    // The fixture on 2 CPU ranks, as test/native/ranks.test.ts measures it.
+    expect(learnerBytes(140160, 2, 2, "cpu")).toEqual({
+      weights: 4 * 140288,
+      masters: 0,
+      optimizer: 8 * 70144,
+      gradients: 4 * 140288,
+      gradientsBetween: 0,
+    });
+  });
+});
+
+describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () => {
+  // The small model, N = 10 tokens, fp32 (x = 4), logits chunk 256, Q 8, QKV 16:
+  // compute-type: layer inputs 3·10·8 = 240; per layer set 10·(3·8 + 16 + 8 + 3·16) = 960;
+  // final norm 80; head input 256·8 = 2048; logits 256·32 = 8192; values 10. Backward adds
+  // 960 + 2048. fp32: per set 10·(2 + 2 heads) = 40, then 30; backward 20. int32: 50.
+  it("a small model, forward and backward, with and without recompute", () => {
+    const forward = (240 + 960 + 80 + 2048 + 8192 + 10) * 4 + (40 + 30) * 4 + 50 * 4;
+    expect(activationBytes(SMALL.dims, { tokens: 10, backward: false, recompute: false }, 4)).toBe(
+      forward,
+    );
+    const recompute = forward + (960 + 2048) * 4 + 20 * 4;
+    expect(activationBytes(SMALL.dims, { tokens: 10, backward: true, recompute: true }, 4)).toBe(
+      recompute,
+    );
+    // Without recompute every layer keeps its set: one more of 960 + 40.
+    expect(activationBytes(SMALL.dims, { tokens: 10, backward: true, recompute: false }, 4)).toBe(
+      recompute + (960 + 40) * 4,
+    );
+  });
+
+  // What the trainer really holds: score's peak, less the fp32 weights; sft's second step's,
+  // less the weights, gradients and AdamW moments (16 bytes a float). The peaks are printed
+  // in MiB with 3 decimals: equal to within that rounding (524 bytes).
+  it("the fixture: the trainer's own peaks, forward and backward, with and without recompute", async () => {
+    const dir = tempDir();
+    const B = 3;
+    const T = 40;
+    const ids = new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 7) % 500)));
+    const batch = join(dir, "batch.safetensors");
+    await writeSafetensors(batch, [
+      { name: "input_ids", dtype: "I64", shape: [B, T], data: ids },
+      {
+        name: "attention_mask",
+        dtype: "I64",
+        shape: [B, T],
+        data: new BigInt64Array(B * T).fill(1n),
+      },
+    ]);
+    // The JSON lines with peak_memory_mb: score's on stdout, sft's in its --metrics file.
+    const trainer = (args: string[], metrics?: string) => {
+      const r = spawnSync(
+        nativeExecutable("searchr1-trainer"),
+        [...args, "--device", "cpu", "--threads", "1", "--model", modelDir("untied")],
+        { encoding: "utf8" },
+      );
+      expect(r.status, r.stderr).toBe(0);
+      return (metrics ? readFileSync(metrics, "utf8") : r.stdout)
+        .trim()
+        .split("\n")
+        .map((l) => (JSON.parse(l) as { peak_memory_mb: number }).peak_memory_mb * 2 ** 20);
+    };
+    const fixture = readPlanModel(modelDir("untied"));
+    const P = paramLayout(fixture, "lm").floats;
+    const pass = (backward: boolean, recompute: boolean) =>
+      activationBytes(fixture.dims, { tokens: B * T, backward, recompute }, 4);
+    const out = join(dir, "out.safetensors");
+    const [scored] = trainer(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
+    expect(Math.abs((scored ?? 0) - 4 * P - pass(false, false))).toBeLessThanOrEqual(524);
+    for (const recompute of [false, true]) {
+      const metrics = join(dir, `sft-${recompute}.jsonl`);
+      const steps = trainer(
+        [
+          "sft",
+          "--data",
+          batch,
+          "--out",
+          join(dir, `sft-${recompute}`),
+          "--steps",
+          "2",
+          "--metrics",
+          metrics,
+          ...(recompute ? ["--recompute"] : []),
+        ],
+        metrics,
+      );
+      const second = steps[1] ?? 0;
+      expect(Math.abs(second - 16 * P - pass(true, recompute))).toBeLessThanOrEqual(524);
+    }
+  });
+});
+
+const config = (overrides: string[]) =>
+  resolveConfig(trainSpec, { overrides: ["model.path=/m", ...overrides] });
+
+describe("the plan's input from a train config", () => {
+  it("ranks, the resolved stage, the tokens of each pass, the parts on the device", () => {
+    const c = config([
+      "trainer.gpus=8",
+      "data.train_batch_size=16",
+      "rollout.n=5",
+      "actor.ppo_mini_batch_size=4",
+      "actor.ppo_micro_batch_size=8",
+      "rollout.log_prob_micro_batch_size=16",
+      "data.max_start_length=100",
+      "data.max_response_length=20",
+      "data.max_obs_length=30",
+      "rollout.max_turns=2",
+    ]);
+    // 100 + 2 × (20 + 30) + 20.
+    expect(trajectoryBound(c)).toBe(220);
+    expect(zeroStageOf(c)).toBe(2);
+    const input = planInput(c, SMALL, SMALL);
+    expect(input).toMatchObject({
+      ranks: 8,
+      stage: 2,
+      device: "cuda",
+      recompute: true,
+      reference: true,
+      critic: null,
+      engine: { utilization: 0.6, release: true },
+      deviceBytes: 79 * GiB,
+      // A rank's share of a mini-batch is ceil(4 × 5 / 8) = 3 rows, of the batch 10: the
+      // micro-batches of 8 and the log-prob groups of 16 hold no more than that.
+      tokens: { update: 3 * 220, logProbs: 10 * 220, criticUpdate: 3 * 220, values: 8 * 220 },
+    });
+    expect(zeroStageOf(config([]))).toBe(0);
+    expect(zeroStageOf(config(["trainer.gpus=8", "trainer.zero_stage=1"]))).toBe(1);
+    const ppo = planInput(
+      config(["algorithm.name=ppo", "actor.use_kl_loss=false", "trainer.device=cpu"]),
+      SMALL,
+      SMALL,
+    );
+    expect(ppo).toMatchObject({ critic: SMALL, reference: false, device: "cpu", engine: null });
+    expect(
+      planInput(config(["rollout.engine_url=http://h:1/"]), SMALL, SMALL).engineElsewhere,
+    ).toMatch(/elsewhere \(http:\/\/h:1\//);
+  });
+});
+
+describe("the whole plan", () => {
+  // The small model on 2 CUDA ranks, a reference, the engine on the device at 0.5 of 1 GiB,
+  // passes of 10 tokens. bf16 (x = 2). Actor at stage 0: weights 2 × 2688, masters 4 × 2688,
+  // moments 8 × 2688, gradients 4 × 2688; at stages 1 and 2 the buffer is padded to
+  // 11 × 256 = 2816 floats and a shard is 1408; stage 2 holds no gradient during the
+  // rollouts. Activations (the counts above, x = 2): the update 14538 × 2 + 90 × 4 + 50 × 4
+  // = 29636 (recompute), the log-prob pass 11530 × 2 + 70 × 4 + 50 × 4 = 23540, kept by the
+  // actor (the larger: the update's) and the reference, through the rollouts too. The
+  // trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 × (8 + 2)
+  // = 480. The engine: u × device = 2^29 in all, its KV cache 2^29 − 5376 − 32 MiB.
+  const input = (release: boolean) => ({
+    policy: SMALL,
+    critic: null,
+    reference: true,
+    ranks: 2,
+    stage: 2 as const,
+    device: "cuda" as const,
+    recompute: true,
+    tokens: { update: 10, logProbs: 10, criticUpdate: 10, values: 10 },
+    engine: { utilization: 0.5, release },
+    deviceBytes: GiB,
+    trajectoryTokens: 10,
+  });
+  const MiB32 = 32 * 2 ** 20;
+  const KV = 2 ** 29 - 5376 - MiB32;
+
+  it("the small model on two GPUs: every row, during the rollouts and the updates", () => {
+    const plan = memoryPlan(input(false));
+    const counted = plan.rows.filter((r) => r.counted).map((r) => [r.part, r.rollout, r.update]);
+    const both = (a: number, b = a, c = b) => [
+      [a, b, c],
+      [a, b, c],
+    ];
+    expect(counted).toEqual([
+      ["actor", ...both(5376, 5632)],
+      ["actor", ...both(10752, 5632)],
+      ["actor", ...both(21504, 11264)],
+      ["actor", [10752, 11264, 0], [10752, 11264, 11264]],
+      ["actor", ...both(29636)],
+      ["reference", ...both(5376)],
+      ["reference", ...both(23540)],
+      ["trainer", ...both(MiB32 + 480)],
+      ["engine", ...both(5376)],
+      ["engine", ...both(KV)],
+      ["engine", ...both(MiB32)],
+    ]);
+    const trainer0 = 5376 + 10752 + 21504 + 10752 + 29636 + 5376 + 23540 + MiB32 + 480;
+    const trainer1 = 5632 + 5632 + 11264 + 11264 + 29636 + 5376 + 23540 + MiB32 + 480;
+    const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer1 + 2 ** 29];
+    expect(plan.totals).toEqual({
+      rollout: [update[0], update[1], trainer1 - 11264 + 2 ** 29],
+      update,
+      peak: update,
+    });
+    expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - trainer1 - 2 ** 29 });
+    expect(plan.engineRefuses).toBe(false);
+  });
+
+  it("an engine that gives its KV cache back while the trainer works", () => {
+    const plan = memoryPlan(input(true));
+    const kv = plan.rows.find((r) => r.part === "engine" && r.item.startsWith("KV cache"));
+    expect(kv).toMatchObject({ rollout: [KV, KV, KV], update: [0, 0, 0] });
+    const kept = memoryPlan(input(false));
+    expect(plan.totals.rollout).toEqual(kept.totals.rollout);
+    expect(plan.totals.update).toEqual(kept.totals.update.map((t) => t - KV));
+    // Stage 2: the rollouts hold the KV cache, the updates the gradients (11264 < KV).
+    expect(plan.totals.peak[2]).toBe(plan.totals.rollout[2]);
+  });
+
+  it("an engine whose share cannot hold its weights and one KV block refuses", () => {
+    const plan = memoryPlan({
+      policy: QWEN_7B,
+      critic: null,
+      reference: false,
+      ranks: 8,
+      stage: 2,
+      device: "cuda",
+      recompute: true,
+      tokens: { update: 1000, logProbs: 1000, criticUpdate: 1000, values: 1000 },
+      engine: { utilization: 0.1, release: true },
+      deviceBytes: 79 * GiB,
+      trajectoryTokens: 1000,
+    });
+    expect(plan.engineRefuses).toBe(true);
+    expect(fitsAt(plan, 2).fits).toBe(false);
+  });
+});
+
+describe("searchr1 train --dry-run", () => {
+  // Qwen2.5-7B's config.json (native.md §2.2), 8 GPUs, GRPO, the v0.2 recipe's settings with
+  // one trajectory per micro-batch: printed, nothing started, nothing written.
+  it("prints the plan of one device and whether it fits; writes nothing", () => {
+    const dir = tempDir();
+    const model = join(dir, "Qwen2.5-7B");
+    mkdirSync(model);
+    writeFileSync(
+      join(model, "config.json"),
+      JSON.stringify({
+        model_type: "qwen2",
+        hidden_size: 3584,
+        intermediate_size: 18944,
+        num_attention_heads: 28,
+        num_key_value_heads: 4,
+        num_hidden_layers: 28,
+        vocab_size: 152064,
+        tie_word_embeddings: false,
+      }),
+    );
+    const out = join(dir, "runs");
+    const r = runCli([
+      "train",
+      "--config",
+      "templates/configs/search-r1-v0.2-grpo.yaml",
+      "--model",
+      model,
+      "--gpus",
+      "8",
+      "--dry-run",
+      "--device-memory",
+      "79",
+      `trainer.output_dir=${out}`,
+      "actor.ppo_micro_batch_size=1",
+      "rollout.log_prob_micro_batch_size=1",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/of 8 \(trainer\.gpus 8 × trainer\.nnodes 1\)/);
+    expect(r.stdout).toMatch(/7,615,616,512 parameters \(qwen2, 28 layers, hidden 3584/);
+    expect(r.stdout).toMatch(/ZeRO stage 2 \(trainer\.zero_stage null: 2 on several ranks\)/);
+    // The actor's shards, stage 0 | 1 | 2: the masters 28.37 | 3.55 | 3.55 GiB.
+    expect(r.stdout).toMatch(/actor +fp32 master weights +28\.37 +3\.55 +3\.55/);
+    expect(r.stdout).toMatch(/actor +AdamW moments \(fp32 m, v\) +56\.74 +7\.09 +7\.09/);
+    expect(r.stdout).toMatch(/reference weights \(bf16 compute copy\) +14\.19/);
+    expect(r.stdout).toMatch(/^total while the trainer works +\d/m);
+    expect(r.stdout).toMatch(/^(fits|does NOT fit) 79\.00 GiB at ZeRO stage 2/m);
+    expect(existsSync(out)).toBe(false);
+  });
+});
