@@ -4,10 +4,11 @@
  * Each gets every step's row once the step is done; W&B also gets the plots as images at
  * the steps that checkpoint (and the last).
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { rawConfig } from "../config/key-reads.js";
 import type { TrainConfig } from "../config/schemas/train.js";
+import { writeFileAtomic } from "../runtime/write-atomic.js";
 import type { MetricsRow } from "./metrics-log.js";
 import { TensorBoardWriter } from "./tensorboard.js";
 import { WandbRun, type WandbSettings, wandbSettings } from "./wandb.js";
@@ -33,6 +34,38 @@ export function trackerSettings(
   return { wandb, wandbDisabled: wandb === null };
 }
 
+/** Where a run folder keeps the id of its W&B run, so that a resumed run continues it. */
+const WANDB_RUN_FILE = "wandb-run.json";
+
+/**
+ * The run's W&B run: WANDB_RUN_ID's when set; else, when resuming (firstStep > 0), the one
+ * this run folder started before; else a new one, whose id the folder then keeps.
+ */
+async function startWandb(
+  settings: WandbSettings,
+  config: TrainConfig,
+  runDir: string,
+  firstStep: number,
+  log: (line: string) => void,
+): Promise<WandbRun> {
+  const file = join(runDir, WANDB_RUN_FILE);
+  let runId = settings.runId;
+  if (runId === null && firstStep > 0 && existsSync(file)) {
+    runId = (JSON.parse(readFileSync(file, "utf8")) as { id?: string }).id ?? null;
+  }
+  const run = await WandbRun.start(
+    { ...settings, runId },
+    {
+      project: config.trainer.project_name,
+      name: config.trainer.experiment_name,
+      config: rawConfig(config) as Record<string, unknown>,
+      log,
+    },
+  );
+  writeFileAtomic(file, `${JSON.stringify({ id: run.runId })}\n`);
+  return run;
+}
+
 /**
  * Opens the trackers trainer.logger lists; `firstStep` is the first step this process logs
  * (0 for a fresh run, N + 1 when resuming from step N).
@@ -44,18 +77,13 @@ export async function openTrackers(
   settings: ReturnType<typeof trackerSettings>,
   log: (line: string) => void,
 ): Promise<Trackers> {
-  const { logger, project_name, experiment_name } = config.trainer;
+  const { logger } = config.trainer;
   const tensorboard = logger.includes("tensorboard")
     ? new TensorBoardWriter(join(runDir, "tensorboard"), firstStep)
     : null;
   if (settings.wandbDisabled) log("W&B: off (WANDB_MODE=disabled)");
   const wandb = settings.wandb
-    ? await WandbRun.start(settings.wandb, {
-        project: project_name,
-        name: experiment_name,
-        config: rawConfig(config) as Record<string, unknown>,
-        log,
-      })
+    ? await startWandb(settings.wandb, config, runDir, firstStep, log)
     : null;
   return {
     log(row, plots) {

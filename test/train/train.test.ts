@@ -403,6 +403,36 @@ describe("searchr1 train", () => {
     WANDB_RUN_ID: "",
   });
 
+  it("a resumed run continues its W&B run (the run folder keeps its id)", async () => {
+    const server = await startWandbStandIn({ apiKey: WANDB_KEY, entity: "alice" });
+    const out = path.join(dir, "wandb-resume");
+    const run = (steps: number) =>
+      startCli(
+        args(out, [
+          "trainer.logger=[jsonl,wandb]",
+          `trainer.total_training_steps=${steps}`,
+          "trainer.val_before_train=false",
+        ]),
+        { env: wandbEnv(server.url) },
+      ).result;
+    try {
+      const first = await run(1);
+      expect(first.code, first.stderr).toBe(0);
+      const second = await run(2);
+      expect(second.code, second.stderr).toBe(0);
+      expect(second.stderr).toMatch(/resuming from .*global_step_1/);
+      const ids = server.graphql
+        .filter((c) => c.query.includes("upsertBucket"))
+        .map((c) => c.variables.name);
+      expect(ids).toHaveLength(2);
+      expect(ids[1]).toBe(ids[0]);
+      const kept = JSON.parse(readFileSync(path.join(runDir(out), "wandb-run.json"), "utf8"));
+      expect(kept).toEqual({ id: ids[0] });
+    } finally {
+      await server.close();
+    }
+  }, 240_000);
+
   it("trainer.logger wandb and tensorboard: every step's metrics in a W&B run (a stand-in server) and in event files; the plots as images at checkpoints", async () => {
     const server = await startWandbStandIn({ apiKey: WANDB_KEY, entity: "alice" });
     const out = path.join(dir, "trackers");
