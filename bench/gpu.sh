@@ -37,7 +37,10 @@ esac
 # The benchmark runs even when a test fails, so one session on a GPU gives both reports.
 tests=0
 # cuda.test.ts: the training backend, grad --loss ppo and serve; engine/cuda.test.ts: the
-# inference engine (paged KV cache and attention), each against the CPU.
-npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts || tests=$?
+# inference engine (paged KV cache and attention, head dims, KV release), each against the
+# CPU; ranks.test.ts: NCCL (a communicator of one rank runs every call, ZeRO included);
+# index-cuda.test.ts: the dense index on the GPU.
+npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts test/native/ranks.test.ts \
+  test/retrieval/index-cuda.test.ts || tests=$?
 npm run bench:native -- --gpu "$@"
 [ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"
