@@ -4,7 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { readSafetensors, type Tensor, toFloat32 } from "../../src/tensors/safetensors.js";
+import { Rng } from "../../src/runtime/rng.js";
+import {
+  type NamedTensor,
+  readSafetensors,
+  type Tensor,
+  toFloat32,
+  writeSafetensors,
+} from "../../src/tensors/safetensors.js";
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
 /** make_fixtures.py's models; untied-tf5's config.json is in transformers 5's format. */
@@ -109,4 +116,55 @@ export function gpuStatus(file: string): { cuda: CudaStatus | undefined; gpu: bo
     );
   }
   return { cuda, gpu };
+}
+
+/**
+ * A rollout batch for the trainer's serve tests: B right-padded sequences of `lengths`, each
+ * `prompts[b]` prompt tokens then a response whose mask has a hole of `holeLength` tokens (an
+ * <information> block) two tokens in, in every other sequence; rows in `noLoss` have no loss
+ * token. Token ids come from a seeded Rng; `perToken` draws each real token's other values
+ * from the same generator right after its id, so a test's values depend only on its seed.
+ */
+export function rolloutBatch(spec: {
+  T: number;
+  lengths: readonly number[];
+  prompts: readonly number[];
+  seed: number;
+  holeLength: number;
+  noLoss?: readonly number[];
+  perToken?: (b: number, i: number, rand: () => number) => void;
+}) {
+  const { T, lengths, prompts } = spec;
+  const B = lengths.length;
+  const rng = new Rng(spec.seed);
+  const rand = () => rng.uniform();
+  const ids = new BigInt64Array(B * T);
+  const attention = new BigInt64Array(B * T);
+  const response = new BigInt64Array(B * T);
+  for (let b = 0; b < B; b++) {
+    const [len, prompt] = [lengths[b] ?? 0, prompts[b] ?? 0];
+    for (let t = 0; t < len; t++) {
+      const i = b * T + t;
+      ids[i] = BigInt(3 + Math.floor(rand() * 509));
+      attention[i] = 1n;
+      const hole = b % 2 === 0 && t >= prompt + 2 && t < prompt + 2 + spec.holeLength;
+      response[i] = t >= prompt && !hole && !spec.noLoss?.includes(b) ? 1n : 0n;
+      spec.perToken?.(b, i, rand);
+    }
+  }
+  /** A [B, T] tensor of the batch file. */
+  const tensor = (name: string, data: BigInt64Array | Float32Array): NamedTensor => ({
+    name,
+    dtype: data instanceof BigInt64Array ? "I64" : "F32",
+    shape: [B, T],
+    data,
+  });
+  return { B, ids, attention, response, tensor };
+}
+
+/** The tensors written as one batch file in a fresh temporary folder. */
+export async function writeBatchFile(tensors: NamedTensor[]): Promise<string> {
+  const file = join(tempDir(), "batch.safetensors");
+  await writeSafetensors(file, tensors);
+  return file;
 }

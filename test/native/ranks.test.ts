@@ -15,7 +15,6 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
 import { ServeProcess } from "../helpers/serve-process.js";
 import {
   CPU,
@@ -25,7 +24,9 @@ import {
   maxAbsDiff,
   modelDir,
   readFloats,
+  rolloutBatch,
   tempDir,
+  writeBatchFile,
 } from "./helpers.js";
 
 const { gpu } = gpuStatus("ranks.test.ts");
@@ -78,56 +79,22 @@ const T = 24;
 const LENGTHS = [24, 9, 17, 12, 21, 7, 15, 19];
 const PROMPTS = [4, 3, 5, 3, 6, 2, 4, 3];
 
-function random(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const rand = random(31);
-const ids = new BigInt64Array(B * T);
-const attention = new BigInt64Array(B * T);
-const response = new BigInt64Array(B * T);
 const advantages = new Float32Array(B * T);
 const returns = new Float32Array(B * T);
-for (let b = 0; b < B; b++) {
-  const [len, prompt] = [LENGTHS[b] ?? 0, PROMPTS[b] ?? 0];
-  const sign = b % 3 === 0 ? -1 : 1;
-  for (let t = 0; t < len; t++) {
-    const i = b * T + t;
-    ids[i] = BigInt(3 + Math.floor(rand() * 509));
-    attention[i] = 1n;
-    const hole = b % 2 === 0 && t >= prompt + 2 && t < prompt + 4;
-    response[i] = t >= prompt && !hole ? 1n : 0n;
-    advantages[i] = sign * (0.3 + rand());
+const { ids, attention, response, tensor } = rolloutBatch({
+  T,
+  lengths: LENGTHS,
+  prompts: PROMPTS,
+  seed: 31,
+  holeLength: 2,
+  perToken: (b, i, rand) => {
+    advantages[i] = (b % 3 === 0 ? -1 : 1) * (0.3 + rand());
     returns[i] = rand() - 0.5;
-  }
-}
-
-const I64 = (name: string, data: BigInt64Array): NamedTensor => ({
-  name,
-  dtype: "I64",
-  shape: [B, T],
-  data,
-});
-const F32 = (name: string, data: Float32Array): NamedTensor => ({
-  name,
-  dtype: "F32",
-  shape: [B, T],
-  data,
+  },
 });
 
-async function write(tensors: NamedTensor[]): Promise<string> {
-  const file = join(tempDir(), "batch.safetensors");
-  await writeSafetensors(file, tensors);
-  return file;
-}
-const inputs = () => write([I64("input_ids", ids), I64("attention_mask", attention)]);
+const inputs = () =>
+  writeBatchFile([tensor("input_ids", ids), tensor("attention_mask", attention)]);
 
 /** A per-token output of log_probs or values, as written by rank 0. */
 async function output(r: Ranks, op: string, fields: Record<string, unknown>, name: string) {
@@ -167,20 +134,20 @@ async function run(size: number, flags: string[] = CPU, zero = 0) {
   const grouped = await output(r, "log_probs", { batch, micro_batch_size: 3 }, "log_probs");
   const values = await output(r, "values", { batch }, "values");
   const old = lp.map((x, i) => x + 0.4 * Math.sin(i)); // off the policy: some ratios clip
-  const actorBatch = await write([
-    I64("input_ids", ids),
-    I64("attention_mask", attention),
-    I64("response_mask", response),
-    F32("old_log_probs", old),
-    F32("ref_log_probs", lp),
-    F32("advantages", advantages),
+  const actorBatch = await writeBatchFile([
+    tensor("input_ids", ids),
+    tensor("attention_mask", attention),
+    tensor("response_mask", response),
+    tensor("old_log_probs", old),
+    tensor("ref_log_probs", lp),
+    tensor("advantages", advantages),
   ]);
-  const criticBatch = await write([
-    I64("input_ids", ids),
-    I64("attention_mask", attention),
-    I64("response_mask", response),
-    F32("values", values),
-    F32("returns", returns),
+  const criticBatch = await writeBatchFile([
+    tensor("input_ids", ids),
+    tensor("attention_mask", attention),
+    tensor("response_mask", response),
+    tensor("values", values),
+    tensor("returns", returns),
   ]);
   const actor: Record<string, unknown>[] = [];
   const critic: Record<string, unknown>[] = [];

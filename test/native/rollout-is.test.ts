@@ -18,9 +18,18 @@
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
+import { Rng } from "../../src/runtime/rng.js";
+import type { NamedTensor } from "../../src/tensors/safetensors.js";
 import { ServeProcess } from "../helpers/serve-process.js";
-import { CPU, get, modelDir, readFloats, tempDir } from "./helpers.js";
+import {
+  CPU,
+  get,
+  modelDir,
+  readFloats,
+  rolloutBatch,
+  tempDir,
+  writeBatchFile,
+} from "./helpers.js";
 
 const POLICY = modelDir("untied");
 const REFERENCE = modelDir("tied");
@@ -40,36 +49,19 @@ const T = 16;
 const LENGTHS = [16, 11, 14, 9, 16, 12];
 const PROMPTS = [4, 3, 5, 3, 4, 3];
 
-function random(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const rand = random(29);
-const ids = new BigInt64Array(B * T);
-const attention = new BigInt64Array(B * T);
-const response = new BigInt64Array(B * T);
 const advantages = new Float32Array(B * T);
 const weights = new Float32Array(B * T);
-for (let b = 0; b < B; b++) {
-  const [len, prompt] = [LENGTHS[b] ?? 0, PROMPTS[b] ?? 0];
-  const sign = b % 3 === 1 ? -1 : 1;
-  for (let t = 0; t < len; t++) {
-    const i = b * T + t;
-    ids[i] = BigInt(3 + Math.floor(rand() * 509));
-    attention[i] = 1n;
-    const hole = b % 2 === 0 && t >= prompt + 2 && t < prompt + 4;
-    response[i] = t >= prompt && !hole ? 1n : 0n;
-    advantages[i] = sign * (0.3 + rand());
+const { ids, attention, response, tensor } = rolloutBatch({
+  T,
+  lengths: LENGTHS,
+  prompts: PROMPTS,
+  seed: 29,
+  holeLength: 2,
+  perToken: (b, i, rand) => {
+    advantages[i] = (b % 3 === 1 ? -1 : 1) * (0.3 + rand());
     weights[i] = Math.fround(0.05 + 1.95 * rand()); // truncated weights lie in (0, cap]
-  }
-}
+  },
+});
 
 /** The unit in the last place of a float32 value (at most twice too large near a power of 2). */
 function ulp(x: number): number {
@@ -77,19 +69,10 @@ function ulp(x: number): number {
   return a < 2 ** -126 ? 2 ** -149 : 2 ** (Math.floor(Math.log2(a)) - 23);
 }
 
-const tensor = (name: string, dtype: "I64" | "F32", data: BigInt64Array | Float32Array) =>
-  ({ name, dtype, shape: [B, T], data }) as NamedTensor;
-
-async function write(list: NamedTensor[]): Promise<string> {
-  const file = join(tempDir(), "batch.safetensors");
-  await writeSafetensors(file, list);
-  return file;
-}
-
 async function logProbs(s: Serve, model: string): Promise<Float32Array> {
-  const batch = await write([
-    tensor("input_ids", "I64", ids),
-    tensor("attention_mask", "I64", attention),
+  const batch = await writeBatchFile([
+    tensor("input_ids", ids),
+    tensor("attention_mask", attention),
   ]);
   const out = join(tempDir(), "lp.safetensors");
   await s.ok("log_probs", { batch, out, model });
@@ -120,40 +103,39 @@ describe("serve: update_actor with rollout_is_weights", () => {
     const lp = await logProbs(s, "policy");
     const ref = await logProbs(s, "reference");
     // old log-probs off the policy's so that some ratios are clipped and some dual-clipped
-    const r = random(5);
-    const old = lp.map((x) => x + 1.6 * (r() - 0.5));
+    const r = new Rng(5);
+    const old = lp.map((x) => x + 1.6 * (r.uniform() - 0.5));
     const base = [
-      tensor("input_ids", "I64", ids),
-      tensor("attention_mask", "I64", attention),
-      tensor("response_mask", "I64", response),
-      tensor("old_log_probs", "F32", old),
-      tensor("ref_log_probs", "F32", ref),
+      tensor("input_ids", ids),
+      tensor("attention_mask", attention),
+      tensor("response_mask", response),
+      tensor("old_log_probs", old),
+      tensor("ref_log_probs", ref),
     ];
     const run = async (extra: NamedTensor[]) => {
       await s.ok("load", load); // the fixture's weights and a fresh optimizer each time
       const reply = await s.ok("update_actor", {
         ...update,
-        batch: await write([...base, ...extra]),
+        batch: await writeBatchFile([...base, ...extra]),
       });
       const out = join(tempDir(), "export");
       await s.ok("export", { out, dtype: "fp32" });
       return { reply, tensors: await readFloats(join(out, "model.safetensors")) };
     };
     const weighted = await run([
-      tensor("advantages", "F32", advantages),
-      tensor("rollout_is_weights", "F32", weights),
+      tensor("advantages", advantages),
+      tensor("rollout_is_weights", weights),
     ]);
     const scaled = await run([
       tensor(
         "advantages",
-        "F32",
         advantages.map((a, i) => a * (weights[i] as number)),
       ),
     ]);
-    const plain = await run([tensor("advantages", "F32", advantages)]);
+    const plain = await run([tensor("advantages", advantages)]);
     const ones = await run([
-      tensor("advantages", "F32", advantages),
-      tensor("rollout_is_weights", "F32", new Float32Array(B * T).fill(1)),
+      tensor("advantages", advantages),
+      tensor("rollout_is_weights", new Float32Array(B * T).fill(1)),
     ]);
     expect(await s.close()).toBe(0);
 
@@ -195,18 +177,18 @@ describe("serve: update_actor with rollout_is_weights", () => {
     await s.ok("load", load);
     const lp = await logProbs(s, "policy");
     const base = [
-      tensor("input_ids", "I64", ids),
-      tensor("attention_mask", "I64", attention),
-      tensor("response_mask", "I64", response),
-      tensor("old_log_probs", "F32", lp),
-      tensor("advantages", "F32", advantages),
+      tensor("input_ids", ids),
+      tensor("attention_mask", attention),
+      tensor("response_mask", response),
+      tensor("old_log_probs", lp),
+      tensor("advantages", advantages),
     ];
     const at = (b: number, t: number) => b * T + t;
     for (const bad of [-0.5, Number.NaN, Number.POSITIVE_INFINITY]) {
       const w = Float32Array.from(weights);
       w[at(1, 5)] = bad; // a response token of row 1
       const error = await s.fails("update_actor", {
-        batch: await write([...base, tensor("rollout_is_weights", "F32", w)]),
+        batch: await writeBatchFile([...base, tensor("rollout_is_weights", w)]),
       });
       expect(error).toMatch(
         /rollout_is_weights must be finite and >= 0 on the loss tokens \(row 1, position 5/,
@@ -217,11 +199,11 @@ describe("serve: update_actor with rollout_is_weights", () => {
     for (const i of [at(0, 1), at(0, 6), at(3, 12)]) w[i] = Number.NaN;
     w[at(2, 0)] = -3;
     const poisoned = await s.ok("update_actor", {
-      batch: await write([...base, tensor("rollout_is_weights", "F32", w)]),
+      batch: await writeBatchFile([...base, tensor("rollout_is_weights", w)]),
     });
     await s.ok("load", load);
     const clean = await s.ok("update_actor", {
-      batch: await write([...base, tensor("rollout_is_weights", "F32", weights)]),
+      batch: await writeBatchFile([...base, tensor("rollout_is_weights", weights)]),
     });
     expect(poisoned).toEqual(clean);
     expect(await s.close()).toBe(0);

@@ -16,7 +16,7 @@ import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
+import { Rng } from "../../src/runtime/rng.js";
 import { type Reply, ServeProcess } from "../helpers/serve-process.js";
 import {
   CPU,
@@ -26,8 +26,10 @@ import {
   maxAbsDiff,
   modelDir,
   readFloats,
+  rolloutBatch,
   tempDir,
   trainerOk,
+  writeBatchFile,
 } from "./helpers.js";
 
 const POLICY = modelDir("untied");
@@ -53,68 +55,34 @@ const PROMPTS = [4, 3, 5, 3, 4, 3, 4, 3];
 /** Real tokens per micro-batch that cut the batch into 5 micro-batches (see micro_batches). */
 const BUDGET = 30;
 
-function random(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const rand = random(17);
-const ids = new BigInt64Array(B * T);
-const attention = new BigInt64Array(B * T);
-const response = new BigInt64Array(B * T);
-const advantages = new Float32Array(B * T);
 const SIGN = [1, -1, 1, 1, -1, 1, -1, -1];
-for (let b = 0; b < B; b++) {
-  const [len, prompt] = [LENGTHS[b] ?? 0, PROMPTS[b] ?? 0];
-  for (let t = 0; t < len; t++) {
-    const i = b * T + t;
-    ids[i] = BigInt(3 + Math.floor(rand() * 509));
-    attention[i] = 1n;
-    const hole = b % 2 === 0 && t >= prompt + 2 && t < prompt + 5;
-    response[i] = t >= prompt && !hole && b !== 3 ? 1n : 0n;
+const advantages = new Float32Array(B * T);
+const { ids, attention, response, tensor } = rolloutBatch({
+  T,
+  lengths: LENGTHS,
+  prompts: PROMPTS,
+  seed: 17,
+  holeLength: 3,
+  noLoss: [3],
+  perToken: (b, i, rand) => {
     advantages[i] = (SIGN[b] ?? 1) * (0.3 + rand()) + 0.2 * (rand() - 0.5);
-  }
-}
+  },
+});
 const LOSS_TOKENS = response.reduce((n, r, i) => n + (r === 1n && i % T > 0 ? 1 : 0), 0);
-
-const I64 = (name: string, data: BigInt64Array): NamedTensor => ({
-  name,
-  dtype: "I64",
-  shape: [B, T],
-  data,
-});
-const F32 = (name: string, data: Float32Array): NamedTensor => ({
-  name,
-  dtype: "F32",
-  shape: [B, T],
-  data,
-});
-
-async function write(tensors: NamedTensor[]): Promise<string> {
-  const file = join(tempDir(), "batch.safetensors");
-  await writeSafetensors(file, tensors);
-  return file;
-}
 
 /** input_ids and attention_mask: what log_probs and score read. */
 const inputs = (): Promise<string> =>
-  write([I64("input_ids", ids), I64("attention_mask", attention)]);
+  writeBatchFile([tensor("input_ids", ids), tensor("attention_mask", attention)]);
 
 /** The batch update_actor reads; `advantagesToo` false leaves advantages out. */
 function updateBatch(old: Float32Array, ref: Float32Array, advantagesToo = true) {
-  return write([
-    I64("input_ids", ids),
-    I64("attention_mask", attention),
-    I64("response_mask", response),
-    F32("old_log_probs", old),
-    F32("ref_log_probs", ref),
-    ...(advantagesToo ? [F32("advantages", advantages)] : []),
+  return writeBatchFile([
+    tensor("input_ids", ids),
+    tensor("attention_mask", attention),
+    tensor("response_mask", response),
+    tensor("old_log_probs", old),
+    tensor("ref_log_probs", ref),
+    ...(advantagesToo ? [tensor("advantages", advantages)] : []),
   ]);
 }
 
@@ -128,8 +96,8 @@ async function logProbs(s: Serve, batch: string, model: string, temperature?: nu
 
 /** old_log_probs moved off the policy's so that the ratio is clipped at some tokens. */
 function perturbed(lp: Float32Array): Float32Array {
-  const r = random(5);
-  return lp.map((x) => x + 0.6 * (r() - 0.5));
+  const r = new Rng(5);
+  return lp.map((x) => x + 0.6 * (r.uniform() - 0.5));
 }
 
 /** The policy's weights as exported in fp32: the folder and its tensors. */
