@@ -98,6 +98,22 @@ const deterministic = (row: Record<string, number>) =>
     ),
   );
 
+/**
+ * Starts `train` on `out` and waits for its first checkpoint (or its exit): the moment the
+ * crash tests kill one of its children. Returns the run, the checkpoint's controller.json
+ * and the `ps` lines of the run's direct children.
+ */
+async function untilFirstCheckpoint(out: string, extra: string[] = []) {
+  const cli = startCli(args(out, extra));
+  const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
+  while (!existsSync(checkpoint) && cli.child.exitCode === null)
+    await new Promise((r) => setTimeout(r, 50));
+  const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
+    encoding: "utf8",
+  });
+  return { cli, checkpoint, children };
+}
+
 describe("searchr1 train", () => {
   const straight = () => path.join(dir, "straight");
 
@@ -287,13 +303,7 @@ describe("searchr1 train", () => {
 
   it("a dying trainer rank stops the run naming the rank; the others stop, nothing is left", async () => {
     const out = path.join(dir, "rank-crash");
-    const cli = startCli(args(out, ["--gpus", "2"]));
-    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-    while (!existsSync(checkpoint) && cli.child.exitCode === null)
-      await new Promise((r) => setTimeout(r, 50));
-    const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
-      encoding: "utf8",
-    });
+    const { cli, checkpoint, children } = await untilFirstCheckpoint(out, ["--gpus", "2"]);
     const ranks = children.split("\n").filter((l) => l.includes("searchr1-trainer serve"));
     expect(ranks, children).toHaveLength(2);
     const victim = ranks.find((l) => l.includes("--rank 1 "));
@@ -312,13 +322,7 @@ describe("searchr1 train", () => {
 
   it("a dying engine replica stops the run naming the replica and its last lines", async () => {
     const out = path.join(dir, "replica-crash");
-    const cli = startCli(args(out, ["--gpus", "2"]));
-    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-    while (!existsSync(checkpoint) && cli.child.exitCode === null)
-      await new Promise((r) => setTimeout(r, 50));
-    const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
-      encoding: "utf8",
-    });
+    const { cli, checkpoint, children } = await untilFirstCheckpoint(out, ["--gpus", "2"]);
     // Started in replica order, so in pid order.
     const replicas = children
       .split("\n")
@@ -375,13 +379,7 @@ describe("searchr1 train", () => {
     "a dying $child stops the run with its name and last words; checkpoints stay",
     async ({ child, message }) => {
       const out = path.join(dir, `crash-${child.replace(/\W+/g, "-")}`);
-      const cli = startCli(args(out));
-      const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-      while (!existsSync(checkpoint) && cli.child.exitCode === null)
-        await new Promise((r) => setTimeout(r, 50));
-      const children = execFileSync("ps", ["-o", "pid=,args=", "--ppid", String(cli.child.pid)], {
-        encoding: "utf8",
-      });
+      const { cli, checkpoint, children } = await untilFirstCheckpoint(out);
       const victim = children.split("\n").find((l) => l.includes(child));
       expect(victim, children).toBeDefined();
       process.kill(Number(victim?.trim().split(/\s+/)[0]), "SIGKILL");
