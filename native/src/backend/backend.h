@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sr1 {
 
@@ -51,10 +52,36 @@ struct PagedShape {
   int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
 };
 
+// How one row of next-token logits is sampled (the inference engine; engine/sampler.h has
+// the rule). temperature 0: greedy; below 0: the row is skipped (the engine samples it on the
+// host). uniform: the draw in [0, 1) from the sequence's own generator.
+struct SampleRow {
+  float temperature = 0;
+  double uniform = 0;
+};
+
+// A sampled token and its log-prob under log_softmax(logits / temperature) (temperature 1
+// when greedy) over the whole vocabulary.
+struct TokenDraw {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
 struct AdamWParams {
   float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
   int step = 1;             // 1-based, for bias correction
   float grad_scale = 1.0f;  // multiplies the gradient first (global-norm clipping)
+};
+
+// Times operations on a backend's queue of work (--profile): begin() and end() bracket one
+// operation; read() waits for the queued work and returns each bracket's milliseconds in
+// order, then forgets them. Each device has its own (the GPU's queue runs ahead of the host).
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual void begin() = 0;
+  virtual void end() = 0;
+  virtual std::vector<double> read() = 0;
 };
 
 class Backend {
@@ -82,13 +109,15 @@ class Backend {
   // dst (host, fp32) = src (device, compute type)
   virtual void download_x(float* dst, XPtr src, size_t n) = 0;
   // Largest number of bytes the backend's buffers held at once since the last reset.
-  size_t peak_bytes() const { return peak_; }
-  size_t live_bytes() const { return live_; }
+  virtual size_t peak_bytes() const { return peak_; }
+  virtual size_t live_bytes() const { return live_; }
   // Bytes the device could still allocate (host RAM not in use, or free GPU memory).
   virtual size_t free_bytes() const = 0;
   // The device's memory in all (RAM on the CPU), for budgets given as a fraction of it.
   virtual size_t total_bytes() const = 0;
-  void reset_peak_bytes() { peak_ = live_; }
+  virtual void reset_peak_bytes() { peak_ = live_; }
+  // A timer of this backend's operations (the host's clock where they run synchronously).
+  virtual std::unique_ptr<DeviceTimer> timer() const;
 
   // ---- layers ----
   // out[N,C] = wte[ids[n]]
@@ -177,6 +206,14 @@ class Backend {
   // p = softmax(logits[r]), H its entropy. ent_coef may be null (no entropy term).
   virtual void logprob_backward(XPtr logits, const int32_t* targets, const float* coef,
                                 const float* ent_coef, int n, int V) = 0;
+
+  // ---- sampling (the inference engine) ----
+  // out[r] (host) for each row r of logits[n, V] whose rows[r] (host) is not skipped: greedy,
+  // the lowest id among the largest logits; else the first token, in id order, at which the
+  // running sum of softmax(logits[r] / temperature) exceeds rows[r].uniform (the last token
+  // of nonzero probability if rounding leaves the sum below it). Sums in fp64.
+  virtual void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
+                             int V) = 0;
 
   // ---- optimiser (fp32 master weights and state) ----
   virtual double sum_squares(const float* x, size_t n) = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/sample_row.h"
 #include "backend/dots.h"
 #include "backend/rope_table.h"
 #include "backend/sgemm.h"
@@ -625,6 +626,15 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
+                     int V) override {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < n; r++) {
+      if (rows[r].temperature >= 0) {
+        out[r] = sample_row(F(logits) + static_cast<size_t>(r) * V, V, rows[r]);
+      }
+    }
+  }
   void logprob_forward(float* logprob, float* entropy, XPtr xlogits, const int32_t* targets,
                        int n, int V) override {
     const float* logits = F(xlogits);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "backend/profiled_backend.h"
 #include "backend/sgemm.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -41,7 +42,26 @@ void set_threads(const Args& args) {
 
 std::unique_ptr<Backend> open_backend(const Args& args) {
   set_threads(args);
-  return make_backend(args.text("device", "auto"));
+  std::unique_ptr<Backend> backend = make_backend(args.text("device", "auto"));
+  if (args.flag("profile")) return std::make_unique<ProfiledBackend>(std::move(backend));
+  return backend;
+}
+
+OptionSpec profile_option() {
+  return {"profile", "",
+          "time every backend operation on the device (CUDA events on a GPU) and print the "
+          "table to stderr at the end"};
+}
+
+void restart_profile(Backend& backend) {
+  if (auto* profiled = dynamic_cast<ProfiledBackend*>(&backend)) profiled->restart();
+}
+
+void print_profile(const Backend& backend, double wall_ms) {
+  const auto* profiled = dynamic_cast<const ProfiledBackend*>(&backend);
+  if (profiled == nullptr) return;
+  std::fputs(profiled->report(wall_ms).c_str(), stderr);
+  std::fflush(stderr);
 }
 
 bool print_help(const Args& args) {

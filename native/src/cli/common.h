@@ -28,8 +28,15 @@ void ensure_thread_policy(char** argv, bool blas_threads_sleep);
 std::vector<OptionSpec> device_options();
 // Sets the thread count (OpenMP and OpenBLAS) when --threads is given.
 void set_threads(const Args& args);
-// set_threads, then creates the backend --device names.
+// set_threads, then creates the backend --device names (profiled with --profile).
 std::unique_ptr<Backend> open_backend(const Args& args);
+// --profile, for the commands that print the table (print_profile) when they end.
+OptionSpec profile_option();
+// With --profile, starts the table afresh: call it when loading is done.
+void restart_profile(Backend& backend);
+// With --profile, prints the device time of each backend operation to stderr; `wall_ms` is
+// the host's time over the same work (0 when the caller has none).
+void print_profile(const Backend& backend, double wall_ms);
 
 // Prints the usage and returns true when --help was given.
 bool print_help(const Args& args);

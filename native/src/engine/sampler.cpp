@@ -1,9 +1,10 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <vector>
+
+#include "backend/sample_row.h"
 
 namespace sr1 {
 namespace {
@@ -23,38 +24,17 @@ std::vector<int32_t> top_ids(const std::vector<double>& prob, int k) {
 
 }  // namespace
 
-Sampled sample_token(const float* logits, int vocab, const SamplingParams& p, TokenRng& rng) {
-  const float inv_t = p.greedy() ? 1.0f : 1.0f / p.temperature;
-  int argmax = 0;
-  for (int v = 1; v < vocab; v++) {
-    if (logits[v] > logits[argmax]) argmax = v;
-  }
-  const double mx = static_cast<double>(logits[argmax]) * inv_t;
-  double sum = 0;
-  for (int v = 0; v < vocab; v++) sum += std::exp(static_cast<double>(logits[v]) * inv_t - mx);
-  const double log_sum = std::log(sum);
-  const auto logprob = [&](int32_t t) {
-    return static_cast<float>(static_cast<double>(logits[t]) * inv_t - mx - log_sum);
-  };
-  if (p.greedy()) return Sampled{argmax, logprob(argmax)};
-  std::vector<double> prob(vocab);
-  for (int v = 0; v < vocab; v++) {
-    prob[v] = std::exp(static_cast<double>(logits[v]) * inv_t - mx - log_sum);
-  }
+SampleRow backend_row(const SamplingParams& p, int vocab, TokenRng& rng) {
+  if (p.greedy()) return SampleRow{0.0f, 0.0};
+  if (p.filtered(vocab)) return SampleRow{-1.0f, 0.0};
+  return SampleRow{p.temperature, rng.uniform()};
+}
 
-  const bool filter = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
-  if (!filter) {  // inverse CDF over the whole vocabulary, in id order
-    const double u = rng.uniform();
-    double acc = 0;
-    int32_t last = 0;
-    for (int v = 0; v < vocab; v++) {
-      if (prob[v] <= 0) continue;
-      last = v;
-      acc += prob[v];
-      if (u < acc) return Sampled{v, logprob(v)};
-    }
-    return Sampled{last, logprob(last)};  // u landed in the rounding gap below 1
-  }
+TokenDraw sample_token(const float* logits, int vocab, const SamplingParams& p, TokenRng& rng) {
+  if (!p.filtered(vocab)) return sample_row(logits, vocab, backend_row(p, vocab, rng));
+  const SoftmaxStats s = softmax_stats(logits, vocab, 1.0f / p.temperature);
+  std::vector<double> prob(vocab);
+  for (int v = 0; v < vocab; v++) prob[v] = s.prob(logits, v);
 
   // Candidates in probability order. Only the head of the sorted list can survive top-k
   // and top-p, so sort a growing prefix until the cut falls inside it.
@@ -86,9 +66,9 @@ Sampled sample_token(const float* logits, int vocab, const SamplingParams& p, To
   double acc = 0;
   for (int r = 0; r < keep; r++) {
     acc += prob[order[r]];
-    if (u < acc) return Sampled{order[r], logprob(order[r])};
+    if (u < acc) return {order[r], s.logprob(logits, order[r])};
   }
-  return Sampled{order[keep - 1], logprob(order[keep - 1])};
+  return {order[keep - 1], s.logprob(logits, order[keep - 1])};
 }
 
 }  // namespace sr1

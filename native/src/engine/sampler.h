@@ -7,9 +7,14 @@
 // largest logits). The reported log-prob is log_softmax(logits / temperature) at the
 // chosen token over the whole vocabulary, before any truncation (temperature 0: the raw
 // log-softmax) — the quantity the trainer computes for the same token.
+//
+// A row without top-k, top-p or min-p is sampled by the backend (Backend::sample_tokens, on
+// the GPU where the logits are); a row with them here, on the host.
 #pragma once
 #include <cstdint>
 #include <random>
+
+#include "backend/backend.h"
 
 namespace sr1 {
 
@@ -19,6 +24,10 @@ struct SamplingParams {
   int top_k = -1;  // -1: off
   float min_p = 0.0f;
   bool greedy() const { return temperature < 1e-6f; }
+  // top-k, top-p or min-p cut the vocabulary
+  bool filtered(int vocab) const {
+    return !greedy() && ((top_k > 0 && top_k < vocab) || top_p < 1.0f || min_p > 0.0f);
+  }
 };
 
 // Each sequence owns its generator and draws once per sampled token, so its tokens do not
@@ -32,11 +41,10 @@ class TokenRng {
   std::mt19937_64 gen_;
 };
 
-struct Sampled {
-  int32_t token;
-  float logprob;
-};
+// The backend's row for an unfiltered token (drawing its uniform now), or a skipped row
+// (temperature -1) when `p` filters: that token is sample_token's.
+SampleRow backend_row(const SamplingParams& p, int vocab, TokenRng& rng);
 
-Sampled sample_token(const float* logits, int vocab, const SamplingParams& p, TokenRng& rng);
+TokenDraw sample_token(const float* logits, int vocab, const SamplingParams& p, TokenRng& rng);
 
 }  // namespace sr1

@@ -22,12 +22,14 @@ struct PagedStep {
   std::vector<int32_t> slots;         // [rows] cache slot its key and value go to
   std::vector<int32_t> seq;           // [rows] index of its sequence in this step
   std::vector<int32_t> block_tables;  // [num_seqs, max_blocks]
-  std::vector<int32_t> sample_rows;   // rows whose next-token logits are wanted
+  std::vector<int32_t> sample_rows;   // rows whose next token is drawn
+  std::vector<SampleRow> sampling;    // how, for each of sample_rows
   int rows() const { return static_cast<int>(ids.size()); }
 };
 
-// Receives next-token logits: rows sample_rows[first .. first+n) as [n, vocab] host floats.
-using LogitsSink = std::function<void(int first, int n, const float* logits)>;
+// Draws the token of sample row `i` (a skipped SampleRow) from its logits on the host (fp32,
+// [vocab]).
+using HostSampler = std::function<TokenDraw(int i, const float* logits)>;
 
 // Keys and values of every layer for `num_blocks` blocks of `block_size` positions, in the
 // backend's compute type. release() gives the memory back to the device (SGLang's
@@ -63,10 +65,13 @@ struct PagedBuffers {
   explicit PagedBuffers(Backend& backend) : mem(backend) {}
   DeviceBuffers mem;
   int rows = 0, seqs_blocks = 0, chunk = 0;
-  int32_t *ids, *pos, *slots, *seq, *tables, *sample_rows;
+  // The step's ids, pos, slots, seq, sample_rows and block_tables end to end (PagedStep's
+  // sizes), and their copy on the host.
+  int32_t* ints;
+  std::vector<int32_t> ints_staging;
   XPtr x, ln, qkv, att, h, gu, act, head_in, logits;
   float* rstd;
-  std::vector<float> host_logits;  // the sink's rows, on the host
+  std::vector<float> host_logits;  // a row the host samples
 };
 
 }  // namespace sr1

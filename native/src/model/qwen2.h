@@ -105,10 +105,11 @@ class Qwen2Model {
 
   // One step of the inference engine: runs the step's new tokens through the model,
   // storing their keys and values in `cache` and attending over each sequence's cached
-  // positions, then hands the next-token logits of step.sample_rows to `sink` in chunks of
-  // at most `logits_chunk` rows (host fp32, [n, vocab]).
-  void forward_paged(const PagedStep& step, PagedKvCache& cache, int logits_chunk,
-                     const LogitsSink& sink);
+  // positions, then draws the next token of each of step.sample_rows, computing the logits
+  // in chunks of at most `logits_chunk` rows: on the device as step.sampling says, or by
+  // `host` for the rows it skips. Returns one draw per sample row.
+  std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
+                                       int logits_chunk, const HostSampler& host);
 
  private:
   struct Activations;

@@ -38,13 +38,15 @@ size_t PagedKvCache::bytes_per_block(const ModelConfig& c, int block_size, size_
          x_elem;
 }
 
-void Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache, int logits_chunk,
-                               const LogitsSink& sink) {
+std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache,
+                                                 int logits_chunk, const HostSampler& host) {
   const ModelConfig& c = config_;
   const int N = step.rows(), H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int table_size = step.num_seqs * step.max_blocks;
   const int chunk = std::max(1, logits_chunk);
-  if (N == 0) return;
+  const int n_out = static_cast<int>(step.sample_rows.size());
+  std::vector<TokenDraw> drawn(n_out);
+  if (N == 0) return drawn;
 
   PagedBuffers* b = paged_.get();
   if (b == nullptr || N > b->rows || table_size > b->seqs_blocks || chunk > b->chunk) {
@@ -56,12 +58,7 @@ void Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache, int l
     b->chunk = chunk;
     const size_t R = b->rows;
     DeviceBuffers& m = b->mem;
-    b->ids = m.i(R);
-    b->pos = m.i(R);
-    b->slots = m.i(R);
-    b->seq = m.i(R);
-    b->sample_rows = m.i(R);
-    b->tables = m.i(b->seqs_blocks);
+    b->ints = m.i(5 * R + b->seqs_blocks);
     b->x = m.x(R * H);
     b->ln = m.x(R * H);
     b->rstd = m.f(R);
@@ -74,27 +71,31 @@ void Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache, int l
     b->logits = m.x(static_cast<size_t>(chunk) * V);
     paged_ = std::move(fresh);
   }
-  const int n_out = static_cast<int>(step.sample_rows.size());
-  be_.upload_i32(b->ids, step.ids.data(), N);
-  be_.upload_i32(b->pos, step.pos.data(), N);
-  be_.upload_i32(b->slots, step.slots.data(), N);
-  be_.upload_i32(b->seq, step.seq.data(), N);
-  be_.upload_i32(b->tables, step.block_tables.data(), table_size);
-  if (n_out > 0) be_.upload_i32(b->sample_rows, step.sample_rows.data(), n_out);
+  // The step's integers go to the device in one copy (each copy waits for the device).
+  std::vector<int32_t>& up = b->ints_staging;
+  up.clear();
+  for (const std::vector<int32_t>* part :
+       {&step.ids, &step.pos, &step.slots, &step.seq, &step.sample_rows, &step.block_tables}) {
+    up.insert(up.end(), part->begin(), part->end());
+  }
+  be_.upload_i32(b->ints, up.data(), up.size());
+  const int32_t* ids = b->ints;
+  const int32_t *pos = ids + N, *slots = pos + N, *seq = slots + N, *sample_rows = seq + N;
+  const int32_t* tables = sample_rows + n_out;
 
   const PagedShape ps{N, c.num_heads, c.num_kv_heads, c.head_dim, cache.block_size(),
                       step.max_blocks};
   const AttentionShape rope_shape{1, N, c.num_heads, c.num_kv_heads, c.head_dim};
   const XPtr P = weights_;
-  be_.embedding_forward(b->x, b->ids, P + layout_.embed(), N, H);
+  be_.embedding_forward(b->x, ids, P + layout_.embed(), N, H);
   for (int l = 0; l < c.num_layers; l++) {
     const LayerParams& lp = layout_.layer(l);
     be_.rmsnorm_forward(b->ln, b->rstd, b->x, P + lp.ln1, N, H, c.rms_norm_eps);
     be_.matmul_forward(b->qkv, b->ln, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : XPtr{}, N,
                        H, c.qkv_dim());
-    be_.rope_forward(b->qkv, b->pos, rope_shape, c.rope_theta);
-    be_.kv_store(cache.k(l), cache.v(l), b->qkv, b->slots, ps);
-    be_.paged_attention(b->att, b->qkv, cache.k(l), cache.v(l), b->tables, b->seq, b->pos, ps);
+    be_.rope_forward(b->qkv, pos, rope_shape, c.rope_theta);
+    be_.kv_store(cache.k(l), cache.v(l), b->qkv, slots, ps);
+    be_.paged_attention(b->att, b->qkv, cache.k(l), cache.v(l), tables, seq, pos, ps);
     be_.matmul_forward(b->h, b->att, P + lp.o_w, {}, N, c.q_dim(), H);
     be_.add(b->h, b->h, b->x, static_cast<size_t>(N) * H);
     be_.rmsnorm_forward(b->ln, b->rstd, b->h, P + lp.ln2, N, H, c.rms_norm_eps);
@@ -105,16 +106,30 @@ void Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache, int l
   }
 
   // Only the rows that sample go through the final norm and the head.
-  std::vector<float>& host = b->host_logits;
-  host.resize(static_cast<size_t>(std::min(chunk, n_out)) * V);
   for (int c0 = 0; c0 < n_out; c0 += chunk) {
     const int n = std::min(chunk, n_out - c0);
-    be_.gather_rows(b->head_in, b->x, b->sample_rows + c0, n, H);
+    be_.gather_rows(b->head_in, b->x, sample_rows + c0, n, H);
     be_.rmsnorm_forward(b->ln, b->rstd, b->head_in, P + layout_.norm(), n, H, c.rms_norm_eps);
     be_.matmul_forward(b->logits, b->ln, P + layout_.lm_head(), {}, n, H, V);
-    be_.download_x(host.data(), b->logits, static_cast<size_t>(n) * V);
-    sink(c0, n, host.data());
+    be_.sample_tokens(drawn.data() + c0, b->logits, step.sampling.data() + c0, n, V);
+    // Only the rows the device skipped bring their logits to the host.
+    std::vector<int> skipped;
+    for (int r = 0; r < n; r++) {
+      if (step.sampling[c0 + r].temperature < 0) skipped.push_back(r);
+    }
+    const int k = static_cast<int>(skipped.size());
+    b->host_logits.resize(static_cast<size_t>(k) * V);
+    for (int j = 0; j < k; j++) {
+      be_.download_x(b->host_logits.data() + static_cast<size_t>(j) * V,
+                     b->logits + static_cast<size_t>(skipped[j]) * V, V);
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int j = 0; j < k; j++) {
+      drawn[c0 + skipped[j]] =
+          host(c0 + skipped[j], b->host_logits.data() + static_cast<size_t>(j) * V);
+    }
   }
+  return drawn;
 }
 
 }  // namespace sr1

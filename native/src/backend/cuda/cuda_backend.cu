@@ -35,6 +35,43 @@ using cuda::check;
 
 bf16* X(XPtr p) { return static_cast<bf16*>(p.p); }
 
+// CUDA events recorded on the stream around each operation: the device's own time for it,
+// without waiting for the GPU between operations. Events are created once and reused.
+class CudaTimer final : public DeviceTimer {
+ public:
+  explicit CudaTimer(cudaStream_t stream) : stream_(stream) {}
+  ~CudaTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void begin() override { record(); }
+  void end() override { record(); }
+  std::vector<double> read() override {
+    std::vector<double> ms;
+    if (used_ > 0) check(cudaEventSynchronize(events_[used_ - 1]), "cudaEventSynchronize");
+    for (size_t i = 0; i + 1 < used_; i += 2) {
+      float t = 0;
+      check(cudaEventElapsedTime(&t, events_[i], events_[i + 1]), "cudaEventElapsedTime");
+      ms.push_back(t);
+    }
+    used_ = 0;
+    return ms;
+  }
+
+ private:
+  void record() {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    check(cudaEventRecord(events_[used_++], stream_), "cudaEventRecord");
+  }
+
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 class CudaBackend final : public Backend {
@@ -46,13 +83,17 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     // Destructors must not throw: errors here are reported by the next CUDA call, if any.
-    for (void* p : {workspace_, static_cast<void*>(partials_), scratch_}) {
+    for (void* p : {workspace_, static_cast<void*>(partials_), scratch_,
+                    static_cast<void*>(sample_rows_), static_cast<void*>(sample_out_)}) {
       if (p != nullptr) cudaFree(p);
     }
     cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "cuda"; }
+  std::unique_ptr<DeviceTimer> timer() const override {
+    return std::make_unique<CudaTimer>(stream_);
+  }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   size_t x_elem() const override { return sizeof(bf16); }
@@ -191,6 +232,27 @@ class CudaBackend final : public Backend {
                         int V) override {
     cuda::logprob_backward(X(logits), targets, coef, ent_coef, n, V, stream_);
   }
+  // The rows go up and the draws come back with the step's one wait for the GPU.
+  void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
+                     int V) override {
+    if (n == 0) return;
+    if (n > sample_capacity_) {
+      for (void* p : {static_cast<void*>(sample_rows_), static_cast<void*>(sample_out_)}) {
+        if (p != nullptr) release(p);
+      }
+      sample_rows_ = nullptr;
+      sample_out_ = nullptr;
+      sample_capacity_ = 0;
+      sample_rows_ = static_cast<SampleRow*>(raw(static_cast<size_t>(n) * sizeof(SampleRow)));
+      sample_out_ = static_cast<TokenDraw*>(raw(static_cast<size_t>(n) * sizeof(TokenDraw)));
+      sample_capacity_ = n;
+    }
+    check(cudaMemcpyAsync(sample_rows_, rows, static_cast<size_t>(n) * sizeof(SampleRow),
+                          cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync");
+    cuda::sample_tokens(sample_out_, X(logits), sample_rows_, n, V, stream_);
+    copy(out, sample_out_, static_cast<size_t>(n) * sizeof(TokenDraw), cudaMemcpyDeviceToHost);
+  }
   double sum_squares(const float* x, size_t n) override {
     return cuda::sum_squares(x, n, partials_, stream_);
   }
@@ -238,6 +300,9 @@ class CudaBackend final : public Backend {
   double* partials_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  SampleRow* sample_rows_ = nullptr;  // sample_tokens' rows and draws on the device
+  TokenDraw* sample_out_ = nullptr;
+  int sample_capacity_ = 0;
 };
 
 // Why the runtime found no device, in words a user can act on.

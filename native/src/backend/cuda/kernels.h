@@ -64,6 +64,11 @@ void logprob_backward(bf16* logits, const int32_t* targets, const float* coef,
                       const float* ent_coef, int n, int V,
                       cudaStream_t stream);
 
+// ---- sampling.cu: the inference engine's next tokens (Backend::sample_tokens), with out and
+// rows in device memory ----
+void sample_tokens(TokenDraw* out, const bf16* logits, const SampleRow* rows, int n, int V,
+                   cudaStream_t stream);
+
 // ---- optimizer.cu ----
 // Sum of squares of x in fp64 (partials per block, then one block). `partials` must hold
 // sum_squares_partials() doubles. Synchronises the stream and returns the host value.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -36,7 +37,8 @@ std::vector<OptionSpec> engine_options() {
        {"max-running", "N",
         "most sequences in one step (default " + std::to_string(d.max_running) + ")"},
        {"chunk-tokens", "N",
-        "most prompt tokens prefilled per step (default " + std::to_string(d.chunk_tokens) + ")"}},
+        "most prompt tokens prefilled per step (default " + std::to_string(d.chunk_tokens) + ")"},
+       profile_option()},
       device_options());
 }
 
@@ -193,21 +195,27 @@ int run(const std::vector<std::string>& argv) {
   LineReader reader;
   std::vector<std::string> lines;
   bool idle = true;
+  double step_ms = 0;  // the host's time in steps, for --profile
+  restart_profile(*backend);
+  const auto stop = [&](int code) {
+    std::fflush(stdout);
+    print_profile(*backend, step_ms);
+    return code;
+  };
   for (;;) {
     lines.clear();
     if (!reader.read(lines, idle) || interrupted()) {
       server.abort_all();
-      std::fflush(stdout);
-      return interrupted() ? 130 : 0;
+      return stop(interrupted() ? 130 : 0);
     }
     for (const std::string& line : lines) {
-      if (!server.handle(line)) {
-        std::fflush(stdout);
-        return 0;
-      }
+      if (!server.handle(line)) return stop(0);
     }
     // Wait for input only when a step cannot make progress (nothing runnable).
+    const auto start = std::chrono::steady_clock::now();
     idle = !server.step();
+    step_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                   .count();
     std::fflush(stdout);
   }
 }

@@ -20,7 +20,8 @@ int cmd_score(const std::vector<std::string>& argv) {
                  "safetensors with input_ids [B, T] and an optional attention_mask", false),
              {{"repeat", "K",
                "run the forward pass K times and print each pass's seconds and peak memory as a "
-               "JSON line (for benchmarks)"}}),
+               "JSON line (for benchmarks)"},
+              profile_option()}),
       argv,
       {"searchr1-trainer score --model models/Qwen2.5-0.5B-Instruct --batch batch.safetensors "
        "--out scores.safetensors",
@@ -32,6 +33,8 @@ int cmd_score(const std::vector<std::string>& argv) {
   // The sequences packed end to end: no compute on padding (log-probs as the trainer's).
   const MicroBatch packed = packed_batch(c.batch);
   std::vector<float> plp(packed.source.size()), pent(plp.size());
+  double pass_ms = 0;
+  restart_profile(*c.backend);
   for (long pass = 1; pass <= repeat; pass++) {
     c.backend->reset_peak_bytes();
     const auto start = std::chrono::steady_clock::now();
@@ -39,11 +42,13 @@ int cmd_score(const std::vector<std::string>& argv) {
     c.backend->synchronize();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    pass_ms += 1000 * seconds;
     if (args.has("repeat")) {
       std::printf("{\"pass\":%ld,\"seconds\":%.6f,\"peak_memory_mb\":%.3f}\n", pass, seconds,
                   static_cast<double>(c.backend->peak_bytes()) / (1 << 20));
     }
   }
+  print_profile(*c.backend, pass_ms);
   std::vector<float> logprobs(c.batch.ids.size()), entropy(c.batch.ids.size());
   unpack(packed, plp.data(), logprobs.data());
   unpack(packed, pent.data(), entropy.data());

@@ -67,7 +67,9 @@ int cmd_sft(const std::vector<std::string>& argv) {
                   "Trains on the token-mean cross-entropy of the loss_mask tokens (all\n"
                   "predicted tokens without one), prints the loss per step and saves the\n"
                   "model to --out (config and tokenizer files copied, safetensors weights).",
-                  concat(concat(sft_options(), run_options(true)), device_options()), argv,
+                  concat(concat(sft_options(), run_options(true)),
+                         concat(device_options(), {profile_option()})),
+                  argv,
                   {"searchr1-trainer sft --model models/Qwen2.5-0.5B-Instruct --data "
                    "sft.safetensors --out runs/sft/model --steps 20 --batch-size 4 "
                    "--micro-batch-size 2 --lr 1e-5 --lr-schedule cosine --warmup-steps 2 "
@@ -110,7 +112,10 @@ int cmd_sft(const std::vector<std::string>& argv) {
     if (!metrics) throw Error(path + ": cannot create metrics file");
   }
   install_interrupt_handler();
+  double step_ms = 0;
+  restart_profile(*backend);
   run_sft(*model, data, loss_mask, opt, [&](const SftStep& s) {
+    step_ms += 1000 * s.seconds;
     std::printf("step %d/%d  loss %.6f  grad_norm %.4f  lr %.4e  tokens %ld  %.2fs  %.0f MiB\n",
                 s.step, opt.steps, s.loss, s.grad_norm, s.lr, s.tokens, s.seconds,
                 s.peak_memory_mb);
@@ -124,6 +129,7 @@ int cmd_sft(const std::vector<std::string>& argv) {
     }
     if (interrupted()) throw Interrupted{};
   });
+  print_profile(*backend, step_ms);
   write_hf_model(out, *model, model_dir, dtype, max_shard);
   out.commit();
   return 0;

@@ -1,0 +1,29 @@
+// Next-token sampling of one row of logits on the host: the CPU backend's sample_tokens and
+// the inference engine's host sampler (engine/sampler.cpp) share these, so both give the
+// same tokens and log-probs from the same logits and draws. The CUDA twin is
+// backend/cuda/sampling.cu.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace sr1 {
+
+// Of softmax(logits * inv_t): the lowest id among the largest logits, the largest scaled
+// logit, and log Σ exp(logit * inv_t - max) (fp64).
+struct SoftmaxStats {
+  int32_t argmax = 0;
+  double max = 0, log_sum = 0;
+  float inv_t = 1;
+  // log_softmax(logits * inv_t)[token]
+  float logprob(const float* logits, int32_t token) const {
+    return static_cast<float>(static_cast<double>(logits[token]) * inv_t - max - log_sum);
+  }
+  double prob(const float* logits, int32_t token) const;
+};
+SoftmaxStats softmax_stats(const float* logits, int V, float inv_t);
+
+// Backend::sample_tokens' rule for one row that is not skipped.
+TokenDraw sample_row(const float* logits, int V, const SampleRow& row);
+
+}  // namespace sr1
