@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One command on a machine with an NVIDIA GPU: build, run the CUDA backend's tests (which
-# must really run there, not be skipped), then the GPU benchmark against PyTorch.
+# must really run there, not be skipped), then the GPU benchmarks: the trainer against
+# PyTorch (bench:native --gpu) and the inference engine against transformers' generate
+# (bench:engine --gpu, which gets --python when it is given).
 # Everything printed also goes to bench/gpu-results.txt.
 #
 # Usage: bench/gpu.sh [options of `npm run bench:native -- --gpu`, e.g. --steps 10
 #                      --micro-batch-size 4 --recompute --python /path/to/python3]
 # Needs: nvidia-smi (the driver), node >= 20 and npm, cmake, g++, libopenblas-dev, nvcc
-# (the CUDA toolkit, to build the backend) and, for the comparison, a Python with torch
-# built for CUDA (default: python3 on the PATH).
+# (the CUDA toolkit, to build the backend) and, for the comparisons, a Python with torch
+# built for CUDA and transformers (default: python3 on the PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec > >(tee bench/gpu-results.txt) 2>&1
@@ -40,7 +42,20 @@ tests=0
 # inference engine (paged KV cache and attention, head dims, KV release), each against the
 # CPU; ranks.test.ts: NCCL (a communicator of one rank runs every call, ZeRO included);
 # index-cuda.test.ts: the dense index on the GPU.
+# profile.test.ts: --profile's tables (CUDA events).
 npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts test/native/ranks.test.ts \
-  test/retrieval/index-cuda.test.ts || tests=$?
-npm run bench:native -- --gpu "$@"
+  test/retrieval/index-cuda.test.ts test/native/profile.test.ts || tests=$?
+# Likewise each benchmark runs even when the one before it failed.
+benches=0
+npm run bench:native -- --gpu "$@" || benches=$?
+# bench:engine takes --python of these options (the others are bench:native's).
+engine_opts=()
+prev=""
+for arg in "$@"; do
+  [ "$prev" = "--python" ] && engine_opts=(--python "$arg")
+  case "$arg" in --python=*) engine_opts=("$arg") ;; esac
+  prev="$arg"
+done
+npm run bench:engine -- --gpu ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
 [ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"
+[ "$benches" -eq 0 ] || fail "a GPU benchmark failed (see above)"

@@ -4,16 +4,19 @@
   hf_generate.py check
   hf_generate.py make --out DIR --vocab V --hidden H --intermediate I --layers L --heads NH
                       --kv-heads NKV [--tied] [--rope-theta T] [--max-positions P] [--seed S]
+                      [--dtype float32|bfloat16]
   hf_generate.py generate --model DIR --work FILE --threads N
 
 check     prints {"torch", "transformers", "python", "blas"} as JSON.
-make      writes a seeded random fp32 Qwen2ForCausalLM as a Hugging Face folder with
-          transformers' own save_pretrained (config.json, safetensors, generation_config.json).
+make      writes a seeded random Qwen2ForCausalLM as a Hugging Face folder with
+          transformers' own save_pretrained (config.json, safetensors, generation_config.json)
+          in --dtype (default float32; bench:engine --gpu writes bfloat16).
           Weights: transformers' initialisation (matrices ~ normal(0, 0.02)), then q/k/v
           biases ~ normal(0, 0.02) and RMSNorm weights 1 + 0.1 * normal, so that neither is
-          the trivial value and both sides must really apply them. config.json also gets a
-          top-level rope_theta equal to rope_parameters' (transformers 5 writes only the
-          latter; older readers take the former). eos_token_id is 1; the benchmark ignores it.
+          the trivial value and both sides must really apply them (all drawn in fp32 on the
+          CPU, then rounded to --dtype). config.json also gets a top-level rope_theta equal
+          to rope_parameters' (transformers 5 writes only the latter; older readers take the
+          former). eos_token_id is 1; the benchmark ignores it.
           Prints {"params", "seconds"}.
 generate  the competitor: loads DIR with AutoModelForCausalLM (fp32, the default attention
           implementation, which is SDPA), torch.set_num_threads(N), and for each workload of
@@ -78,6 +81,7 @@ def cmd_make(args):
                 p.normal_(0.0, INIT_STD)
             elif name.endswith("norm.weight"):
                 p.copy_(1.0 + NORM_STD * torch.randn_like(p))
+    model.to(getattr(torch, args.dtype))
     model.generation_config = GenerationConfig(bos_token_id=EOS, eos_token_id=EOS,
                                                pad_token_id=PAD)
     model.save_pretrained(args.out)
@@ -168,6 +172,7 @@ def main():
     mk.add_argument("--rope-theta", type=float, default=1e6)
     mk.add_argument("--max-positions", type=int, default=32768)
     mk.add_argument("--seed", type=int, default=1234)
+    mk.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     gen = sub.add_parser("generate")
     gen.add_argument("--model", required=True)
     gen.add_argument("--work", required=True)

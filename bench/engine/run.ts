@@ -8,7 +8,13 @@
  *   --threads N     CPU threads for both sides (default: all cores)
  *   --python PATH   a Python with torch and transformers (default python3)
  *   --keep          keep the temporary folder (models, prompts, outputs)
+ *   --gpu           benchmark the engine on CUDA (bf16) instead, against transformers on the
+ *                   same GPU (bench/engine/gpu.ts says what it measures); with it --shapes
+ *                   picks of 0.5b, 0.5b-32k, --threads does not apply, and
+ *     --profile     runs the engine with its --profile (device time per operation) and
+ *                   prints that table; refused when this build's engine has no --profile
  *
+ * Without --gpu:
  * Shapes (random fp32 weights written by bench/engine/hf_generate.py `make` with
  * transformers' save_pretrained into a temporary folder; rope_theta 1e6, qkv biases):
  *   50m   Qwen2 with vocab 32,000, hidden 512, intermediate 1,408, 8 layers, 8 heads, 2 kv
@@ -47,12 +53,11 @@
  *
  * Exits 0 with a message when the Python has no torch or transformers (the competitor).
  */
-import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { CliError } from "../../src/runtime/errors.js";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
@@ -61,6 +66,8 @@ import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { fmt, log, threadCappedEnv } from "../common.js";
 import { type Shape as NativeShape, shapeArgs } from "../native/step.js";
+import { engineGpuBench } from "./gpu.js";
+import { EngineProcess, greedy } from "./stdio.js";
 
 /** bench:native's shape, with the engine bench's own fields. */
 interface Shape extends NativeShape {
@@ -115,6 +122,8 @@ const { values: opts } = parseArgs({
     threads: { type: "string" },
     python: { type: "string" },
     keep: { type: "boolean", default: false },
+    gpu: { type: "boolean", default: false },
+    profile: { type: "boolean", default: false },
   },
 });
 
@@ -127,7 +136,8 @@ const threads = (() => {
   }
   return n;
 })();
-const shapes = (() => {
+/** The shapes --shapes names (the CPU benchmark's). */
+function cpuShapes(): Shape[] {
   const keys = (opts.shapes ?? SHAPES.map((s) => s.key).join(",")).split(",");
   return keys.map((k) => {
     const s = SHAPES.find((x) => x.key === k.trim());
@@ -139,7 +149,7 @@ const shapes = (() => {
     }
     return s;
   });
-})();
+}
 const python = opts.python ?? "python3";
 const script = join(packageRoot(), "bench", "engine", "hf_generate.py");
 const childEnv = threadCappedEnv(threads);
@@ -206,92 +216,8 @@ interface Measured {
 
 // ---- our side: searchr1-engine over stdio ----
 
-interface EngineEvent {
-  ev: string;
-  [key: string]: unknown;
-}
-
-class EngineProcess {
-  private child: ChildProcessWithoutNullStreams;
-  private listeners: ((e: EngineEvent) => void)[] = [];
-  private exited: Promise<number | null>;
-
-  constructor(exe: string, args: string[]) {
-    this.child = spawn(exe, args, { env: childEnv, stdio: ["pipe", "pipe", "pipe"] });
-    this.child.stderr.on("data", (d: Buffer) => {
-      const text = d.toString();
-      // The start-up lines are noise here; anything else is worth seeing.
-      for (const line of text.split("\n")) {
-        if (line && !/^searchr1(-engine)?: (note|.* KV blocks of)/.test(line)) log(line);
-      }
-    });
-    createInterface({ input: this.child.stdout }).on("line", (line) => {
-      const e = JSON.parse(line) as EngineEvent;
-      for (const l of [...this.listeners]) l(e);
-    });
-    this.exited = new Promise((resolve) => this.child.on("exit", (code) => resolve(code)));
-  }
-
-  send(commands: object[]) {
-    this.child.stdin.write(commands.map((c) => `${JSON.stringify(c)}\n`).join(""));
-  }
-
-  /** Calls `on` for every event until it returns true. */
-  until(on: (e: EngineEvent) => boolean): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const listener = (e: EngineEvent) => {
-        if (e.ev === "error") {
-          reject(new Error(`searchr1-engine: ${String(e.message)}`));
-          return;
-        }
-        if (on(e)) {
-          this.listeners = this.listeners.filter((l) => l !== listener);
-          resolve();
-        }
-      };
-      this.listeners.push(listener);
-      this.exited.then((code) => reject(new Error(`searchr1-engine exited (${code})`)));
-    });
-  }
-
-  async shutdown() {
-    this.send([{ op: "shutdown" }]);
-    this.child.stdin.end();
-    await this.exited;
-  }
-}
-
-let replyId = 0;
-
-async function control(engine: EngineProcess, op: string): Promise<EngineEvent> {
-  const id = ++replyId;
-  let reply: EngineEvent | undefined;
-  const done = engine.until((e) => {
-    if (e.ev === "reply" && e.id === id) reply = e;
-    return reply !== undefined;
-  });
-  engine.send([{ op, id }]);
-  await done;
-  if (!reply?.ok) throw new Error(`searchr1-engine: ${op} refused: ${JSON.stringify(reply)}`);
-  return reply;
-}
-
-const greedy = (rid: string, inputIds: number[], maxNew: number) => ({
-  op: "generate",
-  rid,
-  input_ids: inputIds,
-  max_new_tokens: maxNew,
-  temperature: 0,
-  top_p: 1,
-  top_k: -1,
-  min_p: 0,
-  seed: 0,
-  stop_token_ids: [],
-  ignore_eos: true,
-});
-
 async function runWorkload(engine: EngineProcess, w: Workload, tag: string): Promise<Measured> {
-  await control(engine, "flush_cache");
+  await engine.control("flush_cache");
   const n = w.prompts.length;
   const rids = w.prompts.map((_, i) => `${tag}-${i}`);
   const index = new Map(rids.map((r, i) => [r, i]));
@@ -318,7 +244,7 @@ async function runWorkload(engine: EngineProcess, w: Workload, tag: string): Pro
       }
       if (!statsOut) {
         statsOut = true;
-        engine.send([{ op: "stats", id: ++replyId }]);
+        engine.send([{ op: "stats", id: engine.nextId() }]);
       }
     } else if (e.ev === "reply" && "kv_blocks_used" in e) {
       statsOut = false;
@@ -349,24 +275,24 @@ async function runOurs(exe: string, model: string, shape: Shape, ws: Workload[])
   const need = Math.max(
     ...ws.map((w) => w.prompts.length * Math.ceil((CONTEXT + 1) / BLOCK) * perBlock),
   );
-  const engine = new EngineProcess(exe, [
-    "--model",
-    model,
-    "--device",
-    "cpu",
-    "--threads",
-    String(threads),
-    "--context-length",
-    String(CONTEXT),
-    "--kv-cache-mb",
-    String(Math.ceil(need / 2 ** 20)),
-  ]);
-  let ready: EngineEvent | undefined;
-  await engine.until((e) => {
-    if (e.ev === "ready") ready = e;
-    return ready !== undefined;
-  });
-  if (ready?.block_size !== BLOCK) throw new Error(`block_size ${ready?.block_size}, not ${BLOCK}`);
+  const engine = new EngineProcess(
+    exe,
+    [
+      "--model",
+      model,
+      "--device",
+      "cpu",
+      "--threads",
+      String(threads),
+      "--context-length",
+      String(CONTEXT),
+      "--kv-cache-mb",
+      String(Math.ceil(need / 2 ** 20)),
+    ],
+    childEnv,
+  );
+  const ready = await engine.ready();
+  if (ready.block_size !== BLOCK) throw new Error(`block_size ${ready.block_size}, not ${BLOCK}`);
   // Warm-up, untimed: the first 8 prompt tokens (no full block, so nothing is cached).
   const warm = ws[0]?.prompts[0]?.slice(0, 8) ?? [FIRST_ID];
   await runWorkload(engine, { name: "warm-up", prompts: [warm], maxNew: 4 }, "warm");
@@ -506,6 +432,7 @@ async function main() {
     python: string;
     blas: string;
   };
+  const shapes = cpuShapes();
   const exe = findEngine();
   const cpu = cpus()[0]?.model.trim() ?? "unknown CPU";
   const loadBefore = loadavg()[0] as number;
@@ -653,4 +580,21 @@ async function main() {
   if (failures.length > 0) process.exitCode = 1;
 }
 
-await main();
+if (opts.gpu) {
+  if (opts.threads !== undefined) {
+    console.error("bench:engine: --threads is for the CPU benchmark, not --gpu");
+    process.exit(2);
+  }
+  await engineGpuBench({
+    python,
+    shapes: opts.shapes,
+    keep: opts.keep,
+    profile: opts.profile,
+  });
+} else {
+  if (opts.profile) {
+    console.error("bench:engine: --profile needs --gpu");
+    process.exit(2);
+  }
+  await main();
+}

@@ -47,6 +47,8 @@ export interface GpuOptions {
   steps: number;
   microBatchSize?: number;
   recompute: boolean;
+  /** also profile one sft step and one score pass per shape (their tables printed) */
+  profile: boolean;
   peakTflops?: number;
   python: string;
 }
@@ -252,6 +254,29 @@ export function gpuBench(o: GpuOptions): void {
         ],
         "searchr1-trainer score",
       );
+      if (o.profile) {
+        // Separate runs, so that the events around every operation do not touch the timings
+        // above. Device time per operation does not count the host's first-call set-up.
+        const profiled = (args: string[], who: string) => {
+          log(`${shape.name}: ${who} --profile ...`);
+          const r = spawnSync(trainer, [...args, "--profile"], { encoding: "utf8" });
+          const table = r.stderr.slice(Math.max(0, r.stderr.indexOf("profile (")));
+          console.log(
+            r.status === 0 ? `${shape.name}, ${who}: ${table}` : `${who} failed: ${r.stderr}`,
+          );
+        };
+        profiled(
+          [
+            ...["sft", ...common, "--data", data, "--out", join(work, "out"), "--overwrite"],
+            ...["--steps", "2", ...STEP_FLAGS, ...trainFlags],
+          ],
+          "searchr1-trainer sft, 2 steps",
+        );
+        profiled(
+          [...["score", ...common, "--batch", data, "--out", join(work, "score.safetensors")]],
+          "searchr1-trainer score, 1 pass",
+        );
+      }
       const result: Result = {
         shape,
         params,

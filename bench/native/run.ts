@@ -18,6 +18,8 @@
  *     --micro-batch-size N   sequences per forward/backward on both sides (default 8: all)
  *     --recompute            recompute layer activations in backward on both sides
  *     --peak-tflops X        the GPU's dense bf16 peak for MFU (known: H100, H200, A100)
+ *     --profile              then one more sft step and score pass per shape with
+ *                            --profile: the device time of each backend operation
  *
  * Without --gpu:
  * For each model shape, bench/native/torch_step.py writes a seeded random fp32 Qwen2 folder
@@ -58,6 +60,7 @@ const { values: opts } = parseArgs({
     gpu: { type: "boolean", default: false },
     "micro-batch-size": { type: "string" },
     recompute: { type: "boolean", default: false },
+    profile: { type: "boolean", default: false },
     "peak-tflops": { type: "string" },
     rl: { type: "boolean", default: false },
     seq: { type: "string" },
@@ -346,11 +349,12 @@ if (opts.gpu) {
         ? undefined
         : positiveInt("micro-batch-size", opts["micro-batch-size"], 0),
     recompute: opts.recompute,
+    profile: opts.profile,
     peakTflops: positiveNumber("peak-tflops", opts["peak-tflops"]),
     python: opts.python ?? "python3",
   });
 } else {
-  for (const gpuOnly of ["micro-batch-size", "recompute", "peak-tflops"] as const) {
+  for (const gpuOnly of ["micro-batch-size", "recompute", "peak-tflops", "profile"] as const) {
     if (opts[gpuOnly]) {
       console.error(`bench:native: --${gpuOnly} needs --gpu`);
       process.exit(2);

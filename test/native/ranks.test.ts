@@ -508,18 +508,38 @@ describe("one rank through the library runs every collective and changes nothing
         console.warn(`ranks.test.ts: the NCCL check is SKIPPED: ${String(err)}`);
         return;
       }
-      same(local, nccl);
+      // CUDA's backward adds with atomics (the embedding's and RMSNorm's weight gradients,
+      // attention's dq) in an order that changes from run to run, so two CUDA runs, through
+      // NCCL or not, agree to that rounding, not bit for bit (an H200 measured grad_norm
+      // 1.4e-10 apart): the forward passes before any update bit for bit, the metrics within
+      // 1e-6, the weights as two ranks and one (AdamW amplifies rounding where a gradient is
+      // near zero).
+      const close = (a: typeof local, b: typeof local) => {
+        expect(sameBits(b.lp, a.lp)).toBe(true);
+        expect(sameBits(b.grouped, a.grouped)).toBe(true);
+        expect(sameBits(b.values, a.values)).toBe(true);
+        a.actor.forEach((m, k) => {
+          expect(metricDiff(m, b.actor[k] ?? {}, ACTOR_METRICS)).toBeLessThan(1e-6);
+        });
+        a.critic.forEach((m, k) => {
+          expect(metricDiff(m, b.critic[k] ?? {}, CRITIC_METRICS)).toBeLessThan(1e-6);
+        });
+        const d = weightDiff(b.weights, a.weights);
+        expect(d.worst).toBeLessThanOrEqual(1e-4);
+        expect(d.beyond).toBeLessThan(1e-3);
+      };
+      close(local, nccl);
       // ZeRO stage 2 on CUDA: the learner keeps the fp32 masters (its one shard), the model
       // only its bf16 compute copy, which each step refreshes from the updated shard; NCCL's
       // reduce-scatter and all-gather run over one rank. The same run as stage 0 (see the
       // ZeRO describe above for why: here the norm's sum runs over the padded buffer), and a
       // checkpoint of it (the masters downloaded whole, the bf16 copy reloaded through the
-      // staging buffer) resumes: the same bits expected, a rounding's worth allowed.
+      // staging buffer) resumes; each within the atomics' rounding, as above.
       const zero = await run(1, [...cuda, "--collectives", "nccl"], 2);
-      same(await run(1, cuda, 2), zero);
-      expect(weightDiff(zero.weights, local.weights).worst).toBeLessThanOrEqual(1e-6);
+      close(await run(1, cuda, 2), zero);
+      close(local, zero);
       expect(weightDiff(zero.continued.weights, local.continued.weights).worst).toBeLessThanOrEqual(
-        1e-6,
+        1e-4,
       );
       const memory = zero.loaded.memory as Record<string, Record<string, number>>;
       const P = zero.loaded.parameters as number;
@@ -527,7 +547,7 @@ describe("one rank through the library runs every collective and changes nothing
       expect(memory.actor).toMatchObject({ weights: 2 * C, master_weights: 4 * C });
       expect(memory.reference).toEqual({ weights: 2 * P, master_weights: 0 });
       const resumed = await resume(zero, 1, 2, cuda);
-      expect(weightDiff(resumed.weights, zero.continued.weights).worst).toBeLessThanOrEqual(1e-6);
+      expect(weightDiff(resumed.weights, zero.continued.weights).worst).toBeLessThanOrEqual(1e-4);
     },
     300_000,
   );
