@@ -112,9 +112,9 @@ def log_probs(weights, cfg, ids, P):
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
-    def linear(x, name):
+    def linear(x, name):  # the bias goes on after the product is rounded (cuda/matmul.cu)
         y = x @ w[name + ".weight"].T
-        return y + w[name + ".bias"] if name + ".bias" in w else y
+        return P.round(y) + w[name + ".bias"] if name + ".bias" in w else y
 
     causal = np.tril(np.ones((T, T), dtype=bool))
     x = w["model.embed_tokens.weight"][ids]

@@ -143,8 +143,8 @@ def forward(params, cfg, ids, mask, P):
         n = P.act(mf.rms_norm(x, W(p + "input_layernorm.weight"), eps))
         wqkv = torch.cat([W(p + f"self_attn.{s}_proj.weight") for s in "qkv"])
         qkv = n @ wqkv.T
-        if has_bias:
-            qkv = qkv + torch.cat([W(p + f"self_attn.{s}_proj.bias") for s in "qkv"])
+        if has_bias:  # added after the product is rounded (cuda/matmul.cu)
+            qkv = P.act(qkv) + torch.cat([W(p + f"self_attn.{s}_proj.bias") for s in "qkv"])
         qkv = P.act(qkv)
         q, k, v = qkv.split([NH * hd, NKV * hd, NKV * hd], dim=-1)
         q = q.reshape(B, T, NH, hd).transpose(1, 2)

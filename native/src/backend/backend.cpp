@@ -59,6 +59,12 @@ class HostTimer final : public DeviceTimer {
 
 std::unique_ptr<DeviceTimer> Backend::timer() const { return std::make_unique<HostTimer>(); }
 
+void Backend::begin_capture() { throw Error(name() + " backend: no graphs (can_capture)"); }
+
+std::unique_ptr<DeviceGraph> Backend::end_capture() {
+  throw Error(name() + " backend: no graphs (can_capture)");
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();
   if (device != "cuda" && device != "auto") {

@@ -84,6 +84,14 @@ class DeviceTimer {
   virtual std::vector<double> read() = 0;
 };
 
+// Device work recorded once and queued again with one call (a CUDA graph): the same
+// kernels on the same pointers and shapes, whatever those buffers hold by then.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -118,6 +126,12 @@ class Backend {
   virtual void reset_peak_bytes() { peak_ = live_; }
   // A timer of this backend's operations (the host's clock where they run synchronously).
   virtual std::unique_ptr<DeviceTimer> timer() const;
+  // Graphs: the operations called between begin_capture() and end_capture() are recorded,
+  // not run; they may not copy to or from the host or wait for the device. Only where
+  // can_capture() (CUDA; not under --profile, whose timer waits).
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<DeviceGraph> end_capture();
 
   // ---- layers ----
   // out[N,C] = wte[ids[n]]

@@ -358,9 +358,12 @@ StepResult Engine::step() {
   // The step's rows: each planned sequence's next n positions.
   PagedStep step;
   step.num_seqs = static_cast<int>(planned.size());
+  // Block-table columns: a power of two, so that decode steps share a few graph shapes.
+  int columns = 1;
   for (const Planned& p : planned) {
-    step.max_blocks = std::max(step.max_blocks, static_cast<int>(p.seq->blocks.size()));
+    while (columns < static_cast<int>(p.seq->blocks.size())) columns *= 2;
   }
+  step.max_blocks = columns;
   step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
   std::vector<Sequence*> samplers;  // the sequence of each sample row
   const int BS = blocks_.block_size();
@@ -383,7 +386,7 @@ StepResult Engine::step() {
   }
 
   const std::vector<TokenDraw> sampled = model_.forward_paged(
-      step, cache_, opt_.logits_chunk, [&](int i, const float* logits) {
+      step, cache_, opt_.logits_chunk, opt_.graphs, [&](int i, const float* logits) {
         Sequence& s = *samplers[i];
         return sample_token(logits, V, s.req.sampling, s.rng);
       });

@@ -27,6 +27,9 @@ struct EngineOptions {
   int max_running = 256;   // sequences in one step
   int chunk_tokens = 512;  // prompt tokens prefilled per step
   int logits_chunk = 64;   // rows per language-model-head chunk
+  // Decode steps replay graphs of the layers where the backend records them (vLLM's CUDA
+  // graphs; --enforce-eager turns them off, as vLLM's enforce_eager).
+  bool graphs = true;
 };
 
 struct GenerateRequest {

@@ -5,7 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -60,18 +63,26 @@ class PagedKvCache {
   XPtr base_;
 };
 
-// Activations of one engine step, sized for the largest step seen so far.
+// Activations of one engine step, sized for the largest step seen so far, and the graphs of
+// decode steps recorded on them (which die with them).
 struct PagedBuffers {
   explicit PagedBuffers(Backend& backend) : mem(backend) {}
   DeviceBuffers mem;
   int rows = 0, seqs_blocks = 0, chunk = 0;
-  // The step's ids, pos, slots, seq, sample_rows and block_tables end to end (PagedStep's
-  // sizes), and their copy on the host.
+  // The step's ids, pos, slots, seq (each of the rows run), sample_rows (as many) and
+  // block_tables end to end, and their copy on the host.
   int32_t* ints;
   std::vector<int32_t> ints_staging;
   XPtr x, ln, qkv, att, h, gu, act, head_in, logits;
   float* rstd;
   std::vector<float> host_logits;  // a row the host samples
+  // The layers of a decode step by (rows run, block-table columns); a shape is recorded the
+  // second time it runs (the first loads the kernels and plans the matmuls). They hold the
+  // cache's pointers: `graph_cache` is the cache they were recorded on.
+  std::map<std::pair<int, int>, std::unique_ptr<DeviceGraph>> graphs;
+  std::set<std::pair<int, int>> seen;
+  const void* graph_cache = nullptr;
+  bool graphs_failed = false;  // a recording failed: run op by op
 };
 
 }  // namespace sr1

@@ -107,9 +107,14 @@ class Qwen2Model {
   // storing their keys and values in `cache` and attending over each sequence's cached
   // positions, then draws the next token of each of step.sample_rows, computing the logits
   // in chunks of at most `logits_chunk` rows: on the device as step.sampling says, or by
-  // `host` for the rows it skips. Returns one draw per sample row.
+  // `host` for the rows it skips. Returns one draw per sample row. With `graphs`, where the
+  // backend can record them, a decode step (one row per sequence) replays the layers as a
+  // graph recorded for its shape (graph_rows).
   std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
-                                       int logits_chunk, const HostSampler& host);
+                                       int logits_chunk, bool graphs, const HostSampler& host);
+  // The rows a graph of a decode step of n rows runs (n rounded up: 1, 2, 4, then multiples
+  // of 8, as vLLM's capture sizes), 0 past the largest graph.
+  static int graph_rows(int n);
 
  private:
   struct Activations;
@@ -126,6 +131,10 @@ class Qwen2Model {
   void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
   void layer_forward(int l, int acts, XPtr x_out);
+  // The embedding and every layer of an engine step over ps.rows rows (paged.h).
+  void paged_layers(const PagedShape& ps, const int32_t* ids, const int32_t* pos,
+                    const int32_t* slots, const int32_t* seq, const int32_t* tables,
+                    PagedKvCache& cache);
   void layer_backward(int l, int acts);
   // Runs the head over the predicted rows: log-probs (and entropies) out, and with an
   // objective the gradient into grads and the final norm's output gradient.

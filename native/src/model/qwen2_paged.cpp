@@ -3,6 +3,7 @@
 // queries attend over everything their sequence has cached, so a decode step costs one
 // row per sequence and a prefill chunk one row per prompt token.
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "model/qwen2.h"
@@ -38,55 +39,41 @@ size_t PagedKvCache::bytes_per_block(const ModelConfig& c, int block_size, size_
          x_elem;
 }
 
-std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache,
-                                                 int logits_chunk, const HostSampler& host) {
+namespace {
+
+// The device work `run` queues, recorded as a graph instead of run.
+template <typename Run>
+std::unique_ptr<DeviceGraph> record(Backend& be, const Run& run) {
+  be.begin_capture();
+  try {
+    run();
+  } catch (...) {
+    try {
+      be.end_capture();
+    } catch (const Error&) {  // the capture is invalid: the first error is the one to report
+    }
+    throw;
+  }
+  return be.end_capture();
+}
+
+}  // namespace
+
+int Qwen2Model::graph_rows(int n) {
+  constexpr int kLargestGraph = 512;
+  if (n > kLargestGraph) return 0;
+  if (n <= 4) return n <= 1 ? 1 : n <= 2 ? 2 : 4;
+  return (n + 7) / 8 * 8;
+}
+
+void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const int32_t* pos,
+                              const int32_t* slots, const int32_t* seq, const int32_t* tables,
+                              PagedKvCache& cache) {
   const ModelConfig& c = config_;
-  const int N = step.rows(), H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int table_size = step.num_seqs * step.max_blocks;
-  const int chunk = std::max(1, logits_chunk);
-  const int n_out = static_cast<int>(step.sample_rows.size());
-  std::vector<TokenDraw> drawn(n_out);
-  if (N == 0) return drawn;
-
-  PagedBuffers* b = paged_.get();
-  if (b == nullptr || N > b->rows || table_size > b->seqs_blocks || chunk > b->chunk) {
-    paged_.reset();  // free before allocating the larger set
-    auto fresh = std::make_unique<PagedBuffers>(be_);
-    b = fresh.get();
-    b->rows = std::max(N, 64);
-    b->seqs_blocks = std::max(table_size, 1024);
-    b->chunk = chunk;
-    const size_t R = b->rows;
-    DeviceBuffers& m = b->mem;
-    b->ints = m.i(5 * R + b->seqs_blocks);
-    b->x = m.x(R * H);
-    b->ln = m.x(R * H);
-    b->rstd = m.f(R);
-    b->qkv = m.x(R * c.qkv_dim());
-    b->att = m.x(R * c.q_dim());
-    b->h = m.x(R * H);
-    b->gu = m.x(R * 2 * I);
-    b->act = m.x(R * I);
-    b->head_in = m.x(static_cast<size_t>(chunk) * H);
-    b->logits = m.x(static_cast<size_t>(chunk) * V);
-    paged_ = std::move(fresh);
-  }
-  // The step's integers go to the device in one copy (each copy waits for the device).
-  std::vector<int32_t>& up = b->ints_staging;
-  up.clear();
-  for (const std::vector<int32_t>* part :
-       {&step.ids, &step.pos, &step.slots, &step.seq, &step.sample_rows, &step.block_tables}) {
-    up.insert(up.end(), part->begin(), part->end());
-  }
-  be_.upload_i32(b->ints, up.data(), up.size());
-  const int32_t* ids = b->ints;
-  const int32_t *pos = ids + N, *slots = pos + N, *seq = slots + N, *sample_rows = seq + N;
-  const int32_t* tables = sample_rows + n_out;
-
-  const PagedShape ps{N, c.num_heads, c.num_kv_heads, c.head_dim, cache.block_size(),
-                      step.max_blocks};
+  const int N = ps.rows, H = c.hidden_size, I = c.intermediate_size;
   const AttentionShape rope_shape{1, N, c.num_heads, c.num_kv_heads, c.head_dim};
   const XPtr P = weights_;
+  PagedBuffers* b = paged_.get();
   be_.embedding_forward(b->x, ids, P + layout_.embed(), N, H);
   for (int l = 0; l < c.num_layers; l++) {
     const LayerParams& lp = layout_.layer(l);
@@ -104,8 +91,92 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
     be_.matmul_forward(b->x, b->act, P + lp.down_w, {}, N, I, H);  // x is free: h holds it
     be_.add(b->x, b->x, b->h, static_cast<size_t>(N) * H);
   }
+}
+
+std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache,
+                                                 int logits_chunk, bool graphs,
+                                                 const HostSampler& host) {
+  const ModelConfig& c = config_;
+  const int N = step.rows(), H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int table_size = step.num_seqs * step.max_blocks;
+  const int chunk = std::max(1, logits_chunk);
+  const int n_out = static_cast<int>(step.sample_rows.size());
+  std::vector<TokenDraw> drawn(n_out);
+  if (N == 0) return drawn;
+  // A decode step (every row samples, so each is its own sequence's one row) runs R >= N rows
+  // when it replays a graph: the last row repeated, which writes the same key and value to
+  // the same slot and whose outputs no one reads.
+  const int padded = graphs && be_.can_capture() && n_out == N ? graph_rows(N) : 0;
+  const int R = padded > 0 ? padded : N;
+
+  PagedBuffers* b = paged_.get();
+  if (b == nullptr || R > b->rows || table_size > b->seqs_blocks || chunk > b->chunk) {
+    paged_.reset();  // free before allocating the larger set
+    auto fresh = std::make_unique<PagedBuffers>(be_);
+    b = fresh.get();
+    b->rows = std::max(R, 64);
+    b->seqs_blocks = std::max(table_size, 1024);
+    b->chunk = chunk;
+    const size_t RB = b->rows;
+    DeviceBuffers& m = b->mem;
+    b->ints = m.i(5 * RB + b->seqs_blocks);
+    b->x = m.x(RB * H);
+    b->ln = m.x(RB * H);
+    b->rstd = m.f(RB);
+    b->qkv = m.x(RB * c.qkv_dim());
+    b->att = m.x(RB * c.q_dim());
+    b->h = m.x(RB * H);
+    b->gu = m.x(RB * 2 * I);
+    b->act = m.x(RB * I);
+    b->head_in = m.x(static_cast<size_t>(chunk) * H);
+    b->logits = m.x(static_cast<size_t>(chunk) * V);
+    paged_ = std::move(fresh);
+  }
+  // The step's integers go to the device in one copy (each copy waits for the device).
+  std::vector<int32_t>& up = b->ints_staging;
+  up.clear();
+  for (const std::vector<int32_t>* part :
+       {&step.ids, &step.pos, &step.slots, &step.seq, &step.sample_rows}) {
+    up.insert(up.end(), part->begin(), part->end());
+    up.insert(up.end(), R - part->size(), part->empty() ? 0 : part->back());
+  }
+  up.insert(up.end(), step.block_tables.begin(), step.block_tables.end());
+  be_.upload_i32(b->ints, up.data(), up.size());
+  const int32_t* ids = b->ints;
+  const int32_t *pos = ids + R, *slots = pos + R, *seq = slots + R, *sample_rows = seq + R;
+  const int32_t* tables = sample_rows + R;
+
+  const PagedShape ps{R, c.num_heads, c.num_kv_heads, c.head_dim, cache.block_size(),
+                      step.max_blocks};
+  const auto layers = [&] { paged_layers(ps, ids, pos, slots, seq, tables, cache); };
+  if (padded == 0) {
+    layers();
+  } else {
+    if (b->graph_cache != cache.k(0).p) {  // the cache was released and taken again
+      b->graphs.clear();
+      b->seen.clear();
+      b->graph_cache = cache.k(0).p;
+    }
+    const std::pair<int, int> shape{R, step.max_blocks};
+    std::unique_ptr<DeviceGraph>& graph = b->graphs[shape];
+    if (graph == nullptr && !b->seen.insert(shape).second && !b->graphs_failed) {
+      try {
+        graph = record(be_, layers);
+      } catch (const Error& e) {  // the steps still run, op by op
+        b->graphs_failed = true;
+        std::fprintf(stderr, "searchr1: warning: decode steps run without graphs: %s\n",
+                     e.what());
+      }
+    }
+    if (graph != nullptr) {
+      graph->replay();
+    } else {
+      layers();
+    }
+  }
 
   // Only the rows that sample go through the final norm and the head.
+  const XPtr P = weights_;
   for (int c0 = 0; c0 < n_out; c0 += chunk) {
     const int n = std::min(chunk, n_out - c0);
     be_.gather_rows(b->head_in, b->x, sample_rows + c0, n, H);

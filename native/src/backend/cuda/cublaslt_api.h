@@ -47,14 +47,8 @@ enum cublasComputeType_t : int32_t {
 // Attribute values are passed by address with their size, which cuBLASLt checks: the comment
 // on each names the type it expects.
 enum cublasLtMatmulDescAttributes_t : int32_t {
-  CUBLASLT_MATMUL_DESC_TRANSA = 3,        // int32_t (cublasOperation_t)
-  CUBLASLT_MATMUL_DESC_TRANSB = 4,        // int32_t (cublasOperation_t)
-  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      // uint32_t (cublasLtEpilogue_t)
-  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  // const void*; its type defaults to D's type
-};
-
-enum cublasLtEpilogue_t : uint32_t {
-  CUBLASLT_EPILOGUE_BIAS = 4,  // D += bias[row], broadcast over D's columns
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,  // int32_t (cublasOperation_t)
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,  // int32_t (cublasOperation_t)
 };
 
 enum cublasLtMatmulPreferenceAttributes_t : int32_t {

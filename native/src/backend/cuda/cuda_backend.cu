@@ -35,6 +35,28 @@ using cuda::check;
 
 bf16* X(XPtr p) { return static_cast<bf16*>(p.p); }
 
+// A captured stream's work, instantiated once, launched on the stream by replay().
+class CudaGraph final : public DeviceGraph {
+ public:
+  CudaGraph(cudaGraph_t graph, cudaStream_t stream) : graph_(graph), stream_(stream) {
+    const cudaError_t status = cudaGraphInstantiate(&exec_, graph_, 0);
+    if (status != cudaSuccess) {
+      cudaGraphDestroy(graph_);
+      check(status, "cudaGraphInstantiate");
+    }
+  }
+  ~CudaGraph() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  void replay() override { check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_ = nullptr;
+  cudaStream_t stream_;
+};
+
 // CUDA events recorded on the stream around each operation: the device's own time for it,
 // without waiting for the GPU between operations. Events are created once and reused.
 class CudaTimer final : public DeviceTimer {
@@ -95,6 +117,16 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaTimer>(stream_);
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  bool can_capture() const override { return true; }
+  void begin_capture() override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+          "cudaStreamBeginCapture");
+  }
+  std::unique_ptr<DeviceGraph> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    return std::make_unique<CudaGraph>(graph, stream_);
+  }
 
   size_t x_elem() const override { return sizeof(bf16); }
   size_t free_bytes() const override {
@@ -250,7 +282,8 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(sample_rows_, rows, static_cast<size_t>(n) * sizeof(SampleRow),
                           cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync");
-    cuda::sample_tokens(sample_out_, X(logits), sample_rows_, n, V, stream_);
+    cuda::sample_tokens(sample_out_, X(logits), sample_rows_, n, V,
+                        scratch(cuda::sample_tokens_scratch(n)), stream_);
     copy(out, sample_out_, static_cast<size_t>(n) * sizeof(TokenDraw), cudaMemcpyDeviceToHost);
   }
   double sum_squares(const float* x, size_t n) override {
@@ -282,8 +315,9 @@ class CudaBackend final : public Backend {
     synchronize();
   }
 
-  // The attention calls' scratch (kernels.h), grown to the most bytes asked for. Work queued
-  // on the stream may still use the old buffer: release()'s cudaFree waits for it.
+  // The scratch of the attention and sampling calls (kernels.h), grown to the most bytes
+  // asked for. Work queued on the stream may still use the old buffer: release()'s cudaFree
+  // waits for it.
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
       if (scratch_ != nullptr) release(scratch_);

@@ -65,9 +65,10 @@ void logprob_backward(bf16* logits, const int32_t* targets, const float* coef,
                       cudaStream_t stream);
 
 // ---- sampling.cu: the inference engine's next tokens (Backend::sample_tokens), with out and
-// rows in device memory ----
+// rows in device memory, and a scratch of sample_tokens_scratch(n) bytes ----
+size_t sample_tokens_scratch(int n);
 void sample_tokens(TokenDraw* out, const bf16* logits, const SampleRow* rows, int n, int V,
-                   cudaStream_t stream);
+                   void* scratch, cudaStream_t stream);
 
 // ---- optimizer.cu ----
 // Sum of squares of x in fp64 (partials per block, then one block). `partials` must hold

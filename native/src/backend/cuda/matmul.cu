@@ -1,12 +1,13 @@
 // Row-major to column-major: a row-major R x K matrix is, to cuBLASLt, a column-major K x R
 // matrix with ld K, so each product below is computed as its transpose.
 //   forward   out^T[OC,N] = w^T . inp^T    A = w (C x OC, op T), B = inp (C x N), k = C;
-//             the BIAS epilogue adds bias[row] = bias[output feature] to every column.
+//             then add_bias_kernel adds bias[output feature] to every row of out.
 //   dinp      dinp^T[C,N] = w . dout^T      A = w (C x OC), B = dout (OC x N), k = OC
 //   dw        dw^T[C,OC] = inp^T . dout     A = inp (C x N), B = dout (OC x N, op T), k = N;
 //             fp32 C = D = dw with beta 1 accumulates.
 #include "backend/cuda/matmul.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "util/error.h"
@@ -33,6 +34,15 @@ __global__ void bias_backward_kernel(float* dbias, const bf16* dout, int N, int 
   if (threadIdx.y == 0 && col < OC) {
     for (int r = 1; r < kRows; r++) sum += partial[r][threadIdx.x];
     dbias[col] += sum;
+  }
+}
+
+// out[row, col] += bias[col], in fp32, rounded once more to bf16.
+__global__ void add_bias_kernel(bf16* out, const bf16* bias, size_t N, int OC) {
+  const size_t total = N * OC;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + __bfloat162float(bias[i % OC]));
   }
 }
 
@@ -101,7 +111,7 @@ std::string Matmul::describe(const Key& key) {
                      : key.kind == Kind::kInputGrad ? "backward (input gradient)"
                                                     : "backward (weight gradient)";
   return std::string(kind) + " N=" + std::to_string(key.N) + " C=" + std::to_string(key.C) +
-         " OC=" + std::to_string(key.OC) + (key.bias ? " with bias" : "");
+         " OC=" + std::to_string(key.OC);
 }
 
 void Matmul::check_lt(cublasStatus_t status, const char* call, const Key& key) const {
@@ -110,7 +120,7 @@ void Matmul::check_lt(cublasStatus_t status, const char* call, const Key& key) c
               ") for " + describe(key));
 }
 
-const Matmul::Plan& Matmul::plan(const Key& key, const bf16* bias) {
+const Matmul::Plan& Matmul::plan(const Key& key) {
   const auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
@@ -143,13 +153,6 @@ const Matmul::Plan& Matmul::plan(const Key& key, const bf16* bias) {
   const int32_t ta = trans_a, tb = trans_b;
   set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
   set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-  if (key.bias) {
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
-    // The heuristic reads the pointer's alignment; gemm() sets it again on every call.
-    const void* bias_ptr = bias;
-    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr);
-  }
   const auto layout = [&](Owned<cublasLtMatrixLayout_t>& l, cudaDataType_t type, Dims dims) {
     check_lt(api_.cublasLtMatrixLayoutCreate(&l.handle, type, dims.rows, dims.cols,
                                              int64_t(dims.rows)),
@@ -183,24 +186,16 @@ const Matmul::Plan& Matmul::plan(const Key& key, const bf16* bias) {
   if (returned == 0) {
     throw Error("cuBLASLt has no algorithm for matmul " + describe(key) +
                 " (operand alignments in bytes: A " + std::to_string(key.align_a) + ", B " +
-                std::to_string(key.align_b) + ", D " + std::to_string(key.align_d) +
-                (key.bias ? ", bias " + std::to_string(key.align_bias) : std::string()) + ")");
+                std::to_string(key.align_b) + ", D " + std::to_string(key.align_d) + ")");
   }
   p->algo = result.algo;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
 void Matmul::gemm(Kind kind, int N, int C, int OC, const void* a, const void* b, void* d,
-                  const bf16* bias, float beta, void* workspace, cudaStream_t stream) {
-  const Key key{kind, N, C, OC, bias != nullptr, alignment(a), alignment(b), alignment(d),
-                bias ? alignment(bias) : 0u};
-  const Plan& p = plan(key, bias);
-  if (bias) {
-    const void* bias_ptr = bias;
-    check_lt(api_.cublasLtMatmulDescSetAttribute(p.desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                 &bias_ptr, sizeof bias_ptr),
-             "cublasLtMatmulDescSetAttribute", key);
-  }
+                  float beta, void* workspace, cudaStream_t stream) {
+  const Key key{kind, N, C, OC, alignment(a), alignment(b), alignment(d)};
+  const Plan& p = plan(key);
   const float alpha = 1.0f;
   check_lt(api_.cublasLtMatmul(handle_, p.desc.handle, &alpha, a, p.a.handle, b, p.b.handle,
                                &beta, d, p.d.handle, d, p.d.handle, &p.algo, workspace,
@@ -211,7 +206,13 @@ void Matmul::gemm(Kind kind, int N, int C, int OC, const void* a, const void* b,
 void Matmul::forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C,
                      int OC, void* workspace, cudaStream_t stream) {
   if (N == 0) return;  // an empty batch: nothing to compute, and no zero-sized matrix to describe
-  gemm(Kind::kForward, N, C, OC, w, inp, out, bias, 0.0f, workspace, stream);
+  gemm(Kind::kForward, N, C, OC, w, inp, out, 0.0f, workspace, stream);
+  if (bias) {
+    const size_t total = static_cast<size_t>(N) * OC;
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 65536));
+    add_bias_kernel<<<blocks, 256, 0, stream>>>(out, bias, N, OC);
+    check_launch("add_bias_kernel");
+  }
 }
 
 void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp,
@@ -219,10 +220,10 @@ void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, con
                       cudaStream_t stream) {
   if (N == 0) return;  // as in forward
   if (dinp) {
-    gemm(Kind::kInputGrad, N, C, OC, w, dout, dinp, nullptr, accumulate_dinp ? 1.0f : 0.0f,
-         workspace, stream);
+    gemm(Kind::kInputGrad, N, C, OC, w, dout, dinp, accumulate_dinp ? 1.0f : 0.0f, workspace,
+         stream);
   }
-  if (dw) gemm(Kind::kWeightGrad, N, C, OC, inp, dout, dw, nullptr, 1.0f, workspace, stream);
+  if (dw) gemm(Kind::kWeightGrad, N, C, OC, inp, dout, dw, 1.0f, workspace, stream);
   if (dbias) {
     const int blocks = (OC + kCols - 1) / kCols;
     bias_backward_kernel<<<blocks, dim3(kCols, kRows), 0, stream>>>(dbias, dout, N, OC);

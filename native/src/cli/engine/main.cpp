@@ -38,6 +38,9 @@ std::vector<OptionSpec> engine_options() {
         "most sequences in one step (default " + std::to_string(d.max_running) + ")"},
        {"chunk-tokens", "N",
         "most prompt tokens prefilled per step (default " + std::to_string(d.chunk_tokens) + ")"},
+       {"enforce-eager", "",
+        "on a GPU, run every step op by op instead of replaying CUDA graphs of the decode "
+        "steps (vLLM's enforce_eager)"},
        profile_option()},
       device_options());
 }
@@ -166,6 +169,7 @@ int run(const std::vector<std::string>& argv) {
                            : read_max_positions(dir);
   opt.max_running = static_cast<int>(args.integer("max-running", opt.max_running, 1));
   opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", opt.chunk_tokens, 1));
+  opt.graphs = !args.flag("enforce-eager");
   constexpr int kBlockSize = 16;
   const int blocks = kv_blocks_for(args, *backend, model->config(), opt.context_length,
                                    opt.max_running, kBlockSize);
@@ -186,6 +190,7 @@ int run(const std::vector<std::string>& argv) {
                             {"threads", omp_get_max_threads()},
                             {"max_running", opt.max_running},
                             {"chunk_tokens", opt.chunk_tokens},
+                            {"graphs", opt.graphs && backend->can_capture()},
                             {"weight_version", server.version()}})
            .dump());
   std::fflush(stdout);
