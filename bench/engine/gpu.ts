@@ -49,6 +49,9 @@
  * warm-up, with the GPU to itself (our engine has exited by then).
  * speed × = ours tok/s ÷ transformers tok/s.
  *
+ * --eager runs the decode workloads again on a second engine process with --enforce-eager (every
+ * step op by op, no CUDA graphs) after its own warm-up, and shows its ms per step beside.
+ *
  * --profile passes --profile to the engine (a device timer around every operation, which
  * slows it) and prints the engine's stderr, with its profile table, after it shuts down; it is
  * refused when the engine's --help does not list --profile.
@@ -80,6 +83,8 @@ export interface EngineGpuOptions {
   shapes?: string;
   keep: boolean;
   profile: boolean;
+  /** also run the decode workloads with --enforce-eager */
+  eager: boolean;
 }
 
 interface Shape extends NativeShape {
@@ -182,7 +187,7 @@ interface ShapeResult {
   shape: Shape;
   params: number;
   kvBlocks: number;
-  rows: { w: Workload; ours: Ours; theirs?: Theirs }[];
+  rows: { w: Workload; ours: Ours; eager?: Ours; theirs?: Theirs }[];
   util?: { mean: number; samples: number };
   attn?: string;
   /** The engine's stderr, with --profile. */
@@ -362,6 +367,7 @@ async function runOurs(
   ws: Workload[],
   o: EngineGpuOptions,
   gpuIndex: string,
+  extra: string[] = [],
 ) {
   const engine = new EngineProcess(
     exe,
@@ -369,6 +375,7 @@ async function runOurs(
       ...["--model", model, "--device", "cuda", "--context-length", String(CONTEXT)],
       ...["--max-running", String(MAX_RUNNING), "--chunk-tokens", String(CHUNK_TOKENS)],
       ...(o.profile ? ["--profile"] : []),
+      ...extra,
     ],
     process.env,
     !o.profile,
@@ -512,11 +519,21 @@ export async function engineGpuBench(o: EngineGpuOptions): Promise<void> {
       const ws = workloads(shape);
 
       const ours = await runOurs(exe, model, shape, ws, o, gpuIndex);
+      const decodes = ws.filter((w) => w.kind === "decode");
+      const eager = o.eager
+        ? await runOurs(exe, model, shape, decodes, { ...o, profile: false }, gpuIndex, [
+            "--enforce-eager",
+          ])
+        : undefined;
       const result: ShapeResult = {
         shape,
         params,
         kvBlocks: ours.kvBlocks,
-        rows: ws.map((w, i) => ({ w, ours: ours.out[i] as Ours })),
+        rows: ws.map((w, i) => ({
+          w,
+          ours: ours.out[i] as Ours,
+          eager: eager?.out[decodes.indexOf(w)],
+        })),
         util: pooled(ours.out.map((m) => m.util)),
         profile: o.profile ? ours.stderr : undefined,
       };
@@ -627,13 +644,14 @@ function report(
         "ours ms",
         "ours tok/s",
         "GPU util",
+        ...(o.eager ? ["eager ms"] : []),
         "transformers ms",
         "transformers tok/s",
         "speed ×",
       ],
     ];
     const wholeGenerate: string[] = [];
-    for (const { w, ours, theirs } of r.rows) {
+    for (const { w, ours, eager, theirs } of r.rows) {
       const [oursMs, oursRate] = figures(w, ours) as [number, number];
       let theirCells = ["–", "–", "–"];
       if (theirs !== undefined && "error" in theirs) theirCells = [theirs.error, "–", "–"];
@@ -652,6 +670,7 @@ function report(
         fmt(oursMs, 2),
         fmt(oursRate, 0),
         ours.util === undefined ? "–" : `${fmt(ours.util.mean, 0)} %`,
+        ...(o.eager ? [eager === undefined ? "–" : fmt(figures(w, eager)[0] as number, 2)] : []),
         ...theirCells,
       ]);
       if (w.kind === "decode" && ours.startSteps - 1 > MAX_PARTIAL_STEPS * (w.maxNew - 1)) {
@@ -668,7 +687,7 @@ function report(
       `### ${r.shape.name}: vocab ${fmt(r.shape.vocab)}, ${fmt(r.params)} parameters ` +
         `(our KV cache: ${fmt(r.kvBlocks)} blocks of ${BLOCK} tokens)`,
       "",
-      ...table(rows, new Set([2, 3, 4, 5, 6, 7])),
+      ...table(rows, new Set((rows[0] as string[]).map((_, i) => i).filter((i) => i >= 2))),
       "",
     );
     if (wholeGenerate.length > 0) {

@@ -13,6 +13,8 @@
  *                   picks of 0.5b, 0.5b-32k, --threads does not apply, and
  *     --profile     runs the engine with its --profile (device time per operation) and
  *                   prints that table; refused when this build's engine has no --profile
+ *     --eager       also runs the decode workloads on an engine with --enforce-eager (no
+ *                   CUDA graphs) and shows its step times beside
  *
  * Without --gpu:
  * Shapes (random fp32 weights written by bench/engine/hf_generate.py `make` with
@@ -124,6 +126,7 @@ const { values: opts } = parseArgs({
     keep: { type: "boolean", default: false },
     gpu: { type: "boolean", default: false },
     profile: { type: "boolean", default: false },
+    eager: { type: "boolean", default: false },
   },
 });
 
@@ -590,11 +593,14 @@ if (opts.gpu) {
     shapes: opts.shapes,
     keep: opts.keep,
     profile: opts.profile,
+    eager: opts.eager,
   });
 } else {
-  if (opts.profile) {
-    console.error("bench:engine: --profile needs --gpu");
-    process.exit(2);
+  for (const gpuOnly of ["profile", "eager"] as const) {
+    if (opts[gpuOnly]) {
+      console.error(`bench:engine: --${gpuOnly} needs --gpu`);
+      process.exit(2);
+    }
   }
   await main();
 }
