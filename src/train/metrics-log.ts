@@ -8,14 +8,15 @@ export type MetricsRow = { step: number } & Record<string, number | null>;
  * `metrics.jsonl`, one line per step (a validation adds its keys to its step's line, the one
  * before training to step 0). A resumed run first drops the lines after its checkpoint, so
  * the file reads as if the run had never stopped. Without a path (trainer.logger without
- * jsonl) the rows are kept in memory only, for the plots of this process's steps.
+ * jsonl) the rows are kept in memory only, for the plots of this process's steps. Other
+ * per-step logs (profile.jsonl) use it with their own rows.
  */
-export class MetricsLog {
-  private readonly memory: MetricsRow[] = [];
+export class MetricsLog<Row extends { step: number } = MetricsRow> {
+  private readonly memory: Row[] = [];
 
   constructor(readonly path: string | null) {}
 
-  rows(): MetricsRow[] {
+  rows(): Row[] {
     if (this.path === null) return [...this.memory];
     if (!existsSync(this.path)) return [];
     return readFileSync(this.path, "utf8")
@@ -23,7 +24,7 @@ export class MetricsLog {
       .filter((l) => l.trim() !== "")
       .flatMap((l) => {
         try {
-          return [JSON.parse(l) as MetricsRow];
+          return [JSON.parse(l) as Row];
         } catch {
           return []; // a line torn by an interruption
         }
@@ -37,7 +38,7 @@ export class MetricsLog {
     writeFileAtomic(this.path, kept.map((r) => `${JSON.stringify(r)}\n`).join(""));
   }
 
-  append(row: MetricsRow): void {
+  append(row: Row): void {
     if (this.path === null) this.memory.push(row);
     else appendFileSync(this.path, `${JSON.stringify(row)}\n`);
   }

@@ -27,6 +27,7 @@ import { zeroStageOf } from "./memory-plan.js";
 import { MetricsLog, type MetricsRow } from "./metrics-log.js";
 import { placeRun } from "./placement.js";
 import { writePlots } from "./plots.js";
+import { ProfileLog, profileSummary } from "./profile-log.js";
 import { pushWeights, type StepContext, trainStep } from "./step.js";
 import { openTrackers, type Trackers, trackerSettings } from "./trackers.js";
 
@@ -119,6 +120,7 @@ export async function runTrain(
     devices: placement.trainer.devices,
     threads: config.trainer.threads,
     recompute: config.actor.gradient_checkpointing,
+    profile: config.trainer.profile,
     onLine: (line) => view.log(`trainer: ${line}`),
     signal,
   });
@@ -158,6 +160,10 @@ export async function runTrain(
       await trainer.loadCheckpoint({ dir: resumed.dir });
       view.log(`resuming from ${resumed.dir} (step ${resumed.state.step})`);
     }
+    const profile = config.trainer.profile
+      ? new ProfileLog(runDir, resumed?.state.step ?? null)
+      : null;
+    await profile?.start(trainer);
     session = await AgentSession.open(
       config,
       model,
@@ -229,6 +235,12 @@ export async function runTrain(
         const step = currentStep + 1;
         currentStep = step;
         const row = await trainStep(ctx, step);
+        const profiled = await profile?.record(trainer, step);
+        if (profiled?.[0] && step === (resumed?.state.step ?? 0) + 1) {
+          view.log(
+            `profile, step ${step}, rank 0: ${profileSummary(profiled[0])} (all: ${profile?.path})`,
+          );
+        }
         const last = step === totalSteps;
         // trainer.stop_on_nan: a step with a NaN or ±Inf metric is neither validated nor
         // checkpointed; its row is logged, then the run stops.

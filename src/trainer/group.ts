@@ -3,7 +3,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ServiceError } from "../runtime/errors.js";
 import { TrainerProcess, type TrainerStartOptions } from "./process.js";
-import type { Op, Ops } from "./protocol.js";
+import type { Op, Ops, ProfileReply } from "./protocol.js";
 import { ScratchDir } from "./scratch.js";
 import { Trainer } from "./trainer.js";
 
@@ -114,12 +114,21 @@ export class TrainerGroup extends Trainer {
 
   /** Sends one command to every rank; rank 0's reply once all have answered. */
   async send<O extends Op>(op: O, fields: Ops[O]["fields"]): Promise<Ops[O]["reply"]> {
+    return (await this.sendAll(op, fields))[0] as Ops[O]["reply"];
+  }
+
+  /** Sends one command to every rank; every rank's reply, in rank order. */
+  async sendAll<O extends Op>(op: O, fields: Ops[O]["fields"]): Promise<Ops[O]["reply"][]> {
     if (this.ended) throw this.ended;
     const replies = await Promise.allSettled(this.ranks.map((r) => r.send(op, fields)));
     if (this.death) throw this.death;
     const refused = replies.find((r) => r.status === "rejected");
     if (refused) throw refused.reason;
-    return (replies[0] as PromiseFulfilledResult<Ops[O]["reply"]>).value;
+    return replies.map((r) => (r as PromiseFulfilledResult<Ops[O]["reply"]>).value);
+  }
+
+  override profile(): Promise<ProfileReply[]> {
+    return this.sendAll("profile", {});
   }
 
   /** Asks every rank to exit and waits for all; removes the rendezvous and scratch folders. */

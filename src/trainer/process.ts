@@ -13,6 +13,8 @@ export interface TrainerStartOptions {
   logitsChunk?: number | null;
   /** Recompute layer activations in backward (less memory, more time). */
   recompute?: boolean;
+  /** Time every backend operation on the device (`--profile`; the `profile` op reads them). */
+  profile?: boolean;
   /** Each line the trainer writes on stderr, as it comes. */
   onLine?: (line: string) => void;
   /** Aborting it stops the trainer (SIGTERM); calls then reject. */
@@ -62,6 +64,7 @@ export class TrainerProcess extends Trainer {
     if (options.threads != null) args.push("--threads", String(options.threads));
     if (options.logitsChunk != null) args.push("--logits-chunk", String(options.logitsChunk));
     if (options.recompute) args.push("--recompute");
+    if (options.profile) args.push("--profile");
     const { rank } = options;
     if (rank) {
       args.push("--rank", String(rank.rank), "--world-size", String(rank.worldSize));

@@ -187,6 +187,20 @@ export interface StepReply {
   global_step: number;
 }
 
+/** One kind of backend operation's device time, in a `profile` reply. */
+export interface OpTime {
+  /** The operation; matmuls with their weight's shape ("matmul_forward 896x1152"). */
+  op: string;
+  calls: number;
+  ms: number;
+}
+
+/** `profile`: the device time since the last `profile`, largest first. */
+export interface ProfileReply {
+  ops: OpTime[];
+  device_ms: number;
+}
+
 // biome-ignore lint/complexity/noBannedTypes: ops whose reply carries nothing but ok and id
 type Empty = {};
 
@@ -200,6 +214,7 @@ export interface Ops {
   export: { fields: ExportFields; reply: Empty };
   save_checkpoint: { fields: SaveCheckpointFields; reply: StepReply };
   load_checkpoint: { fields: LoadCheckpointFields; reply: StepReply };
+  profile: { fields: Empty; reply: ProfileReply };
   shutdown: { fields: Empty; reply: Empty };
 }
 

@@ -9,6 +9,7 @@ import type {
   LogProbsFields,
   Op,
   Ops,
+  ProfileReply,
   SaveCheckpointFields,
   StepReply,
   UpdateActorFields,
@@ -73,5 +74,10 @@ export abstract class Trainer {
 
   loadCheckpoint(fields: LoadCheckpointFields): Promise<StepReply> {
     return this.send("load_checkpoint", fields);
+  }
+
+  /** Each rank's device time per operation since the last call (started with `profile`). */
+  async profile(): Promise<ProfileReply[]> {
+    return [await this.send("profile", {})];
   }
 }

@@ -415,6 +415,7 @@ describe("every key of every command is read", () => {
       "trainer.total_training_steps=2",
       "trainer.experiment_name=grpo",
       "trainer.zero_stage=1",
+      "trainer.profile=true",
     ]);
     // --dry-run prints the memory plan and stops (starts and writes nothing).
     await run(record, [...common, "--dry-run", "trainer.device_memory_gib=40"]);

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
+import { ServeProcess } from "../helpers/serve-process.js";
 import { CPU, caseFile, modelDir, tempDir, trainerOk } from "./helpers.js";
 
 interface Row {
@@ -102,5 +103,44 @@ describe("searchr1-engine --profile", () => {
     expect(calls(ops, "sample_tokens")).toBe(8);
     expect(calls(ops, "paged_attention")).toBe(3 * 8); // 3 layers
     expect(all).toBeLessThanOrEqual(wall);
+  });
+});
+
+describe("searchr1-trainer serve --profile: the profile command", () => {
+  const serve = (extra: string[]) =>
+    new ServeProcess(
+      nativeExecutable("searchr1-trainer"),
+      ["serve", ...CPU, "--threads", "2", ...extra],
+      { ...process.env, OMP_NUM_THREADS: "2" },
+    );
+
+  it("returns each operation's device time since the last call, largest first, then starts afresh", async () => {
+    const s = serve(["--profile"]);
+    await s.ok("load", { policy: modelDir("untied") });
+    const loaded = (await s.ok("profile")) as { ops: { op: string; calls: number; ms: number }[] };
+    // Loading converts the weights (to_x); no layer ran yet.
+    expect(loaded.ops.some((o) => o.op === "attention_forward")).toBe(false);
+    const out = join(tempDir(), "lp.safetensors");
+    await s.ok("log_probs", { batch: caseFile("untied"), out });
+    const p = (await s.ok("profile")) as {
+      ops: { op: string; calls: number; ms: number }[];
+      device_ms: number;
+    };
+    const calls = new Map(p.ops.map((o) => [o.op, o.calls]));
+    expect(calls.get("attention_forward")).toBe(2); // one pass, 2 layers
+    expect(calls.get("matmul_forward 64x128")).toBe(2);
+    expect(calls.has("attention_backward")).toBe(false);
+    expect(p.ops.map((o) => o.ms)).toEqual([...p.ops.map((o) => o.ms)].sort((a, b) => b - a));
+    const sum = p.ops.reduce((a, o) => a + o.ms, 0);
+    expect(Math.abs(sum - p.device_ms)).toBeLessThan(1e-9 + 1e-9 * sum);
+    expect(((await s.ok("profile")) as { ops: unknown[] }).ops).toEqual([]);
+    expect(await s.close()).toBe(0);
+  });
+
+  it("is refused without --profile, and the trainer goes on serving", async () => {
+    const s = serve([]);
+    expect(await s.fails("profile")).toBe("profile: this trainer was started without --profile");
+    await s.ok("load", { policy: modelDir("untied") });
+    expect(await s.close()).toBe(0);
   });
 });

@@ -272,10 +272,43 @@ describe("searchr1 train", () => {
   // step 2, 2.6e-6 at step 3 (kl_loss, which grows with the weights' drift from the
   // reference); pg_loss is 0 here (the random model earns no reward; ranks.test.ts checks
   // the policy-gradient part).
+  // trainer.profile is on in this run: timing the operations must change no number.
   it("--gpus 2 with trainer.device=cpu: two trainer ranks and two engine replicas give the run of one", () => {
     const out = path.join(dir, "two-ranks");
-    const r = runCli(args(out, ["--gpus", "2"]));
+    const r = runCli(args(out, ["--gpus", "2", "trainer.profile=true"]));
     expect(r.code, r.stderr).toBe(0);
+    // profile.jsonl: each step, each rank, the device time of its operations since the step
+    // before (log-probs, the actor's update, the weights' export).
+    const profile = readFileSync(path.join(runDir(out), "profile.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map(
+        (l) =>
+          JSON.parse(l) as {
+            step: number;
+            rank: number;
+            device_ms: number;
+            ops: { op: string; calls: number; ms: number }[];
+          },
+      );
+    expect(profile.map((p) => [p.step, p.rank])).toEqual(
+      [1, 1, 2, 2, 3, 3].map((st, i) => [st, i % 2]),
+    );
+    for (const p of profile) {
+      const ops = new Map(p.ops.map((o) => [o.op, o]));
+      for (const op of [
+        "attention_forward",
+        "attention_backward",
+        "adamw_update",
+        "logprob_backward",
+      ]) {
+        expect(ops.get(op)?.calls, `step ${p.step} rank ${p.rank}: ${op}`).toBeGreaterThan(0);
+      }
+      const sum = p.ops.reduce((a, o) => a + o.ms, 0);
+      expect(Math.abs(sum - p.device_ms)).toBeLessThan(1e-6 * Math.max(1, sum));
+      expect(p.ops.map((o) => o.ms)).toEqual([...p.ops.map((o) => o.ms)].sort((a, b) => b - a));
+    }
+    expect(r.stderr).toMatch(/^profile, step 1, rank 0: [\d.]+ ms on the device: \S+/m);
     expect(r.stderr).toMatch(/^engine replica 0 serving at http:\/\/127\.0\.0\.1:\d+$/m);
     expect(r.stderr).toMatch(/^engine replica 1 serving at http:\/\/127\.0\.0\.1:\d+$/m);
     const [one, two] = [metrics(straight()), metrics(out)];

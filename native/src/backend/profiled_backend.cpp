@@ -31,7 +31,8 @@ void ProfiledBackend::timed(std::string key, Op&& op) {
 void ProfiledBackend::collect() const {
   const std::vector<double> ms = timer_->read();
   for (size_t i = 0; i < ms.size() && i < pending_.size(); i++) {
-    Total& t = totals_[pending_[i]];
+    OpTime& t = totals_[pending_[i]];
+    t.op = pending_[i];
     t.calls++;
     t.ms += ms[i];
   }
@@ -43,20 +44,26 @@ void ProfiledBackend::restart() {
   totals_.clear();
 }
 
-std::string ProfiledBackend::report(double wall_ms) const {
+std::vector<ProfiledBackend::OpTime> ProfiledBackend::times() const {
   collect();
-  std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
+  std::vector<OpTime> rows;
+  for (const auto& entry : totals_) rows.push_back(entry.second);
   std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+            [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return rows;
+}
+
+std::string ProfiledBackend::report(double wall_ms) const {
+  const std::vector<OpTime> rows = times();
   double device_ms = 0;
-  for (const auto& r : rows) device_ms += r.second.ms;
+  for (const OpTime& r : rows) device_ms += r.ms;
   std::string out = "profile (" + inner_->name() + ", device time per operation):\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-34s %9s %11s %10s %6s\n", "operation", "calls",
                 "total ms", "mean us", "share");
   out += line;
-  for (const auto& [key, t] : rows) {
-    std::snprintf(line, sizeof line, "  %-34s %9ld %11.2f %10.1f %5.1f%%\n", key.c_str(),
+  for (const OpTime& t : rows) {
+    std::snprintf(line, sizeof line, "  %-34s %9ld %11.2f %10.1f %5.1f%%\n", t.op.c_str(),
                   t.calls, t.ms, 1000 * t.ms / std::max(1L, t.calls),
                   device_ms > 0 ? 100 * t.ms / device_ms : 0.0);
     out += line;

@@ -17,6 +17,14 @@ class ProfiledBackend final : public Backend {
   explicit ProfiledBackend(std::unique_ptr<Backend> inner);
   ~ProfiledBackend() override;
 
+  // Device time of one kind of operation.
+  struct OpTime {
+    std::string op;
+    long calls = 0;
+    double ms = 0;
+  };
+  // The operations timed so far, largest total first.
+  std::vector<OpTime> times() const;
   // Forgets the operations timed so far (model loading), so the table covers what follows.
   void restart();
   // Time per operation so far, largest first, as a table; `wall_ms` (the host's time over
@@ -87,10 +95,6 @@ class ProfiledBackend final : public Backend {
                     const AdamWParams& a) override;
 
  private:
-  struct Total {
-    long calls = 0;
-    double ms = 0;
-  };
   // Runs `op` between the timer's brackets and files it under `key`.
   template <typename Op>
   void timed(std::string key, Op&& op);
@@ -100,7 +104,7 @@ class ProfiledBackend final : public Backend {
   std::unique_ptr<Backend> inner_;
   std::unique_ptr<DeviceTimer> timer_;
   mutable std::vector<std::string> pending_;  // keys of the brackets not read yet
-  mutable std::map<std::string, Total> totals_;
+  mutable std::map<std::string, OpTime> totals_;
 };
 
 }  // namespace sr1

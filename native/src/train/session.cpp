@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/profiled_backend.h"
 #include "io/safetensors.h"
 #include "model/hf_folder.h"
 #include "train/actor.h"
@@ -148,7 +149,7 @@ const std::vector<std::string> kBatchingFields = {"ppo_mini_batch_size", "ppo_ep
                                                   "remove_padding"};
 const std::vector<std::string> kOps = {"load", "log_probs", "values", "update_actor",
                                        "update_critic", "export", "save_checkpoint",
-                                       "load_checkpoint", "shutdown"};
+                                       "load_checkpoint", "profile", "shutdown"};
 
 std::vector<std::string> fields_of(const std::string& op) {
   if (std::find(kOps.begin(), kOps.end(), op) == kOps.end()) {
@@ -431,6 +432,19 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
   } else if (op == "load_checkpoint") {
     load_checkpoint(s, f.text("dir"));
     r.set("global_step", s.actor_learner().steps());
+  } else if (op == "profile") {
+    auto* profiled = dynamic_cast<ProfiledBackend*>(&s.be);
+    if (profiled == nullptr) throw Error("profile: this trainer was started without --profile");
+    json::Value ops = json::Value::array();
+    double device_ms = 0;
+    for (const ProfiledBackend::OpTime& t : profiled->times()) {
+      ops.push(json::Value::object({{"op", t.op}, {"calls", static_cast<int64_t>(t.calls)},
+                                    {"ms", t.ms}}));
+      device_ms += t.ms;
+    }
+    profiled->restart();
+    r.set("ops", ops);
+    r.set("device_ms", device_ms);
   }
   return r;
 }

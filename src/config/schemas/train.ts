@@ -371,6 +371,12 @@ export const trainSchema = z.strictObject({
         .describe(
           "stop the run (exit 1) at a step with a NaN or ±Inf metric, without checkpointing that step; false = warn and go on",
         ),
+      profile: z
+        .boolean()
+        .default(false)
+        .describe(
+          "time every backend operation of the trainer ranks on the device (CUDA events on a GPU) and write each step's times per rank to <run>/profile.jsonl; slows the updates a little",
+        ),
       ...loggingFields,
     })
     .prefault({}),

@@ -48,7 +48,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
                   "Runs as the trainer of a `train` run: JSON commands on stdin, one JSON reply\n"
                   "per command on stdout (protocol: native/src/train/SERVE.md). With\n"
                   "--world-size N it is one of N data-parallel ranks that get the same commands.",
-                  concat(concat(run_options(true), device_options()), rank_options()), argv,
+                  concat(concat(run_options(true), device_options()),
+                         concat(rank_options(),
+                                {{"profile", "",
+                                  "time every backend operation on the device (CUDA events on "
+                                  "a GPU); the `profile` command returns the times"}})),
+                  argv,
                   {"echo '{\"op\":\"shutdown\",\"id\":1}' | searchr1-trainer serve --threads 2"});
   if (print_help(args)) return 0;
   const CommOptions ranks = read_rank_options(args);
