@@ -112,6 +112,12 @@ struct CublasLt {
       cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
       cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t* results,
       int* returned);
+  // Whether `algo` runs this problem, and the workspace it needs then (result->workspaceSize).
+  cublasStatus_t (*cublasLtMatmulAlgoCheck)(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                            cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                            cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                            const cublasLtMatmulAlgo_t* algo,
+                                            cublasLtMatmulHeuristicResult_t* result);
   // D = alpha * op(A) * op(B) + beta * C, column-major
   cublasStatus_t (*cublasLtMatmul)(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                    const void* alpha, const void* a,

@@ -29,7 +29,8 @@ const char* resolve_all(void* lib, CublasLt* api) {
                   SR1_RESOLVE(cublasLtMatmulPreferenceCreate) &&
                   SR1_RESOLVE(cublasLtMatmulPreferenceDestroy) &&
                   SR1_RESOLVE(cublasLtMatmulPreferenceSetAttribute) &&
-                  SR1_RESOLVE(cublasLtMatmulAlgoGetHeuristic) && SR1_RESOLVE(cublasLtMatmul);
+                  SR1_RESOLVE(cublasLtMatmulAlgoGetHeuristic) &&
+                  SR1_RESOLVE(cublasLtMatmulAlgoCheck) && SR1_RESOLVE(cublasLtMatmul);
 #undef SR1_RESOLVE
   return ok ? nullptr : missing;
 }

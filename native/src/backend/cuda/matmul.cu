@@ -120,7 +120,7 @@ void Matmul::check_lt(cublasStatus_t status, const char* call, const Key& key) c
               ") for " + describe(key));
 }
 
-const Matmul::Plan& Matmul::plan(const Key& key) {
+const Matmul::Plan& Matmul::plan(const Key& key, const Operands& run) {
   const auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
@@ -177,25 +177,84 @@ const Matmul::Plan& Matmul::plan(const Key& key) {
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof key.align_d);
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof key.align_d);
 
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;
   check_lt(api_.cublasLtMatmulAlgoGetHeuristic(handle_, p->desc.handle, p->a.handle,
                                                p->b.handle, p->d.handle, p->d.handle,
-                                               pref.handle, 1, &result, &returned),
+                                               pref.handle, kCandidates, results, &returned),
            "cublasLtMatmulAlgoGetHeuristic", key);
   if (returned == 0) {
     throw Error("cuBLASLt has no algorithm for matmul " + describe(key) +
                 " (operand alignments in bytes: A " + std::to_string(key.align_a) + ", B " +
                 std::to_string(key.align_b) + ", D " + std::to_string(key.align_d) + ")");
   }
-  p->algo = result.algo;
+  p->algo =
+      key.kind == Kind::kForward ? tuned(key, *p, results, returned, run) : results[0].algo;
   return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+bool Matmul::runs(const Plan& p, const cublasLtMatmulAlgo_t& algo) const {
+  cublasLtMatmulHeuristicResult_t result{};
+  const cublasStatus_t status =
+      api_.cublasLtMatmulAlgoCheck(handle_, p.desc.handle, p.a.handle, p.b.handle, p.d.handle,
+                                   p.d.handle, &algo, &result);
+  return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kWorkspaceBytes;
+}
+
+cublasLtMatmulAlgo_t Matmul::tuned(const Key& key, const Plan& p,
+                                   const cublasLtMatmulHeuristicResult_t* candidates, int count,
+                                   const Operands& run) {
+  Key range = key;
+  range.N = 1;
+  while (range.N < key.N) range.N *= 2;
+  const auto known = tuned_.find(range);
+  if (known != tuned_.end()) return runs(p, known->second) ? known->second : candidates[0].algo;
+  // No timing while a graph is being recorded (the engine records shapes it ran before, so
+  // this is a new N in a known range whose choice cuBLASLt did not accept).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(run.stream, &capturing), "cudaStreamIsCapturing");
+  if (count <= 1 || capturing != cudaStreamCaptureStatusNone) return candidates[0].algo;
+
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto product = [&](const cublasLtMatmulAlgo_t& algo) {
+    return api_.cublasLtMatmul(handle_, p.desc.handle, &alpha, run.a, p.a.handle, run.b,
+                               p.b.handle, &beta, run.d, p.d.handle, run.d, p.d.handle, &algo,
+                               run.workspace, kWorkspaceBytes, run.stream);
+  };
+  int best = -1;  // none ran: the heuristic's first, whose call then says why
+  float best_ms = 0;
+  for (int i = 0; i < count; i++) {
+    constexpr int kRuns = 3;  // after one untimed run
+    const cublasLtMatmulAlgo_t& algo = candidates[i].algo;
+    const bool fits = candidates[i].workspaceSize <= kWorkspaceBytes;
+    if (!fits || product(algo) != CUBLAS_STATUS_SUCCESS) continue;
+    check(cudaEventRecord(start, run.stream), "cudaEventRecord");
+    bool ok = true;
+    for (int r = 0; r < kRuns && ok; r++) ok = product(algo) == CUBLAS_STATUS_SUCCESS;
+    check(cudaEventRecord(stop, run.stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (ok && (best < 0 || ms < best_ms)) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (best < 0) return candidates[0].algo;
+  tuned_.emplace(range, candidates[best].algo);
+  return candidates[best].algo;
 }
 
 void Matmul::gemm(Kind kind, int N, int C, int OC, const void* a, const void* b, void* d,
                   float beta, void* workspace, cudaStream_t stream) {
   const Key key{kind, N, C, OC, alignment(a), alignment(b), alignment(d)};
-  const Plan& p = plan(key);
+  const Plan& p = plan(key, Operands{a, b, d, workspace, stream});
   const float alpha = 1.0f;
   check_lt(api_.cublasLtMatmul(handle_, p.desc.handle, &alpha, a, p.a.handle, b, p.b.handle,
                                &beta, d, p.d.handle, d, p.d.handle, &p.algo, workspace,

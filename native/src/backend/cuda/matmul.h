@@ -59,11 +59,29 @@ class Matmul {
     bool operator<(const Key& o) const { return tie() < o.tie(); }
   };
   struct Plan;  // the descriptors and algorithm of one Key
+  // The operands of the call a plan is made for, which a forward plan's tuning runs on.
+  struct Operands {
+    const void *a, *b;
+    void* d;
+    void* workspace;
+    cudaStream_t stream;
+  };
 
   Matmul(const CublasLt& api, std::string library, cublasLtHandle_t handle);
   void gemm(Kind kind, int N, int C, int OC, const void* a, const void* b, void* d, float beta,
             void* workspace, cudaStream_t stream);
-  const Plan& plan(const Key& key);
+  const Plan& plan(const Key& key, const Operands& run);
+  // The fastest of the heuristic's candidates for a forward product (whose D the call
+  // overwrites, so candidates may run on the call's own operands), timed once per Key with
+  // N rounded up to a power of two and reused, where cuBLASLt accepts it, for the other N
+  // of that range. With the heuristic's first choice alone, the qkv projection ran 10-40x
+  // below the other projections' rate on an H200 (README: Performance); the tuned choice has
+  // not run on a GPU yet.
+  cublasLtMatmulAlgo_t tuned(const Key& key, const Plan& p,
+                             const cublasLtMatmulHeuristicResult_t* candidates, int count,
+                             const Operands& run);
+  // cuBLASLt runs `algo` on this plan's problem within our workspace.
+  bool runs(const Plan& p, const cublasLtMatmulAlgo_t& algo) const;
   static std::string describe(const Key& key);  // "forward N=.. C=.. OC=..", for errors
   // Throws sr1::Error naming `call`, the status and the shape unless `status` is success.
   void check_lt(cublasStatus_t status, const char* call, const Key& key) const;
@@ -72,6 +90,7 @@ class Matmul {
   std::string library_;
   cublasLtHandle_t handle_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // by Key with N rounded up to a power of two
 };
 
 }  // namespace sr1::cuda
