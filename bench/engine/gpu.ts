@@ -73,7 +73,7 @@ import { packageRoot } from "../../src/runtime/package-root.js";
 import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { fmt, log } from "../common.js";
-import { type Shape as NativeShape, shapeArgs } from "../native/step.js";
+import { type Shape as NativeShape, QWEN25_05B, shapeArgs } from "../native/step.js";
 import { type EngineEvent, EngineProcess, greedy } from "./stdio.js";
 
 export interface EngineGpuOptions {
@@ -92,28 +92,8 @@ interface Shape extends NativeShape {
 }
 
 const SHAPES: Shape[] = [
-  {
-    key: "0.5b",
-    name: "Qwen2.5-0.5B",
-    vocab: 151936,
-    hidden: 896,
-    intermediate: 4864,
-    layers: 24,
-    heads: 14,
-    kvHeads: 2,
-    tied: true,
-  },
-  {
-    key: "0.5b-32k",
-    name: "Qwen2.5-0.5B, 32k vocab",
-    vocab: 32000,
-    hidden: 896,
-    intermediate: 4864,
-    layers: 24,
-    heads: 14,
-    kvHeads: 2,
-    tied: true,
-  },
+  { ...QWEN25_05B, key: "0.5b" },
+  { ...QWEN25_05B, key: "0.5b-32k", name: "Qwen2.5-0.5B, 32k vocab", vocab: 32000 },
 ];
 const DECODE_BATCHES = [1, 8, 32, 128, 256];
 /** The decode batches transformers runs too. */

@@ -67,7 +67,7 @@ import { packageRoot } from "../../src/runtime/package-root.js";
 import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { fmt, log, threadCappedEnv } from "../common.js";
-import { type Shape as NativeShape, shapeArgs } from "../native/step.js";
+import { type Shape as NativeShape, QWEN25_05B, shapeArgs } from "../native/step.js";
 import { engineGpuBench } from "./gpu.js";
 import { EngineProcess, greedy } from "./stdio.js";
 
@@ -90,18 +90,7 @@ const SHAPES: Shape[] = [
     tied: false,
     grpoNewTokens: 128,
   },
-  {
-    key: "0.5b",
-    name: "Qwen2.5-0.5B",
-    vocab: 151936,
-    hidden: 896,
-    intermediate: 4864,
-    layers: 24,
-    heads: 14,
-    kvHeads: 2,
-    tied: true,
-    grpoNewTokens: 64,
-  },
+  { ...QWEN25_05B, key: "0.5b", grpoNewTokens: 64 },
 ];
 const BATCH1_PROMPT = 64;
 const BATCH1_NEW = 128;

@@ -40,7 +40,7 @@ import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
 import { fmt, log } from "../common.js";
-import { type Shape, STEP_FLAGS } from "./step.js";
+import { QWEN25_05B, type Shape, STEP_FLAGS } from "./step.js";
 
 export interface GpuOptions {
   /** timed steps / passes after one warm-up */
@@ -54,16 +54,7 @@ export interface GpuOptions {
 }
 
 const SHAPES: Shape[] = [
-  {
-    name: "Qwen2.5-0.5B",
-    vocab: 151936,
-    hidden: 896,
-    intermediate: 4864,
-    layers: 24,
-    heads: 14,
-    kvHeads: 2,
-    tied: true,
-  },
+  QWEN25_05B,
   {
     name: "Qwen2.5-1.5B",
     vocab: 151936,

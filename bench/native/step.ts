@@ -13,6 +13,18 @@ export interface Shape {
   tied: boolean;
 }
 
+/** Qwen2.5-0.5B's shape (tied embeddings), which the GPU benchmarks of trainer and engine use. */
+export const QWEN25_05B: Shape = {
+  name: "Qwen2.5-0.5B",
+  vocab: 151936,
+  hidden: 896,
+  intermediate: 4864,
+  layers: 24,
+  heads: 14,
+  kvHeads: 2,
+  tied: true,
+};
+
 /** A shape as the torch scripts' `make` takes it. */
 export function shapeArgs(shape: Shape): string[] {
   return [
