@@ -19,6 +19,7 @@ export function register(program: Command): Command {
       { flags: "--gpu-memory-utilization <f>", key: "gpu_memory_utilization" },
       { flags: "--max-running <n>", key: "max_running" },
       { flags: "--chunk-tokens <n>", key: "chunk_tokens" },
+      { flags: "--enforce-eager", key: "enforce_eager" },
       { flags: "--skip-tokenizer-init", key: "skip_tokenizer_init" },
       { flags: "--max-body-mb <n>", key: "max_body_mb" },
     ],

@@ -59,12 +59,13 @@ describe("the retriever train starts from retriever.index (AgentSession)", () =>
 });
 
 describe("the native engine eval, ask and train start (connectEngine)", () => {
-  it("gets the model, the rollout's device, threads and GPU memory share", () => {
+  it("gets the model, the rollout's device, threads, GPU memory share and enforce_eager", () => {
     const config = resolveConfig(evalSpec, {
       overrides: [
         "rollout.engine_device=cpu",
         "rollout.engine_threads=3",
         "rollout.gpu_memory_utilization=0.45",
+        "rollout.enforce_eager=true",
       ],
     });
     const line = engineChildLine({
@@ -77,6 +78,7 @@ describe("the native engine eval, ask and train start (connectEngine)", () => {
       device: "cpu",
       threads: 3,
       gpu_memory_utilization: 0.45,
+      enforce_eager: true,
       ...LISTEN,
     });
   });
@@ -89,6 +91,7 @@ describe("the native engine eval, ask and train start (connectEngine)", () => {
       device: "auto",
       threads: null,
       gpu_memory_utilization: 0.6,
+      enforce_eager: false,
     });
   });
 });

@@ -73,6 +73,7 @@ export function engineChildValues(rollout: Generation): EngineChoice["child"] {
     device: rollout.engine_device,
     threads: rollout.engine_threads || undefined,
     gpu_memory_utilization: rollout.gpu_memory_utilization,
+    enforce_eager: rollout.enforce_eager,
   };
 }
 

@@ -35,6 +35,8 @@ export interface EngineLaunchOptions {
   gpuMemoryUtilization?: number | null;
   maxRunning: number | null;
   chunkTokens: number | null;
+  /** On a GPU: every step op by op, no CUDA graphs (`--enforce-eager`). */
+  enforceEager?: boolean;
   /** Each line the engine writes on stderr (its log), as it comes. */
   onLog?: (line: string) => void;
   /** The executable; default the package's native/build/searchr1-engine. */
@@ -132,6 +134,7 @@ export class NativeEngine {
       ["--chunk-tokens", options.chunkTokens],
     ];
     for (const [flag, value] of optional) if (value !== null) args.push(flag, String(value));
+    if (options.enforceEager) args.push("--enforce-eager");
     const child = spawn(executable, args, { stdio: ["pipe", "pipe", "pipe"], detached: true });
     const engine = new NativeEngine(child, executable, options.onLog ?? (() => {}));
     const stop = () => {

@@ -17,6 +17,8 @@ export interface ReadyEvent {
   threads: number;
   max_running: number;
   chunk_tokens: number;
+  /** Decode steps replay CUDA graphs (a GPU, without --enforce-eager or --profile). */
+  graphs: boolean;
   weight_version: string;
 }
 

@@ -44,6 +44,7 @@ export async function serveEngine(
         chunk_tokens: config.chunk_tokens,
         kv_cache_mb: config.kv_cache_mb,
         gpu_memory_utilization: config.gpu_memory_utilization,
+        enforce_eager: config.enforce_eager,
         threads: config.threads,
         max_body_mb: config.max_body_mb,
       },
@@ -81,6 +82,7 @@ export async function serveEngine(
     gpuMemoryUtilization: config.gpu_memory_utilization,
     maxRunning: config.max_running,
     chunkTokens: config.chunk_tokens,
+    enforceEager: config.enforce_eager,
     onLog: (line) => err(`engine: ${line}`),
     signal: loading.signal,
   });

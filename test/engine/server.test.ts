@@ -140,6 +140,8 @@ describe("routes", () => {
       context_length: 512,
       block_size: 16,
       skip_tokenizer_init: false,
+      enforce_eager: false,
+      cuda_graphs: false, // the CPU records no graphs
       max_running: 256,
       running_requests: 0,
       queued_requests: 0,
@@ -572,6 +574,26 @@ describe("--skip-tokenizer-init", () => {
       expect(stop.status).toBe(400);
       expect(stop.json.error).toContain('"sampling_params.stop"');
       expect((await serverInfo(s.base)).skip_tokenizer_init).toBe(true);
+    } finally {
+      expect((await s.stop()).code).toBe(0);
+    }
+  });
+});
+
+describe("--enforce-eager", () => {
+  it("reaches the native engine (its command line), which runs as before", async () => {
+    const s = await startEngine(["--model", QWEN, "--enforce-eager"]);
+    try {
+      const info = await serverInfo(s.base);
+      expect(info).toMatchObject({ enforce_eager: true, cuda_graphs: false });
+      const argv = readFileSync(`/proc/${info.engine_pid}/cmdline`, "utf8").split("\0");
+      expect(argv).toContain("--enforce-eager");
+      const c = byName("len17");
+      const out = await generateOk<Output>(s.base, {
+        input_ids: c.prompt_ids,
+        sampling_params: GREEDY,
+      });
+      expect(out.output_ids).toEqual(c.output_ids);
     } finally {
       expect((await s.stop()).code).toBe(0);
     }

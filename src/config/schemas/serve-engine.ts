@@ -48,6 +48,12 @@ export const serveEngineSchema = z.strictObject({
     .positive()
     .default(512)
     .describe("most prompt tokens prefilled in one step"),
+  enforce_eager: z
+    .boolean()
+    .default(false)
+    .describe(
+      "on a GPU, run every decode step op by op instead of replaying CUDA graphs (vLLM's enforce_eager); no effect on the CPU",
+    ),
   skip_tokenizer_init: z
     .boolean()
     .default(false)

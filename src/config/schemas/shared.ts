@@ -98,6 +98,12 @@ export const generationFields = {
     .describe(
       "the native engine's share of its GPU's memory, weights and KV cache together (vLLM's meaning; the trainer shares the GPU); no effect on the CPU or with engine_url",
     ),
+  enforce_eager: z
+    .boolean()
+    .default(false)
+    .describe(
+      "verl's enforce_eager: the native engine started for the run runs every decode step op by op instead of replaying CUDA graphs; no effect on the CPU or with engine_url",
+    ),
   tensor_parallel_size: positiveInt()
     .default(1)
     .describe("GPUs per engine replica: 1 (the native engine has no tensor parallelism)"),
