@@ -41,7 +41,6 @@ export async function serveEngine(
       modelPath: model,
       settings: {
         max_running: config.max_running,
-        chunk_tokens: config.chunk_tokens,
         kv_cache_mb: config.kv_cache_mb,
         gpu_memory_utilization: config.gpu_memory_utilization,
         enforce_eager: config.enforce_eager,

@@ -203,6 +203,7 @@ export class EngineServer extends JsonHttpServer {
       block_size: info.block_size,
       kv_blocks: info.kv_blocks,
       eos_token_ids: info.eos_token_ids,
+      chunk_tokens: info.chunk_tokens,
       cuda_graphs: info.graphs,
       ...this.options.settings,
       http_requests_in_flight: this.inFlight,

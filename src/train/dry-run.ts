@@ -46,8 +46,8 @@ export function dryRunText(config: TrainConfig): string {
   if (input.engineElsewhere) notes.push(`not on this device: ${input.engineElsewhere}`);
   if (input.device === "cuda") {
     notes.push(
-      "not counted: each process's CUDA context (about 0.5 GiB), the engine's per-step " +
-        "buffers, the allocator's fragmentation",
+      "not counted: each process's CUDA context (about 0.5 GiB), the engine's block tables " +
+        "(at most 2 MiB), the allocator's fragmentation",
     );
   }
   return formatPlan(plan, title) + notes.map((n) => `${n}\n`).join("");

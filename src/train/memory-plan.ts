@@ -12,10 +12,11 @@
  * - model/qwen2.cpp reserve(): the activations of one pass over N tokens, kept by each model
  *   between passes (a larger pass replaces them).
  * - backend/cuda: the 32 MiB cuBLASLt workspace, the attention's scratch.
- * - cli/engine/main.cpp: the engine's compute copy, and its KV cache filling
- *   rollout.gpu_memory_utilization × the device's memory (vLLM's meaning) after the weights;
- *   with rollout.free_cache_engine the KV cache's memory goes back to the device while the
- *   trainer works (src/train/step.ts: after the rollouts, until the new weights are in).
+ * - cli/engine/main.cpp: the engine's compute copy, the buffers of its largest step, and its
+ *   KV cache filling rollout.gpu_memory_utilization × the device's memory (vLLM's meaning)
+ *   after them; with rollout.free_cache_engine the KV cache's memory and the step's buffers
+ *   go back to the device while the trainer works (src/train/step.ts: after the rollouts,
+ *   until the new weights are in).
  * Two moments of a step are summed: the rollout (the engine's weights and KV cache, and all
  * the trainer keeps between updates) and the trainer's work (log-probs and updates: the
  * gradients too, and the engine's KV cache unless it was released). The peak is the larger.
@@ -32,6 +33,14 @@ export const CUDA_WORKSPACE = 32 * 2 ** 20;
 export const GiB = 2 ** 30;
 /** The native engine's KV block: positions per block (cli/engine/main.cpp kBlockSize). */
 export const KV_BLOCK = 16;
+/**
+ * searchr1-engine's defaults on a GPU, which the engine started by `train` keeps
+ * (engine/engine.h EngineOptions): prompt tokens prefilled per step, sequences per step, rows
+ * of a logits chunk.
+ */
+export const ENGINE_CHUNK_TOKENS = 8192;
+export const ENGINE_MAX_RUNNING = 256;
+export const ENGINE_LOGITS_CHUNK = 64;
 
 export type ZeroStage = 0 | 1 | 2;
 export type Device = "cuda" | "cpu";
@@ -126,6 +135,25 @@ export function activationBytes(d: ModelDims, pass: PassShape, x: number): numbe
     fs += 2 * N; // coef, ent_coef
   }
   return xs * x + fs * 4 + ints * 4;
+}
+
+/**
+ * Bytes of the engine's buffers for its largest step (model/paged.h PagedBuffers): a prefill
+ * chunk beside a decode row for every running sequence, and `tableEntries` block-table
+ * entries (the plan leaves them out: at most 2 MiB, at a context of 32,768).
+ */
+export function engineStepBytes(
+  d: ModelDims,
+  x: number,
+  engine = { chunkTokens: ENGINE_CHUNK_TOKENS, maxRunning: ENGINE_MAX_RUNNING, tableEntries: 0 },
+): number {
+  const R = engine.chunkTokens + engine.maxRunning;
+  const { hiddenSize: H, intermediateSize: I, vocabSize: V, heads: NH } = d;
+  const Q = NH * d.headDim;
+  const QKV = (NH + 2 * d.kvHeads) * d.headDim;
+  const C = ENGINE_LOGITS_CHUNK;
+  const xs = R * (3 * H + QKV + Q + 3 * I) + C * H + C * V; // x, ln, h, qkv, att, gu, act; head
+  return xs * x + R * 4 + (5 * R + engine.tableEntries) * 4; // rstd; the step's integers
 }
 
 /** The CUDA attention's scratch for one pass (attention.cu): spans, and the backward's fp32 dq. */
@@ -372,7 +400,8 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     const weights = x * policy.floats;
     row("engine", `weights (${xName} compute copy)`, same(weights));
     const budget = input.engine.utilization * input.deviceBytes;
-    const kv = Math.max(0, budget - weights - CUDA_WORKSPACE);
+    const step = engineStepBytes(d, x);
+    const kv = Math.max(0, budget - weights - CUDA_WORKSPACE - step);
     // PagedKvCache::bytes_per_block: keys and values of 16 positions, every layer.
     const block = 2 * d.layers * d.kvHeads * KV_BLOCK * d.headDim * x;
     engineRefuses = kv < block;
@@ -385,6 +414,14 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
         (release ? " (released while the trainer works)" : ""),
       same(kv),
       same(release ? 0 : kv),
+    );
+    row(
+      "engine",
+      `buffers of its largest step (${ENGINE_CHUNK_TOKENS} prompt tokens and ` +
+        `${ENGINE_MAX_RUNNING} sequences)` +
+        (release ? ", given back with the KV cache" : ""),
+      same(step),
+      same(release ? 0 : step),
     );
     row("engine", "cuBLASLt workspace", same(CUDA_WORKSPACE));
   }

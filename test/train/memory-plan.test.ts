@@ -15,6 +15,7 @@ import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { readPlanModel } from "../../src/train/dry-run.js";
 import {
   activationBytes,
+  engineStepBytes,
   fitsAt,
   GiB,
   learnerBytes,
@@ -287,7 +288,10 @@ describe("the whole plan", () => {
   // = 29636 (recompute), the log-prob pass 11530 × 2 + 70 × 4 + 50 × 4 = 23540, kept by the
   // actor (the larger: the update's) and the reference, through the rollouts too. The
   // trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 × (8 + 2)
-  // = 480. The engine: u × device = 2^29 in all, its KV cache 2^29 − 5376 − 32 MiB.
+  // = 480. The engine: u × device = 2^29 in all: its weights, the buffers of its largest
+  // step (8192 + 256 = 8448 rows × (3·8 + 16 + 8 + 3·16) bf16, a 64-row head chunk of
+  // 8 + 32 bf16, 8448 × 4 bytes of rstd and 5 × 8448 ints: 1,829,888 bytes), the workspace and
+  // its KV cache, the rest: 2^29 − 5376 − 1829888 − 32 MiB.
   const input = (release: boolean) => ({
     policy: SMALL,
     critic: null,
@@ -302,7 +306,8 @@ describe("the whole plan", () => {
     trajectoryTokens: 10,
   });
   const MiB32 = 32 * 2 ** 20;
-  const KV = 2 ** 29 - 5376 - MiB32;
+  const STEP = 1829888;
+  const KV = 2 ** 29 - 5376 - STEP - MiB32;
 
   it("the small model on two GPUs: every row, during the rollouts and the updates", () => {
     const plan = memoryPlan(input(false));
@@ -322,6 +327,7 @@ describe("the whole plan", () => {
       ["trainer", ...both(MiB32 + 480)],
       ["engine", ...both(5376)],
       ["engine", ...both(KV)],
+      ["engine", ...both(STEP)],
       ["engine", ...both(MiB32)],
     ]);
     const trainer0 = 5376 + 10752 + 21504 + 10752 + 29636 + 5376 + 23540 + MiB32 + 480;
@@ -336,13 +342,15 @@ describe("the whole plan", () => {
     expect(plan.engineRefuses).toBe(false);
   });
 
-  it("an engine that gives its KV cache back while the trainer works", () => {
+  it("an engine that gives its KV cache (and its step's buffers) back while the trainer works", () => {
     const plan = memoryPlan(input(true));
     const kv = plan.rows.find((r) => r.part === "engine" && r.item.startsWith("KV cache"));
     expect(kv).toMatchObject({ rollout: [KV, KV, KV], update: [0, 0, 0] });
+    const step = plan.rows.find((r) => r.part === "engine" && r.item.startsWith("buffers"));
+    expect(step).toMatchObject({ rollout: [STEP, STEP, STEP], update: [0, 0, 0] });
     const kept = memoryPlan(input(false));
     expect(plan.totals.rollout).toEqual(kept.totals.rollout);
-    expect(plan.totals.update).toEqual(kept.totals.update.map((t) => t - KV));
+    expect(plan.totals.update).toEqual(kept.totals.update.map((t) => t - KV - STEP));
     // Stage 2: the rollouts hold the KV cache, the updates the gradients (11264 < KV).
     expect(plan.totals.peak[2]).toBe(plan.totals.rollout[2]);
   });
@@ -413,5 +421,30 @@ describe("searchr1 train --dry-run", () => {
     expect(r.stdout).toMatch(/^total while the trainer works +\d/m);
     expect(r.stdout).toMatch(/^(fits|does NOT fit) 79\.00 GiB at ZeRO stage 2/m);
     expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe("the engine's step buffers", () => {
+  // searchr1-engine sets them aside before sizing its KV cache and says how many bytes in its
+  // ready event; on the CPU (fp32) for a fixture model, with the block tables counted.
+  it("are what the engine reports, to the byte", () => {
+    const dir = "test/engine/fixtures/qwen-hd16";
+    const r = spawnSync(
+      nativeExecutable("searchr1-engine"),
+      ["--model", dir, "--device", "cpu", "--threads", "1"],
+      { input: '{"op":"shutdown"}\n', encoding: "utf8" },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const ready = JSON.parse(r.stdout.split("\n")[0] as string) as Record<string, number>;
+    const chunkTokens = ready.chunk_tokens as number;
+    const maxRunning = ready.max_running as number;
+    // Each sequence's block table is a power of two wide, for the whole context.
+    let columns = 1;
+    while (columns < Math.ceil((ready.context_length as number) / 16)) columns *= 2;
+    const dims = readPlanModel(dir).dims;
+    expect(chunkTokens).toBe(512); // the CPU's default
+    expect(
+      engineStepBytes(dims, 4, { chunkTokens, maxRunning, tableEntries: maxRunning * columns }),
+    ).toBe(ready.step_buffer_bytes);
   });
 });

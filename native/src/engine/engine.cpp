@@ -145,6 +145,7 @@ bool Engine::release_memory(std::string* why) {
   }
   blocks_.flush();
   cache_.release();
+  model_.release_paged();  // the step's buffers go back too; the next step takes them again
   return true;
 }
 

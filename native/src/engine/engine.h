@@ -25,7 +25,11 @@ namespace sr1 {
 struct EngineOptions {
   int context_length = 0;  // longest prompt + output
   int max_running = 256;   // sequences in one step
-  int chunk_tokens = 512;  // prompt tokens prefilled per step
+  // Prompt tokens prefilled per step. searchr1-engine's default depends on the device: a
+  // CPU step's cost grows with its rows, while a GPU is only kept busy by thousands of them
+  // (vLLM's max_num_batched_tokens; Search-R1 ran vLLM with 8192).
+  static constexpr int kCpuChunkTokens = 512, kGpuChunkTokens = 8192;
+  int chunk_tokens = kCpuChunkTokens;
   int logits_chunk = 64;   // rows per language-model-head chunk
   // Decode steps replay graphs of the layers where the backend records them (vLLM's CUDA
   // graphs; --enforce-eager turns them off, as vLLM's enforce_eager).

@@ -66,15 +66,22 @@ class PagedKvCache {
 // Activations of one engine step, sized for the largest step seen so far, and the graphs of
 // decode steps recorded on them (which die with them).
 struct PagedBuffers {
-  explicit PagedBuffers(Backend& backend) : mem(backend) {}
+  // Room for steps of `rows` rows, `seqs_blocks` block-table entries and logits chunks of
+  // `chunk` rows (allocated, or only counted by bytes()).
+  PagedBuffers(Backend& backend, const ModelConfig& c, int rows, int seqs_blocks, int chunk,
+               bool allocate);
+  // Device bytes of such a set, without allocating it.
+  static size_t bytes(Backend& backend, const ModelConfig& c, int rows, int seqs_blocks,
+                      int chunk);
   DeviceBuffers mem;
   int rows = 0, seqs_blocks = 0, chunk = 0;
+  size_t total_bytes = 0;
   // The step's ids, pos, slots, seq (each of the rows run), sample_rows (as many) and
   // block_tables end to end, and their copy on the host.
-  int32_t* ints;
+  int32_t* ints = nullptr;
   std::vector<int32_t> ints_staging;
   XPtr x, ln, qkv, att, h, gu, act, head_in, logits;
-  float* rstd;
+  float* rstd = nullptr;
   std::vector<float> host_logits;  // a row the host samples
   // The layers of a decode step by (rows run, block-table columns); a shape is recorded the
   // second time it runs (the first loads the kernels and plans the matmuls). They hold the

@@ -112,6 +112,11 @@ class Qwen2Model {
   // graph recorded for its shape (graph_rows).
   std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
                                        int logits_chunk, bool graphs, const HostSampler& host);
+  // Device bytes of the buffers of engine steps of up to `rows` rows, `seqs_blocks`
+  // block-table entries and logits chunks of `logits_chunk` rows.
+  size_t paged_step_bytes(int rows, int seqs_blocks, int logits_chunk) const;
+  // Frees the engine step's buffers (and the graphs on them); the next step takes them again.
+  void release_paged() { paged_.reset(); }
   // The rows a graph of a decode step of n rows runs (n rounded up: 1, 2, 4, then multiples
   // of 8, as vLLM's capture sizes), 0 past the largest graph.
   static int graph_rows(int n);

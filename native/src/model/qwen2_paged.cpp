@@ -39,6 +39,42 @@ size_t PagedKvCache::bytes_per_block(const ModelConfig& c, int block_size, size_
          x_elem;
 }
 
+PagedBuffers::PagedBuffers(Backend& backend, const ModelConfig& c, int rows_, int seqs_blocks_,
+                           int chunk_, bool allocate)
+    : mem(backend), rows(rows_), seqs_blocks(seqs_blocks_), chunk(chunk_) {
+  const size_t R = rows, H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const size_t C = chunk, x = backend.x_elem();
+  // Each buffer once, for both the allocation and the count.
+  const auto ints_of = [&](int32_t*& p, size_t n) {
+    total_bytes += n * sizeof(int32_t);
+    if (allocate) p = mem.i(n);
+  };
+  const auto floats_of = [&](float*& p, size_t n) {
+    total_bytes += n * sizeof(float);
+    if (allocate) p = mem.f(n);
+  };
+  const auto x_of = [&](XPtr& p, size_t n) {
+    total_bytes += n * x;
+    if (allocate) p = mem.x(n);
+  };
+  ints_of(ints, 5 * R + seqs_blocks);
+  x_of(this->x, R * H);
+  x_of(ln, R * H);
+  floats_of(rstd, R);
+  x_of(qkv, R * c.qkv_dim());
+  x_of(att, R * c.q_dim());
+  x_of(h, R * H);
+  x_of(gu, R * 2 * I);
+  x_of(act, R * I);
+  x_of(head_in, C * H);
+  x_of(logits, C * V);
+}
+
+size_t PagedBuffers::bytes(Backend& backend, const ModelConfig& c, int rows, int seqs_blocks,
+                           int chunk) {
+  return PagedBuffers(backend, c, rows, seqs_blocks, chunk, false).total_bytes;
+}
+
 namespace {
 
 // The device work `run` queues, recorded as a graph instead of run.
@@ -58,6 +94,10 @@ std::unique_ptr<DeviceGraph> record(Backend& be, const Run& run) {
 }
 
 }  // namespace
+
+size_t Qwen2Model::paged_step_bytes(int rows, int seqs_blocks, int logits_chunk) const {
+  return PagedBuffers::bytes(be_, config_, rows, seqs_blocks, logits_chunk);
+}
 
 int Qwen2Model::graph_rows(int n) {
   constexpr int kLargestGraph = 512;
@@ -97,7 +137,7 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
                                                  int logits_chunk, bool graphs,
                                                  const HostSampler& host) {
   const ModelConfig& c = config_;
-  const int N = step.rows(), H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int N = step.rows(), H = c.hidden_size, V = c.vocab_size;
   const int table_size = step.num_seqs * step.max_blocks;
   const int chunk = std::max(1, logits_chunk);
   const int n_out = static_cast<int>(step.sample_rows.size());
@@ -112,25 +152,9 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
   PagedBuffers* b = paged_.get();
   if (b == nullptr || R > b->rows || table_size > b->seqs_blocks || chunk > b->chunk) {
     paged_.reset();  // free before allocating the larger set
-    auto fresh = std::make_unique<PagedBuffers>(be_);
-    b = fresh.get();
-    b->rows = std::max(R, 64);
-    b->seqs_blocks = std::max(table_size, 1024);
-    b->chunk = chunk;
-    const size_t RB = b->rows;
-    DeviceBuffers& m = b->mem;
-    b->ints = m.i(5 * RB + b->seqs_blocks);
-    b->x = m.x(RB * H);
-    b->ln = m.x(RB * H);
-    b->rstd = m.f(RB);
-    b->qkv = m.x(RB * c.qkv_dim());
-    b->att = m.x(RB * c.q_dim());
-    b->h = m.x(RB * H);
-    b->gu = m.x(RB * 2 * I);
-    b->act = m.x(RB * I);
-    b->head_in = m.x(static_cast<size_t>(chunk) * H);
-    b->logits = m.x(static_cast<size_t>(chunk) * V);
-    paged_ = std::move(fresh);
+    paged_ = std::make_unique<PagedBuffers>(be_, c, std::max(R, 64), std::max(table_size, 1024),
+                                            chunk, true);
+    b = paged_.get();
   }
   // The step's integers go to the device in one copy (each copy waits for the device).
   std::vector<int32_t>& up = b->ints_staging;

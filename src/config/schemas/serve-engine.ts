@@ -46,8 +46,11 @@ export const serveEngineSchema = z.strictObject({
     .number()
     .int()
     .positive()
-    .default(512)
-    .describe("most prompt tokens prefilled in one step"),
+    .nullable()
+    .default(null)
+    .describe(
+      "most prompt tokens prefilled in one step; null = 512 on the CPU, 8192 on a GPU (vLLM's max_num_batched_tokens, which Search-R1 set to 8192)",
+    ),
   enforce_eager: z
     .boolean()
     .default(false)

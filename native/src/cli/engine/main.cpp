@@ -37,7 +37,9 @@ std::vector<OptionSpec> engine_options() {
        {"max-running", "N",
         "most sequences in one step (default " + std::to_string(d.max_running) + ")"},
        {"chunk-tokens", "N",
-        "most prompt tokens prefilled per step (default " + std::to_string(d.chunk_tokens) + ")"},
+        "most prompt tokens prefilled per step (default " +
+            std::to_string(EngineOptions::kCpuChunkTokens) + " on the CPU, " +
+            std::to_string(EngineOptions::kGpuChunkTokens) + " on a GPU)"},
        {"enforce-eager", "",
         "on a GPU, run every step op by op instead of replaying CUDA graphs of the decode "
         "steps (vLLM's enforce_eager)"},
@@ -78,12 +80,13 @@ int read_max_positions(const std::string& dir) {
 }
 
 // The cache gets --kv-cache-mb; or on a GPU with --gpu-memory-utilization U, what is left of
-// U × the GPU's memory once the engine's weights are in (vLLM's gpu_memory_utilization: the
-// trainer on the same GPU keeps the rest); or by default a share of the memory left after
-// the weights (a quarter on the CPU, which the rest of the machine shares; 80 % of a
-// GPU's). Without --kv-cache-mb, no more than --max-running sequences of full context use.
+// U × the GPU's memory once the engine's weights and the buffers of its largest step
+// (`step_bytes`) are counted (vLLM's gpu_memory_utilization: the trainer on the same GPU
+// keeps the rest); or by default a share of the memory left after them (a quarter on the
+// CPU, which the rest of the machine shares; 80 % of a GPU's). Without --kv-cache-mb, no
+// more than --max-running sequences of full context use.
 int kv_blocks_for(const Args& args, const Backend& backend, const ModelConfig& config,
-                  int context, int max_running, int block_size) {
+                  int context, int max_running, int block_size, size_t step_bytes) {
   const size_t per_block = PagedKvCache::bytes_per_block(config, block_size, backend.x_elem());
   size_t bytes;
   if (args.has("kv-cache-mb")) {
@@ -92,19 +95,23 @@ int kv_blocks_for(const Args& args, const Backend& backend, const ModelConfig& c
     const size_t full = static_cast<size_t>(max_running) *
                         ((context + block_size - 1) / block_size + 1) * per_block;
     const double share = backend.name() == "cpu" ? 0.25 : 0.8;
-    bytes = static_cast<size_t>(share * backend.free_bytes());
+    const size_t free = backend.free_bytes();
+    bytes = static_cast<size_t>(share * static_cast<double>(free - std::min(free, step_bytes)));
     if (backend.name() != "cpu" && args.has("gpu-memory-utilization")) {
       const double u = args.number("gpu-memory-utilization", 0.8);
       if (!(u > 0 && u <= 1)) throw UsageError("--gpu-memory-utilization must be in (0, 1]");
       const double budget = u * static_cast<double>(backend.total_bytes());
-      const double left = budget - static_cast<double>(backend.live_bytes());
+      const double taken = static_cast<double>(backend.live_bytes() + step_bytes);
+      const double left = budget - taken;
       if (left < static_cast<double>(per_block)) {
         throw UsageError("--gpu-memory-utilization " + std::to_string(u) + ": " +
                          std::to_string(static_cast<long long>(budget / (1 << 20))) +
-                         " MiB of the GPU leave no room for a KV cache after the weights (" +
-                         std::to_string(backend.live_bytes() >> 20) + " MiB); raise it");
+                         " MiB of the GPU leave no room for a KV cache after the weights and "
+                         "the buffers of a step (" +
+                         std::to_string(static_cast<long long>(taken) >> 20) +
+                         " MiB); raise it, or lower --chunk-tokens");
       }
-      bytes = std::min(static_cast<size_t>(left), backend.free_bytes());
+      bytes = std::min(static_cast<size_t>(left), free);
     }
     bytes = std::min(bytes, full);
   }
@@ -168,11 +175,19 @@ int run(const std::vector<std::string>& argv) {
                            ? static_cast<int>(args.integer("context-length", 0, 2))
                            : read_max_positions(dir);
   opt.max_running = static_cast<int>(args.integer("max-running", opt.max_running, 1));
-  opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", opt.chunk_tokens, 1));
+  const int device_chunk = backend->name() == "cpu" ? EngineOptions::kCpuChunkTokens
+                                                    : EngineOptions::kGpuChunkTokens;
+  opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", device_chunk, 1));
   opt.graphs = !args.flag("enforce-eager");
   constexpr int kBlockSize = 16;
+  // The largest step: a prefill chunk beside a decode row for every running sequence, each
+  // sequence's block table a power of two wide (Engine::step).
+  int columns = 1;
+  while (columns < (opt.context_length + kBlockSize - 1) / kBlockSize) columns *= 2;
+  const size_t step_bytes = model->paged_step_bytes(opt.chunk_tokens + opt.max_running,
+                                                    opt.max_running * columns, opt.logits_chunk);
   const int blocks = kv_blocks_for(args, *backend, model->config(), opt.context_length,
-                                   opt.max_running, kBlockSize);
+                                   opt.max_running, kBlockSize, step_bytes);
   const std::vector<int32_t> eos = read_eos_ids(dir);
   Engine engine(*model, blocks, kBlockSize, eos, opt);
   EngineServer server(*model, engine, emit);
@@ -191,6 +206,7 @@ int run(const std::vector<std::string>& argv) {
                             {"max_running", opt.max_running},
                             {"chunk_tokens", opt.chunk_tokens},
                             {"graphs", opt.graphs && backend->can_capture()},
+                            {"step_buffer_bytes", static_cast<int64_t>(step_bytes)},
                             {"weight_version", server.version()}})
            .dump());
   std::fflush(stdout);
