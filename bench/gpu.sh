@@ -29,6 +29,9 @@ npm run build
 
 # The tests skip their GPU part when the trainer cannot use CUDA; here that is a failure.
 trainer="${SEARCHR1_NATIVE_DIR:-native/build}/searchr1-trainer"
+# A build made on another machine may link libraries this one lacks (Gloo, for CPU ranks).
+missing=$(ldd "$trainer" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
+[ -z "$missing" ] || fail "$trainer needs $missing which this machine lacks: install them (Gloo: apt-get install libgloo0), put them on LD_LIBRARY_PATH, or build here"
 info="$("$trainer" info)"
 echo "$info"
 case "$info" in
