@@ -199,6 +199,8 @@ export interface PlanInput {
   /** The critic's model (critic.model_path), null without a critic (GRPO and the others). */
   critic: PlanModel | null;
   reference: boolean;
+  /** ref.param_offload: the reference waits in host memory between its log-probs. */
+  referenceOffload?: boolean;
   /** Data-parallel ranks over every node (trainer.gpus × trainer.nnodes). */
   ranks: number;
   /** The stage the run uses; the plan shows all three. */
@@ -249,6 +251,7 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
     policy,
     critic: ppo ? critic : null,
     reference: actor.use_kl_loss || algorithm.use_kl_in_reward,
+    referenceOffload: config.ref.param_offload,
     ranks,
     stage: zeroStageOf(config),
     device: trainer.device === "cpu" ? "cpu" : "cuda",
@@ -275,13 +278,15 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
 type Triple = [number, number, number];
 
 /**
- * One line of the plan: the bytes at ZeRO stage 0, 1, 2 held during the rollouts and while
- * the trainer works; `counted` false: shown for comparison, in neither total.
+ * One line of the plan: the bytes at ZeRO stage 0, 1, 2 held during the rollouts, during the
+ * log-probs (old, reference, values) and during the updates; `counted` false: shown for
+ * comparison, in no total.
  */
 export interface PlanRow {
   part: "actor" | "reference" | "critic" | "engine" | "trainer";
   item: string;
   rollout: Triple;
+  logProbs: Triple;
   update: Triple;
   counted: boolean;
 }
@@ -290,13 +295,19 @@ export interface MemoryPlan {
   input: PlanInput;
   parameters: number;
   rows: PlanRow[];
-  /** The counted rows' sums at each stage, during the rollouts and while the trainer works. */
-  totals: { rollout: Triple; update: Triple; peak: Triple };
+  /** The counted rows' sums at each stage, at each moment of a step, and the largest. */
+  totals: { rollout: Triple; logProbs: Triple; update: Triple; peak: Triple };
   /** The engine's KV cache is out of room (its weights alone exceed its share). */
   engineRefuses: boolean;
 }
 
 const STAGES: ZeroStage[] = [0, 1, 2];
+type Moment = "rollout" | "logProbs" | "update";
+const MOMENTS: [Moment, string][] = [
+  ["rollout", "during the rollouts"],
+  ["logProbs", "during the log-probs"],
+  ["update", "during the updates"],
+];
 const same = (b: number): Triple => [b, b, b];
 const byStage = (f: (s: ZeroStage) => number): Triple => STAGES.map(f) as Triple;
 
@@ -308,15 +319,16 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
   const d = input.policy.dims;
   const policy = paramLayout(input.policy, "lm");
   const rows: PlanRow[] = [];
-  // Held throughout (`update` omitted), or `rollout` during the rollouts and `update` while
-  // the trainer works.
+  // Held throughout (`update` omitted), or `rollout` during the rollouts, `update` during the
+  // updates and `logProbs` (default: `update`) during the log-probs.
   const row = (
     part: PlanRow["part"],
     item: string,
     rollout: Triple,
     update: Triple = rollout,
     counted = true,
-  ) => rows.push({ part, item, rollout, update, counted });
+    logProbs: Triple = update,
+  ) => rows.push({ part, item, rollout, logProbs, update, counted });
   const learnerRows = (part: "actor" | "critic", floats: number) => {
     const at = STAGES.map((s) => learnerBytes(floats, ranks, s, device));
     const pick = (k: keyof LearnerBytes) => at.map((b) => b[k]) as Triple;
@@ -328,6 +340,8 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
       "fp32 gradients (stage 2: during the updates only)",
       pick("gradientsBetween"),
       pick("gradients"),
+      true,
+      pick("gradientsBetween"),
     );
   };
   const tok = (n: number) => `${n.toLocaleString("en-US")} tokens`;
@@ -372,11 +386,17 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
   learnerRows("actor", policy.floats);
   actsRows("actor", input.policy, tokens.update, tokens.logProbs, "log-prob micro-batch");
   if (input.reference) {
-    row("reference", `weights (${xName} compute copy)`, same(x * policy.floats));
+    // ref.param_offload: in host memory but for its log-probs (weights and activations).
+    const only = (b: number): [Triple, Triple, boolean, Triple] =>
+      input.referenceOffload
+        ? [same(0), same(0), true, same(b)]
+        : [same(b), same(b), true, same(b)];
+    const note = input.referenceOffload ? ", on the device for its log-probs only" : "";
+    row("reference", `weights (${xName} compute copy)${note}`, ...only(x * policy.floats));
     row(
       "reference",
-      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward)`,
-      same(activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, x)),
+      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward)${note}`,
+      ...only(activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, x)),
     );
   }
   if (input.critic) {
@@ -425,16 +445,17 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     );
     row("engine", "cuBLASLt workspace", same(CUDA_WORKSPACE));
   }
-  const sum = (phase: "rollout" | "update") =>
-    byStage((s) => rows.reduce((t, r) => t + (r.counted ? r[phase][s] : 0), 0));
+  const sum = (moment: Moment) =>
+    byStage((s) => rows.reduce((t, r) => t + (r.counted ? r[moment][s] : 0), 0));
   const rollout = sum("rollout");
+  const logProbs = sum("logProbs");
   const update = sum("update");
-  const peak = byStage((s) => Math.max(rollout[s], update[s]));
+  const peak = byStage((s) => Math.max(rollout[s], logProbs[s], update[s]));
   return {
     input,
     parameters: policy.parameters,
     rows,
-    totals: { rollout, update, peak },
+    totals: { rollout, logProbs, update, peak },
     engineRefuses,
   };
 }
@@ -461,19 +482,18 @@ export function formatPlan(plan: MemoryPlan, title: string): string {
   const cell = (s: string) => s.padStart(9);
   const line = (name: string, cells: string[]) =>
     `${name.padEnd(width)}  ${cells.map(cell).join(" ")}`;
-  const most = (r: PlanRow) => byStage((s) => Math.max(r.rollout[s], r.update[s]));
+  const most = (r: PlanRow) => byStage((s) => Math.max(r.rollout[s], r.logProbs[s], r.update[s]));
   const lines = [
     title,
     line("GiB per device", header),
     ...plan.rows.map((r, i) => line(names[i] ?? "", most(r).map(gib))),
-    line("total during the rollouts", totals.rollout.map(gib)),
-    line("total while the trainer works", totals.update.map(gib)),
+    ...MOMENTS.map(([m, when]) => line(`total ${when}`, totals[m].map(gib))),
   ];
   const { fits, margin } = fitsAt(plan, input.stage);
   const device = `${gib(input.deviceBytes)} GiB`;
   const s = input.stage;
-  const when =
-    totals.update[s] >= totals.rollout[s] ? "while the trainer works" : "during the rollouts";
+  // The moment of the peak (the last of equals: the updates before the log-probs).
+  const when = MOMENTS.reduce((best, m) => (totals[m[0]][s] >= totals[best[0]][s] ? m : best))[1];
   lines.push(
     plan.engineRefuses
       ? `does NOT fit: the engine's share (rollout.gpu_memory_utilization × ${device}) leaves no room for a KV cache after its weights`

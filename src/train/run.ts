@@ -142,6 +142,7 @@ export async function runTrain(
     await trainer.load({
       policy: model,
       reference: needRef ? model : undefined,
+      reference_offload: needRef && config.ref.param_offload,
       critic: ppo ? resolve(config.critic.model_path ?? model) : undefined,
       actor_optim: optim(
         config.actor,
@@ -311,6 +312,7 @@ function diverged(
 /** What this build refuses up front, each naming its key. */
 function check(config: TrainConfig): void {
   checkRanks(config);
+  checkReference(config);
   if (config.rollout.engine === "vllm") {
     throw new UsageError(
       "rollout.engine=vllm: train pushes new weights into the engine after every step, which " +
@@ -321,6 +323,16 @@ function check(config: TrainConfig): void {
   if (!existsSync(join(resolve(config.model.path), "config.json"))) {
     throw new InputError(
       `${resolve(config.model.path)}: not a Hugging Face model folder (no config.json) (model.path)`,
+    );
+  }
+}
+
+/** ref.param_offload needs a reference policy to offload. */
+function checkReference(config: TrainConfig): void {
+  if (config.ref.param_offload && !config.actor.use_kl_loss && !config.algorithm.use_kl_in_reward) {
+    throw new UsageError(
+      "ref.param_offload=true: this run has no reference policy to offload " +
+        "(actor.use_kl_loss and algorithm.use_kl_in_reward are false)",
     );
   }
 }

@@ -53,6 +53,8 @@ export interface LoadFields {
   policy: string;
   /** The frozen reference policy's folder (needed for log_probs with model "reference"). */
   reference?: string;
+  /** The reference waits in host memory, on the device only for its log_probs. */
+  reference_offload?: boolean;
   /** A critic checkpoint, or a causal LM folder (lm_head dropped, value head starting at 0). */
   critic?: string;
   actor_optim?: OptimFields;
@@ -136,7 +138,7 @@ export interface LoadReply {
   /** Bytes this rank holds for each model loaded. */
   memory: {
     actor: LearnerMemory;
-    reference?: { weights: number; master_weights: number };
+    reference?: { weights: number; master_weights: number; host_weights: number };
     critic?: LearnerMemory;
   };
 }

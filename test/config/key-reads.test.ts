@@ -418,6 +418,7 @@ describe("every key of every command is read", () => {
       "trainer.experiment_name=grpo",
       "trainer.zero_stage=1",
       "trainer.profile=true",
+      "ref.param_offload=true",
     ]);
     // --dry-run prints the memory plan and stops (starts and writes nothing).
     await run(record, [...common, "--dry-run", "trainer.device_memory_gib=40"]);

@@ -391,6 +391,39 @@ describe("serve: update_actor is grad --loss ppo and one AdamW step", () => {
   );
 });
 
+describe("serve: reference_offload (verl's ref param_offload)", () => {
+  it("keeps the reference in host memory, brings it for its log_probs: the same bits", async () => {
+    type Memory = { memory: { reference: Record<string, number> } };
+    const kept = new Serve();
+    const before = (await kept.ok("load", { policy: POLICY, reference: REFERENCE })) as Memory;
+    const batch = await inputs();
+    const [want] = await logProbs(kept, batch, "reference");
+    expect(await kept.close()).toBe(0);
+
+    const s = new Serve();
+    const loaded = (await s.ok("load", {
+      ...{ policy: POLICY, reference: REFERENCE, reference_offload: true },
+    })) as Memory;
+    // On the CPU the compute copy is the fp32 weights: all of it goes to the host.
+    expect(before.memory.reference.host_weights).toBe(0);
+    expect(loaded.memory.reference).toEqual({
+      weights: 0,
+      master_weights: 0,
+      host_weights: before.memory.reference.weights,
+    });
+    for (let k = 0; k < 2; k++) {
+      const [lp] = await logProbs(s, batch, "reference");
+      expect(sameBits(lp, want), `pass ${k + 1}`).toBe(true);
+    }
+    // The policy is untouched by it.
+    await logProbs(s, batch, "policy");
+    expect(await s.fails("load", { policy: POLICY, reference_offload: true })).toBe(
+      "'reference_offload' needs a 'reference' to offload",
+    );
+    expect(await s.close()).toBe(0);
+  });
+});
+
 describe("serve: log_probs is score", () => {
   it("equals score bit for bit, for the policy and the reference, at temperature 1 and 0.7", async () => {
     const s = new Serve();

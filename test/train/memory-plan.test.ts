@@ -333,11 +333,9 @@ describe("the whole plan", () => {
     const trainer0 = 5376 + 10752 + 21504 + 10752 + 29636 + 5376 + 23540 + MiB32 + 480;
     const trainer1 = 5632 + 5632 + 11264 + 11264 + 29636 + 5376 + 23540 + MiB32 + 480;
     const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer1 + 2 ** 29];
-    expect(plan.totals).toEqual({
-      rollout: [update[0], update[1], trainer1 - 11264 + 2 ** 29],
-      update,
-      peak: update,
-    });
+    // The log-probs hold what the updates do but the stage-2 gradients: the rollouts' sums.
+    const rollout = [update[0], update[1], trainer1 - 11264 + 2 ** 29];
+    expect(plan.totals).toEqual({ rollout, logProbs: rollout, update, peak: update });
     expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - trainer1 - 2 ** 29 });
     expect(plan.engineRefuses).toBe(false);
   });
@@ -353,6 +351,19 @@ describe("the whole plan", () => {
     expect(plan.totals.update).toEqual(kept.totals.update.map((t) => t - KV - STEP));
     // Stage 2: the rollouts hold the KV cache, the updates the gradients (11264 < KV).
     expect(plan.totals.peak[2]).toBe(plan.totals.rollout[2]);
+  });
+
+  it("ref.param_offload: the reference on the device during its log-probs only", () => {
+    const kept = memoryPlan(input(false));
+    const off = memoryPlan({ ...input(false), referenceOffload: true });
+    const refs = (p: typeof kept) => p.rows.filter((r) => r.part === "reference");
+    for (const [a, b] of refs(kept).map((r, i) => [r, refs(off)[i]] as const)) {
+      expect(b).toMatchObject({ rollout: [0, 0, 0], update: [0, 0, 0], logProbs: a.logProbs });
+    }
+    const ref = 5376 + 23540; // its weights and its log-prob pass's activations
+    expect(off.totals.rollout).toEqual(kept.totals.rollout.map((t) => t - ref));
+    expect(off.totals.update).toEqual(kept.totals.update.map((t) => t - ref));
+    expect(off.totals.logProbs).toEqual(kept.totals.logProbs);
   });
 
   it("an engine whose share cannot hold its weights and one KV block refuses", () => {
@@ -418,7 +429,8 @@ describe("searchr1 train --dry-run", () => {
     expect(r.stdout).toMatch(/actor +fp32 master weights +28\.37 +3\.55 +3\.55/);
     expect(r.stdout).toMatch(/actor +AdamW moments \(fp32 m, v\) +56\.74 +7\.09 +7\.09/);
     expect(r.stdout).toMatch(/reference weights \(bf16 compute copy\) +14\.19/);
-    expect(r.stdout).toMatch(/^total while the trainer works +\d/m);
+    expect(r.stdout).toMatch(/^total during the log-probs +\d/m);
+    expect(r.stdout).toMatch(/^total during the updates +\d/m);
     expect(r.stdout).toMatch(/^(fits|does NOT fit) 79\.00 GiB at ZeRO stage 2/m);
     expect(existsSync(out)).toBe(false);
   });

@@ -272,10 +272,11 @@ describe("searchr1 train", () => {
   // step 2, 2.6e-6 at step 3 (kl_loss, which grows with the weights' drift from the
   // reference); pg_loss is 0 here (the random model earns no reward; ranks.test.ts checks
   // the policy-gradient part).
-  // trainer.profile is on in this run: timing the operations must change no number.
+  // trainer.profile and ref.param_offload are on in this run: timing the operations and
+  // parking the reference in host memory must change no number.
   it("--gpus 2 with trainer.device=cpu: two trainer ranks and two engine replicas give the run of one", () => {
     const out = path.join(dir, "two-ranks");
-    const r = runCli(args(out, ["--gpus", "2", "trainer.profile=true"]));
+    const r = runCli(args(out, ["--gpus", "2", "trainer.profile=true", "ref.param_offload=true"]));
     expect(r.code, r.stderr).toBe(0);
     // profile.jsonl: each step, each rank, the device time of its operations since the step
     // before (log-probs, the actor's update, the weights' export).
@@ -638,6 +639,14 @@ describe("searchr1 train", () => {
     ]);
     expect(vllm.code).toBe(2);
     expect(vllm.stderr).toMatch(/rollout\.engine=vllm/);
+    const offload = runCli([
+      ...args(path.join(dir, "x")),
+      "ref.param_offload=true",
+      "actor.use_kl_loss=false",
+      "algorithm.use_kl_in_reward=false",
+    ]);
+    expect(offload.code).toBe(2);
+    expect(offload.stderr).toMatch(/ref\.param_offload=true: this run has no reference policy/);
     const tp = runCli([...args(path.join(dir, "x")), "rollout.tensor_parallel_size=2"]);
     expect(tp.code).toBe(2);
     expect(tp.stderr).toMatch(/rollout\.tensor_parallel_size=2: the native engine runs/);

@@ -116,6 +116,9 @@ class Backend {
   virtual void to_x(XPtr dst, const float* src, size_t n) = 0;
   // dst (host, fp32) = src (device, compute type)
   virtual void download_x(float* dst, XPtr src, size_t n) = 0;
+  // Byte copies between host and device (a model's compute copy parked in host memory).
+  virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
   // Largest number of bytes the backend's buffers held at once since the last reset.
   virtual size_t peak_bytes() const { return peak_; }
   virtual size_t live_bytes() const { return live_; }

@@ -254,6 +254,12 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, n * sizeof(int32_t));
   }
   void download(float* dst, const float* src, size_t n) override { copy(dst, src, n); }
+  void upload_bytes(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void download_bytes(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
   void zero(float* p, size_t n) override {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) p[i] = 0.0f;

@@ -88,6 +88,12 @@ void ProfiledBackend::upload_i32(int32_t* dst, const int32_t* src, size_t n) {
 void ProfiledBackend::download(float* dst, const float* src, size_t n) {
   timed("download", [&] { inner_->download(dst, src, n); });
 }
+void ProfiledBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
+  timed("upload", [&] { inner_->upload_bytes(dst, src, bytes); });
+}
+void ProfiledBackend::download_bytes(void* dst, const void* src, size_t bytes) {
+  timed("download", [&] { inner_->download_bytes(dst, src, bytes); });
+}
 void ProfiledBackend::zero(float* p, size_t n) {
   timed("zero", [&] { inner_->zero(p, n); });
 }

@@ -49,6 +49,8 @@ class ProfiledBackend final : public Backend {
   void upload(float* dst, const float* src, size_t n) override;
   void upload_i32(int32_t* dst, const int32_t* src, size_t n) override;
   void download(float* dst, const float* src, size_t n) override;
+  void upload_bytes(void* dst, const void* src, size_t bytes) override;
+  void download_bytes(void* dst, const void* src, size_t bytes) override;
   void zero(float* p, size_t n) override;
   void zero_x(XPtr p, size_t n) override;
   void to_x(XPtr dst, const float* src, size_t n) override;

@@ -196,10 +196,36 @@ void Qwen2Model::release_grads() {
   grads_ = nullptr;
 }
 
+void Qwen2Model::to_host() {
+  if (weights_.null()) return;
+  if (params_ != nullptr && weights_.p != params_) {
+    throw Error("to_host: the model keeps fp32 master weights (call drop_masters first)");
+  }
+  const size_t bytes = capacity_ * weights_.elem;
+  if (host_weights_.empty()) {
+    host_weights_.resize(bytes);
+    be_.download_bytes(host_weights_.data(), weights_.p, bytes);
+  }
+  acts_.reset();
+  be_.synchronize();  // the last pass has read the weights
+  be_.release(weights_.p);
+  if (params_ == weights_.p) params_ = nullptr;  // the CPU: the compute copy is the masters
+  weights_.p = nullptr;
+}
+
+void Qwen2Model::to_device() {
+  if (!on_host()) return;
+  weights_ = be_.alloc_x(capacity_);
+  be_.upload_bytes(weights_.p, host_weights_.data(), host_weights_.size());
+  if (weights_.elem == sizeof(float)) params_ = static_cast<float*>(weights_.p);
+}
+
 size_t Qwen2Model::master_bytes() const {
   return params_ != nullptr && weights_.p != params_ ? capacity_ * sizeof(float) : 0;
 }
-size_t Qwen2Model::weight_bytes() const { return capacity_ * weights_.elem; }
+size_t Qwen2Model::weight_bytes() const {
+  return weights_.null() ? 0 : capacity_ * weights_.elem;
+}
 size_t Qwen2Model::grad_bytes() const { return grads_ != nullptr ? capacity_ * sizeof(float) : 0; }
 
 void Qwen2Model::zero_grad() { be_.zero(grads(), capacity_); }
@@ -435,6 +461,7 @@ void Qwen2Model::require_head(Head head, const char* what) const {
 void Qwen2Model::score(const Batch& batch, const RunOptions& opt, float* logprobs,
                        float* entropy) {
   require_head(Head::LanguageModel, "log-probs");
+  if (weights_.null()) throw Error("log-probs: the model's weights are in host memory");
   forward(batch, false, opt);
   head(batch, opt, nullptr, logprobs, entropy);
 }

@@ -70,6 +70,15 @@ class Qwen2Model {
   void drop_masters();
   // Frees the gradient buffer (the next grads() or zero_grad() allocates a zeroed one).
   void release_grads();
+  // For a model nobody trains (the reference; after drop_masters): to_host() moves its
+  // compute copy to host memory and frees it and the activation buffers on the device (verl's
+  // ref param_offload); to_device() brings the copy back. The first move copies the weights
+  // out; as they never change, later moves only free and copy back in. The passes refuse to
+  // run while the weights are on the host.
+  void to_host();
+  void to_device();
+  bool on_host() const { return weights_.null() && !host_weights_.empty(); }
+  size_t host_bytes() const { return host_weights_.size(); }
   // Bytes held: fp32 masters apart from the compute copy, the compute copy, gradients.
   size_t master_bytes() const;
   size_t weight_bytes() const;
@@ -154,6 +163,7 @@ class Qwen2Model {
   float* params_ = nullptr;
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;
+  std::vector<unsigned char> host_weights_;  // the compute copy, while to_host() holds it
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<PagedBuffers> paged_;
 };

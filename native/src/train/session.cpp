@@ -162,7 +162,8 @@ std::vector<std::string> fields_of(const std::string& op) {
     k.insert(k.end(), more.begin(), more.end());
   };
   if (op == "load") {
-    add({"policy", "reference", "critic", "actor_optim", "critic_optim", "seed", "zero_stage"});
+    add({"policy", "reference", "reference_offload", "critic", "actor_optim", "critic_optim",
+         "seed", "zero_stage"});
   }
   if (op == "log_probs") add({"model", "batch", "out", "temperature", "micro_batch_size"});
   if (op == "values") add({"batch", "out", "micro_batch_size"});
@@ -198,9 +199,14 @@ void load(TrainerSession& s, const JsonFields& f) {
                       f.has("critic") ? f.text("critic") : "",
                       nullptr, nullptr, nullptr, nullptr, nullptr};
   next.policy = Qwen2Model::load(next.policy_dir, s.be, Head::LanguageModel, pad);
+  next.reference_offload = f.boolean("reference_offload", false);
+  if (next.reference_offload && !f.has("reference")) {
+    throw Error("'reference_offload' needs a 'reference' to offload");
+  }
   if (f.has("reference")) {
     next.reference = Qwen2Model::load(f.text("reference"), s.be);
     next.reference->drop_masters();
+    if (next.reference_offload) next.reference->to_host();
   }
   next.actor = std::make_unique<Learner>(*next.policy, read_adamw(actor_optim),
                                          read_schedule(actor_optim, kActorLr), seed, s.comm,
@@ -219,6 +225,7 @@ void load(TrainerSession& s, const JsonFields& f) {
   s.critic = std::move(next.critic);
   s.actor = std::move(next.actor);
   s.critic_learner = std::move(next.critic_learner);
+  s.reference_offload = next.reference_offload;
 }
 
 // Runs `write` on rank 0 alone (the ranks hold the same weights and outputs), then has every
@@ -312,7 +319,9 @@ json::Value memory_reply(const TrainerSession& s) {
     r.set("reference",
           json::Value::object({{"weights", static_cast<int64_t>(s.reference->weight_bytes())},
                                {"master_weights",
-                                static_cast<int64_t>(s.reference->master_bytes())}}));
+                                static_cast<int64_t>(s.reference->master_bytes())},
+                               {"host_weights",
+                                static_cast<int64_t>(s.reference->host_bytes())}}));
   }
   if (s.critic_learner) r.set("critic", learner(*s.critic_learner));
   return r;
@@ -331,6 +340,20 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     r.set("memory", memory_reply(s));
   } else if (op == "log_probs") {
     Qwen2Model& m = s.model(f.text("model", "policy"));
+    // An offloaded reference comes to the device for this pass alone (and goes back after a
+    // failed one too: the destructor's copy-back only frees, it cannot fail on a copy).
+    struct Visit {
+      Qwen2Model& m;
+      const bool back;
+      ~Visit() {
+        if (!back) return;
+        try {
+          m.to_host();
+        } catch (const Error&) {  // a device error; the next command reports it
+        }
+      }
+    } visit{m, m.on_host()};
+    m.to_device();
     const BatchFile b = open_batch(f, m);
     const RunOptions run = read_run(f, s.run);
     // This rank's rows, then every rank's (zeros elsewhere: the sum is exact).

@@ -28,6 +28,8 @@ struct TrainerSession {
   std::string policy_dir, critic_dir;
   std::unique_ptr<Qwen2Model> policy, reference, critic;
   std::unique_ptr<Learner> actor, critic_learner;
+  // The reference waits in host memory between its log_probs (load's reference_offload).
+  bool reference_offload = false;
 
   void reset();  // learners first: they release into the backend before the models go
   Qwen2Model& model(const std::string& which);  // "policy" or "reference"

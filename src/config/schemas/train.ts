@@ -194,6 +194,16 @@ export const trainSchema = z.strictObject({
         ),
     })
     .prefault({}),
+  ref: z
+    .strictObject({
+      param_offload: z
+        .boolean()
+        .default(false)
+        .describe(
+          "verl's ref.fsdp_config.param_offload: the reference policy's weights wait in host memory and come to the device only for its log-probs (a copy back of its bf16 weights each step), leaving the device to the updates and the rollouts",
+        ),
+    })
+    .prefault({}),
   critic: z
     .strictObject({
       model_path: z.string().min(1).nullable().default(null).describe("null = model.path"),

@@ -156,6 +156,12 @@ class CudaBackend final : public Backend {
   void download(float* dst, const float* src, size_t n) override {
     copy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost);
   }
+  void upload_bytes(void* dst, const void* src, size_t bytes) override {
+    copy(dst, src, bytes, cudaMemcpyHostToDevice);
+  }
+  void download_bytes(void* dst, const void* src, size_t bytes) override {
+    copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  }
   void zero(float* p, size_t n) override {
     check(cudaMemsetAsync(p, 0, n * sizeof(float), stream_), "cudaMemsetAsync");
   }
