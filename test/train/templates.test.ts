@@ -30,6 +30,10 @@ it("the recipes carry their published hyper-parameters", () => {
     kl_loss_coef: 0.001,
   });
   expect(grpo.rollout).toMatchObject({ n: 5, top_p: 0.95 });
+  // Search-R1's scripts and verl's recipe keep the reference's parameters on the CPU.
+  for (const recipe of [ppo, grpo, resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml")]) {
+    expect(recipe.ref.param_offload).toBe(true);
+  }
   expect(resolved("search-r1-v0.3-grpo-format.yaml")).toMatchObject({
     actor: { lr: 5e-7 },
     reward: { format_reward: true, structure_format_score: 0.2, final_format_score: 0.1 },
