@@ -345,6 +345,19 @@ bool Engine::finished(Sequence& s, int32_t token, Finished* out) const {
   return true;
 }
 
+int Engine::table_columns(int blocks) {
+  int columns = 1;
+  while (columns < blocks) columns *= 2;
+  return columns;
+}
+
+size_t Engine::largest_step_bytes(const Qwen2Model& model, const EngineOptions& options,
+                                  int block_size) {
+  const int columns = table_columns((options.context_length + block_size - 1) / block_size);
+  return model.paged_step_bytes(options.chunk_tokens + options.max_running,
+                                options.max_running * columns, options.logits_chunk);
+}
+
 StepResult Engine::step() {
   StepResult res;
   for (SeqPtr& s : instant_) {
@@ -359,12 +372,11 @@ StepResult Engine::step() {
   // The step's rows: each planned sequence's next n positions.
   PagedStep step;
   step.num_seqs = static_cast<int>(planned.size());
-  // Block-table columns: a power of two, so that decode steps share a few graph shapes.
-  int columns = 1;
+  int most_blocks = 1;
   for (const Planned& p : planned) {
-    while (columns < static_cast<int>(p.seq->blocks.size())) columns *= 2;
+    most_blocks = std::max(most_blocks, static_cast<int>(p.seq->blocks.size()));
   }
-  step.max_blocks = columns;
+  step.max_blocks = table_columns(most_blocks);
   step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
   std::vector<Sequence*> samplers;  // the sequence of each sample row
   const int BS = blocks_.block_size();

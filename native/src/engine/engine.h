@@ -114,6 +114,11 @@ class Engine {
   EngineStats stats() const;
   const EngineOptions& options() const { return opt_; }
 
+  // Device bytes of the model's buffers for the largest step under `options` (a prefill
+  // chunk beside a decode row for every running sequence), which the KV cache must leave.
+  static size_t largest_step_bytes(const Qwen2Model& model, const EngineOptions& options,
+                                   int block_size);
+
  private:
   struct Sequence;
   using SeqPtr = std::unique_ptr<Sequence>;
@@ -123,6 +128,9 @@ class Engine {
     int n;
   };
   std::vector<Planned> plan();
+  // Block-table columns for sequences of up to `blocks` blocks: a power of two, so that
+  // decode steps share a few graph shapes.
+  static int table_columns(int blocks);
   bool admit(Sequence& s, std::unordered_set<uint64_t>& pending);
   bool grow(Sequence& s, int positions);  // blocks to cover `positions` tokens
   void preempt(Sequence& s);

@@ -180,12 +180,7 @@ int run(const std::vector<std::string>& argv) {
   opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", device_chunk, 1));
   opt.graphs = !args.flag("enforce-eager");
   constexpr int kBlockSize = 16;
-  // The largest step: a prefill chunk beside a decode row for every running sequence, each
-  // sequence's block table a power of two wide (Engine::step).
-  int columns = 1;
-  while (columns < (opt.context_length + kBlockSize - 1) / kBlockSize) columns *= 2;
-  const size_t step_bytes = model->paged_step_bytes(opt.chunk_tokens + opt.max_running,
-                                                    opt.max_running * columns, opt.logits_chunk);
+  const size_t step_bytes = Engine::largest_step_bytes(*model, opt, kBlockSize);
   const int blocks = kv_blocks_for(args, *backend, model->config(), opt.context_length,
                                    opt.max_running, kBlockSize, step_bytes);
   const std::vector<int32_t> eos = read_eos_ids(dir);
