@@ -5,7 +5,7 @@
 const FLOORS = [
   ["src/runtime"], // processes, files, errors, progress, HTTP plumbing
   ["src/config", "src/tensors", "src/text", "src/rl"], // schemas, safetensors, tokenizers, RL math
-  ["src/command", "src/data", "src/reward", "src/hub", "src/ckpt", "src/trainer"],
+  ["src/command", "src/data", "src/reward", "src/hub", "src/ckpt", "src/trainer", "src/nodes"],
   ["src/engine", "src/retrieval"], // clients and servers of the engine and the retriever
   ["src/agent"], // the search rollout over an engine and a retriever
   ["src/eval"],

@@ -4,6 +4,7 @@ import { trainSpec } from "../src/config/schemas/train.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { createProgress } from "../src/runtime/progress.js";
 import { dryRunText } from "../src/train/dry-run.js";
+import { runNode } from "../src/train/nodes.js";
 import { runDirOf, runTrain } from "../src/train/run.js";
 import { trainView } from "../src/train/view.js";
 
@@ -16,6 +17,10 @@ export function register(program: Command): Command {
       { flags: "--model <dir>", key: "model.path" },
       { flags: "--algorithm <name>", key: "algorithm.name" },
       { flags: "--gpus <n>", key: "trainer.gpus" },
+      { flags: "--nnodes <n>", key: "trainer.nnodes" },
+      { flags: "--node-rank <r>", key: "trainer.node_rank" },
+      { flags: "--master-addr <host[:port]>", key: "trainer.master_addr" },
+      { flags: "--master-port <port>", key: "trainer.master_port" },
       { flags: "--retriever-url <url>", key: "retriever.url" },
       { flags: "--engine-url <url>", key: "rollout.engine_url" },
       { flags: "--output-dir <dir>", key: "trainer.output_dir" },
@@ -27,11 +32,23 @@ export function register(program: Command): Command {
       "searchr1 train --config templates/configs/search-r1-v0.2-grpo.yaml --model models/Qwen2.5-3B",
       "searchr1 train --model models/Qwen2.5-3B actor.lr=1e-6 data.train_batch_size=512 rollout.n=5",
       "searchr1 train --config templates/configs/search-r1-v0.2-grpo.yaml --model models/Qwen2.5-3B --gpus 8 --dry-run",
+      "searchr1 train --config run.yaml --gpus 8 --nnodes 2 --node-rank 0 --master-addr node0:29500",
+      "searchr1 train --config run.yaml --gpus 8 --nnodes 2 --node-rank 1 --master-addr node0:29500",
     ],
     run: async (config) => {
       // The memory plan of one device, then nothing else.
       if (config.trainer.dry_run) {
         process.stdout.write(dryRunText(config));
+        return;
+      }
+      // Node k > 0 of several: it serves node 0's ranks and replicas until the run is over.
+      if (config.trainer.nnodes > 1 && config.trainer.node_rank > 0) {
+        const node = config.trainer.node_rank;
+        await withInterrupt(
+          (signal) => runNode(config, (line) => process.stderr.write(`${line}\n`), signal),
+          `interrupted; node ${node} has left the run, which stops on node 0 too`,
+        );
+        process.stdout.write(`done: node ${node} served the run to its end\n`);
         return;
       }
       const tty = process.stderr.isTTY === true;

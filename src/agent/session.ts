@@ -60,10 +60,11 @@ export function retrieverChildLine(retriever: AgentConfig["retriever"]): Command
 }
 
 /**
- * `train --gpus N`'s engine: N native replicas, replica r seeing only `devices[r]` (null: CPU
- * replicas), on `device` (the rollout's engine_device with auto resolved); absent: one.
+ * `train --gpus N`'s engine: N native replicas (per node, with `nodes`), replica r seeing only
+ * `devices[r]` (null: CPU replicas), on `device` (the rollout's engine_device with auto
+ * resolved); absent: one.
  */
-export type EngineReplicas = Pick<EngineChoice, "replicas" | "devices"> & {
+export type EngineReplicas = Pick<EngineChoice, "replicas" | "devices" | "nodes"> & {
   device?: "cpu" | "cuda";
 };
 
@@ -153,14 +154,17 @@ export class AgentSession {
         },
         replicas: replicas.replicas,
         devices: replicas.devices,
+        nodes: replicas.nodes,
       },
       { signal },
     );
     if (engine.children.length > 1) {
       engine.children.forEach((child, r) => {
         const device = replicas.devices?.[r];
+        const node = replicas.nodes?.node(r);
         log(
           `engine replica ${r} serving at ${child.url}` +
+            (node === undefined ? "" : ` on node ${node}`) +
             (device === undefined ? "" : ` (CUDA_VISIBLE_DEVICES=${device})`),
         );
       });

@@ -60,15 +60,17 @@ export function commandLine<S extends CommandConfigSpec>(
   };
 }
 
-/** Where a server started as a child listens: loopback, any free port (ChildServer reads its URL). */
-const CHILD_LISTEN = { host: "127.0.0.1", port: 0 };
-
-/** The command line of a `serve-*` command started as a child, listening on a free port. */
+/**
+ * The command line of a `serve-*` command started as a child, listening on a free port
+ * (ChildServer reads its URL) of `host`: the loopback, or on another node of a multi-node
+ * run the address node 0 reaches it at.
+ */
 export function serverLine<S extends CommandConfigSpec<z.ZodType<unknown, ListenValues>>>(
   spec: S,
   values: ConfigValues<S>,
+  host = "127.0.0.1",
 ): CommandLine {
-  return commandLine(spec, { ...values, ...CHILD_LISTEN } as ConfigValues<S>);
+  return commandLine(spec, { ...values, host, port: 0 } as ConfigValues<S>);
 }
 
 /** The keys every `serve-*` schema has (schemas/server-fields.ts's listenFields). */

@@ -24,13 +24,34 @@ export function searchr1Argv(line: CommandLine): string[] {
 }
 
 /**
+ * A server a run started and stops: a ChildServer here, or one a node of a multi-node run
+ * started for it (src/nodes).
+ */
+export interface ServerChild {
+  readonly url: string;
+  /** Called with a one-line-plus-stderr message if it dies before `stop()`. */
+  onDeath(listener: (message: string) => void): void;
+  /** Resolves once it has exited (its death already told to listeners), or after `ms`. */
+  settle(ms: number): Promise<void>;
+  /** Asks it to drain and exit, then waits for it. */
+  stop(): Promise<void>;
+}
+
+/** Starts a server from its command line, ready once it serves. */
+export type StartServer = (
+  name: string,
+  line: CommandLine,
+  options?: { onLine?: (line: string) => void; signal?: AbortSignal },
+) => Promise<ServerChild>;
+
+/**
  * A `searchr1 serve-*` command run as a child process (`eval` and `train` start the engine
  * and the retriever this way when no URL is given). Its command line (config/command-line.ts's
  * serverLine) has it listen on a free port; it is ready when it prints its `serving ... at
  * <url>` line; its stderr is kept (the last lines) so a child that dies is reported with what
  * it said.
  */
-export class ChildServer {
+export class ChildServer implements ServerChild {
   private readonly tail: string[] = [];
   private exited = false;
   private stopping = false;

@@ -1,7 +1,6 @@
-import { once } from "node:events";
 import { createInterface } from "node:readline";
-import { execa, type Result, type ResultPromise } from "execa";
 import { ServiceError } from "./errors.js";
+import { type ProcessEnd, type ProcessHandle, type Spawn, spawnLocal } from "./process-handle.js";
 
 /** stderr lines kept for the message that reports a death; the last SHOWN are shown. */
 const KEPT = 20;
@@ -20,7 +19,12 @@ export interface JsonLinesServiceOptions {
   signal?: AbortSignal;
   /** Variables added to its environment (the rest is inherited), e.g. CUDA_VISIBLE_DEVICES. */
   env?: Readonly<Record<string, string>>;
+  /** What starts it: a child of this process (default), or a process on another node. */
+  spawn?: Spawn;
 }
+
+/** How long a process asked to stop (SIGTERM) has before it is killed. */
+const GRACE_MS = 10_000;
 
 interface Pending {
   op: string;
@@ -52,46 +56,38 @@ export class JsonLinesService {
   private end: ServiceError | null = null;
   /** An end we asked for (shutdown, kill, abort): not reported as a death. */
   private stopping = false;
+  /** Whether it started (an end without a code or signal is then a death, not a failed start). */
+  private running = false;
 
   private constructor(
-    private readonly child: ResultPromise,
+    private readonly child: ProcessHandle,
     private readonly options: JsonLinesServiceOptions,
   ) {
-    child.stdin?.on("error", () => {
+    child.stdin.on("error", () => {
       // EPIPE once the process is gone: the exit handler reports it.
     });
-    createInterface({ input: child.stderr as NodeJS.ReadableStream }).on("line", (line) =>
-      this.keep(line),
-    );
-    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on("line", (line) =>
-      this.onReply(line),
-    );
-    this.exited = child.then((result) => this.onExit(result));
+    createInterface({ input: child.stderr }).on("line", (line) => this.keep(line));
+    createInterface({ input: child.stdout }).on("line", (line) => this.onReply(line));
+    this.exited = child.ended.then((end) => this.onExit(end));
   }
 
   /** Starts the process; rejects if the executable cannot be run. */
   static async start(options: JsonLinesServiceOptions): Promise<JsonLinesService> {
-    const child = execa(options.executable, [...options.args], {
-      stdin: "pipe",
-      stdout: "pipe",
-      stderr: "pipe",
-      buffer: false, // the replies are read as they come, never collected
-      env: options.env,
-      reject: false,
-      detached: true,
-      cancelSignal: options.signal,
-      forceKillAfterDelay: 10_000,
-    });
-    const service = new JsonLinesService(child, options);
     const { signal } = options;
+    if (signal?.aborted) throw new ServiceError(`${options.what} was interrupted`);
+    const spawn = options.spawn ?? spawnLocal;
+    const service = new JsonLinesService(
+      spawn(options.executable, options.args, options.env),
+      options,
+    );
     if (signal) {
-      const interrupted = () => service.stopBy("was interrupted");
-      if (signal.aborted) interrupted(); // execa does not start it then
+      const interrupted = () => service.stopWithin("was interrupted");
       signal.addEventListener("abort", interrupted, { once: true });
       void service.exited.then(() => signal.removeEventListener("abort", interrupted));
     }
     try {
-      await once(child, "spawn");
+      await service.child.started;
+      service.running = true;
     } catch {
       await service.exited;
       throw service.ended;
@@ -126,7 +122,7 @@ export class JsonLinesService {
       this.pending.set(id, { op, resolve, reject });
       // op and id first on the line, and never overridden by a field of the same name.
       const command = Object.assign({ op, id }, fields, { op, id });
-      this.child.stdin?.write(`${JSON.stringify(command)}\n`);
+      this.child.stdin.write(`${JSON.stringify(command)}\n`);
     });
   }
 
@@ -138,7 +134,7 @@ export class JsonLinesService {
     if (!this.end) {
       const bye = this.send("shutdown", {});
       this.stopBy("has been shut down");
-      this.child.stdin?.end(); // the end of stdin is a shutdown too
+      this.child.stdin.end(); // the end of stdin is a shutdown too
       await bye.catch(() => {});
     }
     await this.exited;
@@ -154,6 +150,15 @@ export class JsonLinesService {
   private stopBy(how: string): void {
     this.stopping = true;
     this.end ??= new ServiceError(`${this.options.what} ${how}`);
+  }
+
+  /** SIGTERM, then SIGKILL if it is still there after the grace period. */
+  private stopWithin(how: string): void {
+    this.stopBy(how);
+    this.child.kill("SIGTERM");
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), GRACE_MS);
+    timer.unref();
+    void this.exited.then(() => clearTimeout(timer));
   }
 
   private keep(line: string): void {
@@ -195,15 +200,16 @@ export class JsonLinesService {
     }
   }
 
-  private onExit(result: Result): void {
+  private onExit(end: ProcessEnd): void {
     const { what } = this.options;
     if (!this.stopping) {
       const shown = this.tail.filter((l) => l.trim() !== "").slice(-SHOWN);
       const last = shown.length ? `; its last lines:\n  ${shown.join("\n  ")}` : "";
-      const how = result.signal ?? result.exitCode;
-      const cause = (result.cause as Error | undefined)?.message ?? result.shortMessage;
+      const how = end.signal ?? end.exitCode ?? end.cause;
       this.end = new ServiceError(
-        how === undefined ? `${what} could not start: ${cause}` : `${what} died (${how})${last}`,
+        !this.running && end.signal === undefined && end.exitCode === undefined
+          ? `${what} could not start: ${end.cause}`
+          : `${what} died (${how})${last}`,
       );
     }
     const err = this.end ?? new ServiceError(`${what} has exited`);

@@ -30,11 +30,12 @@ export interface Placement {
 }
 
 /**
- * The placement of a run's ranks and replicas. For N > 1 on a device that is not the CPU,
- * each device is probed (`searchr1-trainer info` seeing it alone): `cuda` must be usable on
- * every one (else refused naming the device and why); `auto` takes CUDA when every device is
- * usable and the CPU when none is, and refuses a mix (ranks on CUDA and on the CPU cannot
- * meet). One rank (N = 1) keeps the config as it is.
+ * The placement of a run's ranks and replicas on this node. For N > 1 (or ranks on several
+ * nodes) on a device that is not the CPU, each device is probed (`searchr1-trainer info`
+ * seeing it alone): `cuda` must be usable on every one (else refused naming the device and
+ * why); `auto` takes CUDA when every device is usable and the CPU when none is, and refuses a
+ * mix (ranks on CUDA and on the CPU cannot meet). One rank of one node keeps the config as it
+ * is.
  */
 export async function placeRun(
   config: Pick<TrainConfig, "trainer" | "rollout">,
@@ -44,7 +45,9 @@ export async function placeRun(
   const n = config.trainer.gpus;
   const { rollout } = config;
   const native = rollout.engine === "native" && rollout.engine_url === null;
-  if (n === 1) {
+  // One rank of one node keeps auto; ranks that meet must agree on the device, so the ranks of
+  // several nodes decide it on each node (and node 0 checks that they agree).
+  if (n === 1 && config.trainer.nnodes === 1) {
     return {
       trainer: { device: config.trainer.device, devices: null },
       engine: { replicas: 1, devices: null },

@@ -14,6 +14,7 @@ import { writeFileAtomic } from "../runtime/write-atomic.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
 import { startTrainer } from "../trainer/group.js";
 import type { OptimFields } from "../trainer/protocol.js";
+import type { Trainer } from "../trainer/trainer.js";
 import {
   type ControllerState,
   checkpointDir,
@@ -25,6 +26,7 @@ import { DataOrder } from "./data-order.js";
 import { formatMetric, nonFiniteMetrics, nullableMetrics, RunHealth } from "./health.js";
 import { zeroStageOf } from "./memory-plan.js";
 import { MetricsLog, type MetricsRow } from "./metrics-log.js";
+import { checkNodes, openNodes } from "./nodes.js";
 import { placeRun } from "./placement.js";
 import { writePlots } from "./plots.js";
 import { ProfileLog, profileSummary } from "./profile-log.js";
@@ -105,29 +107,39 @@ export async function runTrain(
     for (const warning of report.warnings) view.log(`warning: ${warning}`);
     return report;
   };
-  const exportsDir = existsSync("/dev/shm")
-    ? join("/dev/shm", `searchr1-${process.pid}`)
-    : join(runDir, "weights");
-  mkdirSync(exportsDir, { recursive: true });
-
   view.log(
     `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${config.rollout.n}`,
   );
   for (const note of placement.notes) view.log(note);
-  const trainer = await startTrainer({
-    ranks: config.trainer.gpus,
-    device: placement.trainer.device,
-    devices: placement.trainer.devices,
-    threads: config.trainer.threads,
-    recompute: config.actor.gradient_checkpointing,
-    profile: config.trainer.profile,
-    onLine: (line) => view.log(`trainer: ${line}`),
-    signal,
-  });
+  // Several nodes: the others join here first; their ranks and replicas follow node 0's.
+  const nodes =
+    config.trainer.nnodes > 1
+      ? await openNodes(config, placement, runDir, (line) => view.log(line), signal)
+      : null;
+  // The weights the engine loads each step: in memory on one node, in the folder every node
+  // mounts on several.
+  const exportsDir = nodes
+    ? join(nodes.shared, "weights")
+    : existsSync("/dev/shm")
+      ? join("/dev/shm", `searchr1-${process.pid}`)
+      : join(runDir, "weights");
+  mkdirSync(exportsDir, { recursive: true });
+  let exitCode = 1;
+  let trainer: Trainer | null = null;
   let session: AgentSession | null = null;
   let trackers: Trackers | null = null;
-  let exitCode = 1;
   try {
+    trainer = await startTrainer({
+      ranks: config.trainer.gpus * config.trainer.nnodes,
+      device: placement.trainer.device,
+      devices: nodes ? nodes.rankDevices : placement.trainer.devices,
+      nodes: nodes?.ranks,
+      threads: config.trainer.threads,
+      recompute: config.actor.gradient_checkpointing,
+      profile: config.trainer.profile,
+      onLine: (line) => view.log(`trainer: ${line}`),
+      signal,
+    });
     trackers = await openTrackers(
       config,
       runDir,
@@ -170,7 +182,7 @@ export async function runTrain(
       model,
       (line) => view.log(line),
       signal,
-      placement.engine,
+      nodes?.engine ?? placement.engine,
     );
     trainer.onDeath((err) => session?.fail(err.message));
 
@@ -278,8 +290,9 @@ export async function runTrain(
   } finally {
     await trackers?.close(exitCode);
     await session?.close();
-    await trainer.shutdown();
-    rmSync(exportsDir, { recursive: true, force: true });
+    await trainer?.shutdown();
+    nodes?.master.close(exitCode === 0);
+    rmSync(nodes?.shared ?? exportsDir, { recursive: true, force: true });
   }
   return runDir;
 }
@@ -311,7 +324,7 @@ function diverged(
 
 /** What this build refuses up front, each naming its key. */
 function check(config: TrainConfig): void {
-  checkRanks(config);
+  checkNodes(config);
   checkReference(config);
   if (config.rollout.engine === "vllm") {
     throw new UsageError(
@@ -333,20 +346,6 @@ function checkReference(config: TrainConfig): void {
     throw new UsageError(
       "ref.param_offload=true: this run has no reference policy to offload " +
         "(actor.use_kl_loss and algorithm.use_kl_in_reward are false)",
-    );
-  }
-}
-
-/**
- * trainer.gpus > 1 runs that many data-parallel trainer ranks and engine replicas on one node
- * (placement.ts puts them on devices); several nodes are not built yet.
- */
-function checkRanks(config: TrainConfig): void {
-  const { nnodes } = config.trainer;
-  if (nnodes > 1) {
-    throw new UsageError(
-      `trainer.nnodes=${nnodes}: this build trains on one node; the ranks of several nodes ` +
-        "(--nnodes, --node-rank, --master-addr) arrive later: set trainer.nnodes=1",
     );
   }
 }

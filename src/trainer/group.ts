@@ -2,12 +2,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ServiceError } from "../runtime/errors.js";
+import type { Spawn } from "../runtime/process-handle.js";
 import { TrainerProcess, type TrainerStartOptions } from "./process.js";
 import type { Op, Ops, ProfileReply } from "./protocol.js";
 import { ScratchDir } from "./scratch.js";
 import { Trainer } from "./trainer.js";
 
-export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank" | "cudaDevice"> {
+export interface TrainerGroupOptions
+  extends Omit<TrainerStartOptions, "rank" | "cudaDevice" | "spawn"> {
   /** Ranks to start (data parallel); each is one `searchr1-trainer serve` process. */
   ranks: number;
   /**
@@ -17,13 +19,28 @@ export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank" | 
   devices?: readonly string[] | null;
   /** Seconds a collective waits for the other ranks; null: the trainer's default. */
   collectiveTimeout?: number | null;
+  /** Ranks on several nodes (`train --nnodes`); absent: all here, meeting on the loopback. */
+  nodes?: RankNodes;
+}
+
+/** How the ranks of a multi-node run are spread: `perNode` on each node, node 0 first. */
+export interface RankNodes {
+  perNode: number;
+  /** The address rank r's collectives listen on (its node's). */
+  host(rank: number): string;
+  /** What starts rank r: undefined on node 0 (a child here), the node's link elsewhere. */
+  spawn(rank: number): Spawn | undefined;
+  /** A folder every node mounts: the rendezvous and the batch files go there. */
+  shared: string;
 }
 
 /**
  * The data-parallel ranks of one run (native/src/train/SERVE.md), driven as one trainer:
  * `ranks` processes of `searchr1-trainer serve --rank R --world-size N --rendezvous DIR`, with
- * DIR a fresh temporary folder removed at the end and the CPU threads split among them (on
- * GPUs, rank r sees only `devices[r]`, so each rank's CUDA device 0 is its own). Every
+ * DIR a fresh folder removed at the end (in the temporary folder, or with `nodes` in the
+ * folder every node mounts, the ranks of other nodes started through their links) and the
+ * CPU threads split among the ranks of a node (on GPUs, rank r sees only `devices[r]`, so
+ * each rank's CUDA device 0 is its own). Every
  * command goes to every rank (each takes its share of the batch's rows and the ranks sum their
  * gradients); a call resolves with rank 0's reply once every rank has answered, and rejects
  * with the first refusal (rank 0's first). A rank that dies stops the group: the others are
@@ -31,8 +48,6 @@ export interface TrainerGroupOptions extends Omit<TrainerStartOptions, "rank" | 
  * The abort signal (Ctrl-C) stops every rank.
  */
 export class TrainerGroup extends Trainer {
-  /** Where batch and output files go (every rank reads them; rank 0 writes outputs). */
-  readonly scratch = new ScratchDir();
   readonly exited: Promise<void>;
   private death: ServiceError | null = null;
   private readonly deathListeners: ((err: ServiceError) => void)[] = [];
@@ -41,6 +56,8 @@ export class TrainerGroup extends Trainer {
     private readonly ranks: TrainerProcess[],
     /** The folder the ranks met in; removed once they have exited. */
     readonly rendezvous: string,
+    /** Where batch and output files go (every rank reads them; rank 0 writes outputs). */
+    readonly scratch: ScratchDir,
   ) {
     super();
     this.exited = Promise.all(ranks.map((r) => r.exited)).then(async () => {
@@ -55,21 +72,24 @@ export class TrainerGroup extends Trainer {
 
   /** Starts every rank; rejects (and stops those started) if one cannot be run. */
   static async start(options: TrainerGroupOptions): Promise<TrainerGroup> {
-    const { ranks: n, collectiveTimeout, onLine, devices, ...rest } = options;
+    const { ranks: n, collectiveTimeout, onLine, devices, nodes, ...rest } = options;
     if (!Number.isInteger(n) || n < 2)
       throw new Error(`TrainerGroup needs 2 or more ranks, got ${n}`);
     if (devices && devices.length < n)
       throw new Error(`${n} trainer ranks but ${devices.length} devices: ${devices.join(",")}`);
-    const rendezvous = mkdtempSync(join(tmpdir(), "searchr1-ranks-"));
-    const threads = Math.max(1, Math.floor((options.threads ?? availableParallelism()) / n));
+    const rendezvous = mkdtempSync(join(nodes?.shared ?? tmpdir(), "searchr1-ranks-"));
+    // The CPU threads are shared by the ranks of one node.
+    const here = Math.min(n, nodes?.perNode ?? n);
+    const threads = Math.max(1, Math.floor((options.threads ?? availableParallelism()) / here));
     const started = await Promise.allSettled(
       Array.from({ length: n }, (_, rank) =>
         TrainerProcess.start({
           ...rest,
           threads,
           onLine: onLine && ((line) => onLine(`rank ${rank}: ${line}`)),
-          rank: { rank, worldSize: n, rendezvous, collectiveTimeout },
+          rank: { rank, worldSize: n, rendezvous, collectiveTimeout, host: nodes?.host(rank) },
           cudaDevice: devices?.[rank],
+          spawn: nodes?.spawn(rank),
         }),
       ),
     );
@@ -80,7 +100,7 @@ export class TrainerGroup extends Trainer {
       rmSync(rendezvous, { recursive: true, force: true });
       throw failed.reason;
     }
-    return new TrainerGroup(ranks, rendezvous);
+    return new TrainerGroup(ranks, rendezvous, new ScratchDir(nodes?.shared));
   }
 
   /** The ranks' count. */
@@ -154,7 +174,7 @@ export class TrainerGroup extends Trainer {
 
 /** One trainer process for one rank, a TrainerGroup for more. */
 export function startTrainer(options: TrainerGroupOptions): Promise<Trainer> {
-  const { ranks, collectiveTimeout: _timeout, devices, ...rest } = options;
+  const { ranks, collectiveTimeout: _timeout, devices, nodes: _nodes, ...rest } = options;
   return ranks > 1
     ? TrainerGroup.start(options)
     : TrainerProcess.start({ ...rest, cudaDevice: devices?.[0] });

@@ -1,6 +1,7 @@
 import type { ServiceError } from "../runtime/errors.js";
 import { JsonLinesService } from "../runtime/json-lines-service.js";
 import { nativeExecutable } from "../runtime/native-executable.js";
+import type { Spawn } from "../runtime/process-handle.js";
 import type { Op, Ops } from "./protocol.js";
 import { ScratchDir } from "./scratch.js";
 import { Trainer } from "./trainer.js";
@@ -23,9 +24,11 @@ export interface TrainerStartOptions {
   executable?: string;
   /** The one CUDA device this process sees (`CUDA_VISIBLE_DEVICES`); absent: as inherited. */
   cudaDevice?: string;
+  /** What starts it: a child of this process (default), or a process on another node. */
+  spawn?: Spawn;
   /**
    * One rank of a data-parallel group (TrainerGroup starts them): `--rank`, `--world-size`,
-   * `--rendezvous` and `--collective-timeout` of `searchr1-trainer serve`.
+   * `--rendezvous`, `--host` and `--collective-timeout` of `searchr1-trainer serve`.
    */
   rank?: TrainerRank;
 }
@@ -34,8 +37,10 @@ export interface TrainerStartOptions {
 export interface TrainerRank {
   rank: number;
   worldSize: number;
-  /** A fresh folder the ranks meet in. */
+  /** A fresh folder the ranks meet in (on several nodes, one they all mount). */
   rendezvous: string;
+  /** The address its Gloo connections listen on (`--host`); absent: the loopback. */
+  host?: string;
   /** Seconds a collective waits for the other ranks; null: the trainer's default. */
   collectiveTimeout?: number | null;
 }
@@ -69,6 +74,7 @@ export class TrainerProcess extends Trainer {
     if (rank) {
       args.push("--rank", String(rank.rank), "--world-size", String(rank.worldSize));
       args.push("--rendezvous", rank.rendezvous);
+      if (rank.host !== undefined) args.push("--host", rank.host);
       if (rank.collectiveTimeout != null)
         args.push("--collective-timeout", String(rank.collectiveTimeout));
     }
@@ -82,6 +88,7 @@ export class TrainerProcess extends Trainer {
       signal: options.signal,
       env:
         options.cudaDevice === undefined ? undefined : { CUDA_VISIBLE_DEVICES: options.cudaDevice },
+      spawn: options.spawn,
     });
     return new TrainerProcess(service);
   }

@@ -631,7 +631,7 @@ describe("searchr1 train", () => {
     expect(existsSync(path.join(dir, "x"))).toBe(false);
     const nodes = runCli([...args(path.join(dir, "x")), "trainer.nnodes=2"]);
     expect(nodes.code).toBe(2);
-    expect(nodes.stderr).toMatch(/trainer\.nnodes=2: this build trains on one node/);
+    expect(nodes.stderr).toMatch(/trainer\.nnodes=2 needs trainer\.master_addr/);
     const vllm = runCli([
       ...args(path.join(dir, "x")),
       "rollout.engine=vllm",

@@ -7,8 +7,9 @@
 // interface, in the style of backend/backend.h, and one implementation per library, never
 // home-made collectives:
 //  - LocalComm: one rank; every call returns at once and changes nothing.
-//  - GlooComm (gloo_comm.cpp, built when CMake finds Gloo): CPU ranks, Gloo over TCP on the
-//    loopback, meeting through a gloo::rendezvous::FileStore in the rendezvous folder.
+//  - GlooComm (gloo_comm.cpp, built when CMake finds Gloo): CPU ranks, Gloo over TCP (the
+//    loopback, or --host on several nodes), meeting through a gloo::rendezvous::FileStore in
+//    the rendezvous folder (PyTorch's file:// init does the same across nodes).
 //  - NcclComm (nccl_comm.cpp, built with the CUDA backend): CUDA ranks, NCCL loaded at run
 //    time like cuBLASLt; rank 0's unique id reaches the others through the rendezvous folder.
 // A collective that fails (a peer died) or waits longer than the timeout (a peer is stuck)
@@ -28,7 +29,10 @@ struct CommOptions {
   // "auto": LocalComm for one rank, else NCCL on CUDA and Gloo on the CPU; "gloo" or "nccl":
   // that library even for one rank (a check that its calls run where only one device is).
   std::string library = "auto";
-  std::string rendezvous;   // a folder every rank can read and write (one node), fresh per run
+  std::string rendezvous;   // a folder every rank can read and write, fresh per run (on
+                            // several nodes, on a filesystem they all mount)
+  std::string host = "127.0.0.1";  // the address this rank's Gloo pairs listen on: the
+                                   // loopback on one node, the node's own address on several
   double timeout_s = 1800;  // longest wait of one collective (and of the rendezvous)
 };
 

@@ -1,7 +1,7 @@
-// GlooComm: the CPU ranks' collectives, Gloo's (Debian's libgloo-dev): TCP pairs on the
-// loopback between every two ranks, which find each other through a gloo::rendezvous::
-// FileStore in the rendezvous folder (each rank writes its addresses there and reads the
-// others'). The context's timeout bounds the rendezvous and every collective, so a rank that
+// GlooComm: the CPU ranks' collectives, Gloo's (Debian's libgloo-dev): TCP pairs between
+// every two ranks (on the loopback, or on each node's --host address across nodes), which
+// find each other through a gloo::rendezvous::FileStore in the rendezvous folder (each rank
+// writes its addresses there and reads the others'). The context's timeout bounds the rendezvous and every collective, so a rank that
 // died or is stuck gives an error instead of a hang (the pairs that reduce_scatter's
 // algorithm uses take it from the context too).
 #include <gloo/allgather.h>
@@ -35,7 +35,7 @@ class GlooComm final : public Comm {
     std::signal(SIGPIPE, SIG_IGN);
     c_.run("rendezvous", "the ranks' addresses in " + o.rendezvous, 0, [&] {
       gloo::transport::tcp::attr attr;
-      attr.hostname = "127.0.0.1";  // one node: the loopback
+      attr.hostname = o.host;
       auto device = gloo::transport::tcp::CreateDevice(attr);
       gloo::rendezvous::FileStore files(o.rendezvous);
       gloo::rendezvous::PrefixStore store("searchr1-gloo", files);

@@ -325,7 +325,43 @@ export const trainSchema = z.strictObject({
         .describe(
           "GPUs per node (verl's n_gpus_per_node): one data-parallel trainer rank and one native engine replica each, rank r and replica r on device r (CUDA_VISIBLE_DEVICES; NCCL) or all on the CPU (Gloo; sharing trainer.threads and rollout.engine_threads); more than 1 on GPUs is built but has not yet run on a GPU",
         ),
-      nnodes: positiveInt().default(1).describe("nodes (one in this build; more is refused)"),
+      nnodes: positiveInt()
+        .default(1)
+        .describe(
+          "nodes of the run (torchrun's --nnodes): start `searchr1 train` on each with the same config and its trainer.node_rank; node 0 runs the controller (rollouts, rewards, the retriever) and every node trainer.gpus trainer ranks and engine replicas; the run folder must be on a filesystem every node mounts",
+        ),
+      node_rank: z
+        .number()
+        .int()
+        .min(0)
+        .default(0)
+        .describe(
+          "this node's rank, 0 to nnodes − 1 (torchrun's --node-rank): 0 is the controller, the others serve its ranks and replicas",
+        ),
+      master_addr: z
+        .string()
+        .min(1)
+        .nullable()
+        .default(null)
+        .describe(
+          "node 0's address, HOST or HOST:PORT (torchrun's --master-addr), which every node reaches; required with nnodes > 1",
+        ),
+      master_port: z
+        .number()
+        .int()
+        .min(1)
+        .max(65535)
+        .default(29500)
+        .describe(
+          "the port node 0 listens on for the other nodes when master_addr names none (torchrun's --master-port)",
+        ),
+      join_timeout_s: z
+        .number()
+        .positive()
+        .default(900)
+        .describe(
+          "seconds node 0 waits for the other nodes to join, and they keep trying to reach it (torchrun's rendezvous timeout)",
+        ),
       device: z
         .enum(["auto", "cpu", "cuda"])
         .default("auto")
@@ -398,5 +434,13 @@ export const trainSpec: CommandConfigSpec<typeof trainSchema> = {
   command: "train",
   schema: trainSchema,
   compat: modelCompat,
-  env: { ...agentEnv, SEARCHR1_OUTPUT_DIR: "trainer.output_dir" },
+  env: {
+    ...agentEnv,
+    SEARCHR1_OUTPUT_DIR: "trainer.output_dir",
+    // torchrun's variables, and SLURM's inside an allocation (templates/slurm/).
+    MASTER_ADDR: "trainer.master_addr",
+    MASTER_PORT: "trainer.master_port",
+    SLURM_NNODES: "trainer.nnodes",
+    SLURM_NODEID: "trainer.node_rank",
+  },
 };

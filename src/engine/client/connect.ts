@@ -1,7 +1,12 @@
 import { availableParallelism } from "node:os";
 import { type ConfigValues, serverLine } from "../../config/command-line.js";
 import { serveEngineSpec } from "../../config/schemas/serve-engine.js";
-import { ChildServer, type CommandLine } from "../../runtime/child-server.js";
+import {
+  ChildServer,
+  type CommandLine,
+  type ServerChild,
+  type StartServer,
+} from "../../runtime/child-server.js";
 import { UsageError } from "../../runtime/errors.js";
 import { EngineRouter } from "./router.js";
 import { SglangClient } from "./sglang.js";
@@ -27,12 +32,28 @@ export interface EngineChoice {
    * absent: the environment as inherited (CPU replicas).
    */
   devices?: readonly string[] | null;
+  /**
+   * Replicas on several nodes (`train --nnodes`): where replica r listens and what starts it
+   * (absent: all here, on the loopback). Threads are split among the replicas of one node.
+   */
+  nodes?: ReplicaNodes;
+}
+
+/** How the replicas of a multi-node run are spread: `perNode` on each node, node 0 first. */
+export interface ReplicaNodes {
+  perNode: number;
+  /** The node replica r runs on. */
+  node(replica: number): number;
+  /** The address replica r listens on. */
+  host(replica: number): string;
+  /** What starts replica r: ChildServer.start on node 0, the node's link elsewhere. */
+  start(replica: number): StartServer;
 }
 
 export interface ConnectedEngine {
   client: EngineClient;
-  /** The child engines this process started, replica 0 first; none for a running engine. */
-  children: ChildServer[];
+  /** The engines this process started, replica 0 first; none for a running engine. */
+  children: ServerChild[];
   /** Stops the child engines, if any. */
   stop(): Promise<void>;
 }
@@ -60,7 +81,9 @@ export async function connectEngine(
   }
   // Replica r is "engine replica r" in every message (its death, its refusals).
   const started = await Promise.allSettled(
-    lines.map((line, r) => ChildServer.start(`engine replica ${r}`, line, options)),
+    lines.map((line, r) =>
+      (choice.nodes?.start(r) ?? ChildServer.start)(`engine replica ${r}`, line, options),
+    ),
   );
   const children = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const stop = async () => {
@@ -76,31 +99,36 @@ export async function connectEngine(
 }
 
 /** The `searchr1 serve-engine` command line of the native engine started for a run. */
-export function engineChildLine(choice: Pick<EngineChoice, "modelPath" | "child">): CommandLine {
-  return serverLine(serveEngineSpec, { model: choice.modelPath, ...choice.child });
+export function engineChildLine(
+  choice: Pick<EngineChoice, "modelPath" | "child">,
+  host?: string,
+): CommandLine {
+  return serverLine(serveEngineSpec, { model: choice.modelPath, ...choice.child }, host);
 }
 
 /**
  * The command lines of the native engine replicas started for a run, replica 0 first: each
- * one `engineChildLine`, with `child.threads` (all cores when unset) split evenly among
- * several, and replica r given `devices[r]` as its only visible CUDA device.
+ * one `engineChildLine`, with `child.threads` (all cores when unset) split evenly among the
+ * replicas of a node, and replica r given `devices[r]` as its only visible CUDA device.
  */
 export function engineChildLines(
-  choice: Pick<EngineChoice, "modelPath" | "child" | "replicas" | "devices">,
+  choice: Pick<EngineChoice, "modelPath" | "child" | "replicas" | "devices" | "nodes">,
 ): CommandLine[] {
   const n = choice.replicas ?? 1;
   if (!Number.isInteger(n) || n < 1) throw new Error(`engine replicas: ${n}`);
-  const { devices } = choice;
+  const { devices, nodes } = choice;
   if (devices && devices.length < n) {
     throw new Error(`${n} engine replicas but ${devices.length} devices: ${devices.join(",")}`);
   }
   const given = choice.child?.threads ?? null;
-  const threads = n > 1 ? Math.max(1, Math.floor((given ?? availableParallelism()) / n)) : given;
+  const here = Math.min(n, nodes?.perNode ?? n);
+  const threads =
+    here > 1 ? Math.max(1, Math.floor((given ?? availableParallelism()) / here)) : given;
   return Array.from({ length: n }, (_, r) => {
-    const line = engineChildLine({
-      modelPath: choice.modelPath,
-      child: { ...choice.child, threads: threads ?? undefined },
-    });
+    const line = engineChildLine(
+      { modelPath: choice.modelPath, child: { ...choice.child, threads: threads ?? undefined } },
+      nodes?.host(r),
+    );
     const device = devices?.[r];
     return device === undefined ? line : { ...line, env: { CUDA_VISIBLE_DEVICES: device } };
   });

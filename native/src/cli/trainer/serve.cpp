@@ -13,8 +13,8 @@ namespace sr1 {
 
 namespace {
 
-// --rank, --world-size, --rendezvous, --collectives, --collective-timeout: the data-parallel
-// ranks.
+// --rank, --world-size, --rendezvous, --host, --collectives, --collective-timeout: the
+// data-parallel ranks.
 std::vector<OptionSpec> rank_options() {
   const CommOptions d;
   return {{"rank", "R", "this process's rank, 0 to world size - 1 (default 0)"},
@@ -22,7 +22,11 @@ std::vector<OptionSpec> rank_options() {
            "trainer ranks of the run, data-parallel: every command goes to every rank, each "
            "takes its share of the rows (default 1)"},
           {"rendezvous", "DIR",
-           "a fresh folder the ranks meet in (one node); required with --world-size > 1"},
+           "a fresh folder the ranks meet in (on several nodes, one they all mount); required "
+           "with --world-size > 1"},
+          {"host", "ADDR",
+           "the address this rank's Gloo connections listen on, one the other nodes reach "
+           "(default " + d.host + ": one node)"},
           {"collectives", "LIB",
            "auto (one rank: none; more: NCCL on cuda, Gloo on cpu), gloo or nccl (that "
            "library even for one rank, as a check of its calls)"},
@@ -36,6 +40,7 @@ CommOptions read_rank_options(const Args& args) {
   o.size = static_cast<int>(args.integer("world-size", o.size, 1));
   o.rank = static_cast<int>(args.integer("rank", o.rank, 0));
   o.rendezvous = args.text("rendezvous", o.rendezvous);
+  o.host = args.text("host", o.host);
   o.library = args.text("collectives", o.library);
   o.timeout_s = args.number("collective-timeout", o.timeout_s);
   return o;
