@@ -7,24 +7,9 @@ import { ServiceError, UsageError } from "../runtime/errors.js";
 import { listenError } from "../runtime/http-server.js";
 import type { ProcessEnd, ProcessHandle, Spawn } from "../runtime/process-handle.js";
 import { configDiff } from "./config-diff.js";
-import { type NodeDevices, receive, send, type ToMaster } from "./protocol.js";
+import { type NodeDevices, type NodeSide, receive, send, type ToMaster } from "./protocol.js";
 
-export interface NodeMasterOptions {
-  /** Where node 0 listens for the others: trainer.master_addr's host and port. */
-  host: string;
-  port: number;
-  nnodes: number;
-  /** How long node 0 waits for every node to join. */
-  timeoutMs: number;
-  /** This package's version: every node must run the same. */
-  version: string;
-  /** Node 0's resolved config; each node's must be the same but for `skip`. */
-  config: unknown;
-  /** Node 0's devices; each node must have decided the same kinds. */
-  devices: NodeDevices;
-  log: (line: string) => void;
-  signal: AbortSignal;
-}
+export type NodeMasterOptions = NodeSide;
 
 /** Config keys that differ from node to node. */
 const PER_NODE = new Set(["trainer.node_rank"]);
@@ -102,7 +87,7 @@ export class NodeMaster {
                 return;
               }
               ownHost = plainAddress(socket.localAddress);
-              const link = new NodeLink(m.node, from, m.devices, socket);
+              const link = new NodeLink(m.node, from, m.devices, m.exports, socket);
               links.set(m.node, link);
               send(socket, { t: "welcome" });
               o.log(`node 0: node ${m.node} joined from ${from}`);
@@ -199,6 +184,8 @@ export class NodeLink {
     /** The node's address, as node 0 sees it: its ranks and servers listen there. */
     readonly host: string,
     readonly devices: NodeDevices,
+    /** The node's folder for the weights its replicas load. */
+    readonly exports: string,
     private readonly socket: Socket,
   ) {
     let why = "its connection closed";
@@ -237,6 +224,11 @@ export class NodeLink {
     else send(this.socket, { t: "serve", id, name: server.name, line });
     return server.ready;
   };
+
+  /** Removes the folder `name` from the node's exports. */
+  removeExport(name: string): void {
+    send(this.socket, { t: "remove_export", name });
+  }
 
   /** Ends the run on the node: it stops what is left and exits (0 when `ok`). */
   close(ok: boolean): void {

@@ -18,6 +18,24 @@ export interface NodeDevices {
   engine: { replicas: number; device?: string; devices: string[] | null };
 }
 
+/** What every node of a run knows of it and itself, node 0 included. */
+export interface NodeSide {
+  nnodes: number;
+  /** Node 0's address (trainer.master_addr and master_port): where it listens. */
+  host: string;
+  port: number;
+  /** How long node 0 waits for the others to join, and they try to reach it. */
+  timeoutMs: number;
+  /** This package's version: every node must run the same. */
+  version: string;
+  /** The node's resolved config: every node's must be node 0's but for trainer.node_rank. */
+  config: unknown;
+  /** The node's devices: every node must have decided the same kinds. */
+  devices: NodeDevices;
+  log: (line: string) => void;
+  signal: AbortSignal;
+}
+
 export type ToMaster =
   | {
       t: "hello";
@@ -27,6 +45,8 @@ export type ToMaster =
       /** The node's resolved config, compared key by key with node 0's. */
       config: unknown;
       devices: NodeDevices;
+      /** A folder of the node's own (in memory) where its first rank writes each step's weights. */
+      exports: string;
     }
   | { t: "started"; id: number; pid: number | null }
   | { t: "out"; id: number; line: string }
@@ -51,6 +71,8 @@ export type ToNode =
   /** Start a server (an engine replica) from its command line; `name` names it in messages. */
   | { t: "serve"; id: number; name: string; line: CommandLine }
   | { t: "stop_server"; id: number }
+  /** Remove an earlier step's weights (a folder in the node's `exports`, by name). */
+  | { t: "remove_export"; name: string }
   /** The run is over (ok: it succeeded); the node stops what is left and exits. */
   | { t: "done"; ok: boolean };
 

@@ -1,25 +1,18 @@
 import { once } from "node:events";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { connect, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
 import { createInterface } from "node:readline";
 import { ChildServer, type ServerChild } from "../runtime/child-server.js";
 import { ServiceError, UsageError } from "../runtime/errors.js";
 import { type NativeExecutable, nativeExecutable } from "../runtime/native-executable.js";
 import { type ProcessHandle, spawnLocal } from "../runtime/process-handle.js";
-import { type NodeDevices, receive, send, type ToMaster, type ToNode } from "./protocol.js";
+import { type NodeSide, receive, send, type ToMaster, type ToNode } from "./protocol.js";
 
-export interface NodeWorkerOptions {
+export interface NodeWorkerOptions extends NodeSide {
+  /** This node's rank (1 to nnodes − 1). */
   node: number;
-  nnodes: number;
-  /** Node 0's address (trainer.master_addr, master_port). */
-  host: string;
-  port: number;
-  /** How long to keep trying to reach node 0. */
-  timeoutMs: number;
-  version: string;
-  config: unknown;
-  devices: NodeDevices;
-  log: (line: string) => void;
-  signal: AbortSignal;
 }
 
 /** The programs node 0 may start here, and the commands it may serve: nothing else runs. */
@@ -35,6 +28,20 @@ const RETRY_MS = 1000;
  */
 export async function runNodeWorker(o: NodeWorkerOptions): Promise<void> {
   const socket = await reach(o);
+  // Each step's weights for this node's replicas, written by its first rank: in memory.
+  const exports = join(
+    existsSync("/dev/shm") ? "/dev/shm" : tmpdir(),
+    `searchr1-node${o.node}-${process.pid}`,
+  );
+  mkdirSync(exports, { recursive: true });
+  try {
+    await serveNode(o, socket, exports);
+  } finally {
+    rmSync(exports, { recursive: true, force: true });
+  }
+}
+
+async function serveNode(o: NodeWorkerOptions, socket: Socket, exports: string): Promise<void> {
   const processes = new Map<number, ProcessHandle>();
   const servers = new Map<number, Promise<ServerChild | null>>();
   const stopAll = async () => {
@@ -51,6 +58,7 @@ export async function runNodeWorker(o: NodeWorkerOptions): Promise<void> {
     version: o.version,
     config: o.config,
     devices: o.devices,
+    exports,
   });
   const where = `node 0 at ${o.host}:${o.port}`;
   type Outcome = { ok: true } | { ok: false; err: Error };
@@ -72,7 +80,10 @@ export async function runNodeWorker(o: NodeWorkerOptions): Promise<void> {
     receive<ToNode>(
       socket,
       (m) => {
-        if (m.t === "welcome") o.log(`node ${o.node}: joined ${where}`);
+        if (m.t === "welcome")
+          o.log(
+            `node ${o.node}: joined ${where}; each step's weights for its replicas go to ${exports}`,
+          );
         else if (m.t === "refused") end({ ok: false, err: new UsageError(m.message) });
         else if (m.t === "done")
           end(
@@ -133,6 +144,9 @@ export async function runNodeWorker(o: NodeWorkerOptions): Promise<void> {
         servers.set(id, started);
         return;
       }
+      case "remove_export":
+        rmSync(join(exports, basename(m.name)), { recursive: true, force: true });
+        return;
       case "stop_server": {
         const id = m.id;
         void servers.get(id)?.then(async (server) => {

@@ -6,8 +6,10 @@
  * - native/src/model/params.h: one flat fp32 parameter buffer, each weight group starting at
  *   a multiple of 128 floats; train/learner.h: ZeRO pads it to a multiple of ranks × 128 and
  *   gives each rank one equal shard of the masters, the AdamW moments and (stage 2) the
- *   gradients; the compute copy (bf16 on CUDA, the fp32 masters themselves on the CPU) stays
- *   whole on every rank, as does the fp32 gradient buffer during an update.
+ *   gradients, which the backward hands over region by region (the embeddings, a layer, the
+ *   head: two buckets); the compute copy (bf16 on CUDA, the fp32 masters themselves on the
+ *   CPU) stays whole on every rank, as does the fp32 gradient buffer during an update below
+ *   stage 2.
  * - train/session.cpp: the reference keeps its compute copy alone.
  * - model/qwen2.cpp reserve(): the activations of one pass over N tokens, kept by each model
  *   between passes (a larger pass replaces them).
@@ -59,10 +61,7 @@ export function zeroStageOf(config: TrainConfig): ZeroStage {
 }
 
 /** The flat buffer of a model (ParamLayout): its floats, alignment gaps included, and its parameters. */
-export function paramLayout(
-  m: PlanModel,
-  head: "lm" | "value",
-): { floats: number; parameters: number } {
+export function paramLayout(m: PlanModel, head: "lm" | "value"): ParamLayout {
   const {
     hiddenSize: H,
     intermediateSize: I,
@@ -82,8 +81,10 @@ export function paramLayout(
     parameters += numel;
   };
   add(V * H);
+  const layerStarts: number[] = [];
   for (let l = 0; l < layers; l++) {
     add(H);
+    layerStarts.push(floats - H);
     add(Q * H);
     add(KV * H, false);
     add(KV * H, false);
@@ -99,13 +100,36 @@ export function paramLayout(
     add(H * I);
   }
   add(H);
+  const norm = floats - H;
   if (head === "value") {
     add(H);
     add(1, false);
   } else if (!m.dims.tied) {
     add(V * H);
   }
-  return { floats, parameters };
+  const ends = [...layerStarts.slice(1), norm];
+  return {
+    floats,
+    parameters,
+    embedRegion: layerStarts[0] ?? norm,
+    widestLayer: Math.max(0, ...layerStarts.map((start, l) => (ends[l] as number) - start)),
+    norm,
+  };
+}
+
+/**
+ * The flat buffer of a model (native/src/model/params.h) and the regions a backward pass
+ * hands a ZeRO stage 2 learner (Qwen2Model::GradientSink): the embeddings [0, embedRegion),
+ * each layer (the widest is widestLayer floats), and the final norm and head [norm, the
+ * padded end).
+ */
+export interface ParamLayout {
+  /** Floats with the alignment gaps, before ZeRO's padding. */
+  floats: number;
+  parameters: number;
+  embedRegion: number;
+  widestLayer: number;
+  norm: number;
 }
 
 /** What one pass allocates: forward only (log-probs, values) or forward and backward. */
@@ -172,23 +196,29 @@ export interface LearnerBytes {
   gradientsBetween: number;
 }
 
-/** Learner::Memory for a model of `floats` floats over `ranks` ranks at `stage`. */
+/**
+ * Learner::Memory for a model over `ranks` ranks at `stage`. At stage 2 over several ranks
+ * the gradients are the rank's shard and the backward's buckets: the embeddings' region and
+ * the widest of the others (a layer, or the final norm and head up to the padded end).
+ */
 export function learnerBytes(
-  floats: number,
+  layout: ParamLayout,
   ranks: number,
   stage: ZeroStage,
   device: Device,
 ): LearnerBytes {
+  const { floats } = layout;
   const multiple = stage > 0 ? ranks * PARAM_ALIGN : 1;
   const capacity = Math.ceil(floats / multiple) * multiple;
   const shard = stage > 0 ? capacity / ranks : floats;
   const x = device === "cuda" ? 2 : 4;
+  const buckets = layout.embedRegion + Math.max(layout.widestLayer, capacity - layout.norm);
   return {
     weights: x * capacity,
     // On the CPU the compute copy is fp32 and is the masters.
     masters: device === "cuda" ? 4 * shard : 0,
     optimizer: 8 * shard,
-    gradients: 4 * capacity,
+    gradients: stage === 2 && ranks > 1 ? 4 * (shard + buckets) : 4 * capacity,
     gradientsBetween: stage === 2 ? 0 : 4 * capacity,
   };
 }
@@ -329,15 +359,15 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     counted = true,
     logProbs: Triple = update,
   ) => rows.push({ part, item, rollout, logProbs, update, counted });
-  const learnerRows = (part: "actor" | "critic", floats: number) => {
-    const at = STAGES.map((s) => learnerBytes(floats, ranks, s, device));
+  const learnerRows = (part: "actor" | "critic", layout: ParamLayout) => {
+    const at = STAGES.map((s) => learnerBytes(layout, ranks, s, device));
     const pick = (k: keyof LearnerBytes) => at.map((b) => b[k]) as Triple;
     row(part, `weights (${xName} compute copy)`, pick("weights"));
     if (device === "cuda") row(part, "fp32 master weights", pick("masters"));
     row(part, "AdamW moments (fp32 m, v)", pick("optimizer"));
     row(
       part,
-      "fp32 gradients (stage 2: during the updates only)",
+      "fp32 gradients (stage 2: a shard, and buckets during the backward; in updates only)",
       pick("gradientsBetween"),
       pick("gradients"),
       true,
@@ -383,7 +413,7 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     );
   };
 
-  learnerRows("actor", policy.floats);
+  learnerRows("actor", policy);
   actsRows("actor", input.policy, tokens.update, tokens.logProbs, "log-prob micro-batch");
   if (input.reference) {
     // ref.param_offload: in host memory but for its log-probs (weights and activations).
@@ -400,7 +430,7 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     );
   }
   if (input.critic) {
-    learnerRows("critic", paramLayout(input.critic, "value").floats);
+    learnerRows("critic", paramLayout(input.critic, "value"));
     actsRows("critic", input.critic, tokens.criticUpdate, tokens.values, "values micro-batch");
   }
   if (device === "cuda") {

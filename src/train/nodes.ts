@@ -16,7 +16,7 @@ import { type Placement, placeRun } from "./placement.js";
  * The nodes of a multi-node run as node 0 uses them: the trainer ranks (trainer.gpus per
  * node, node 0's first) and the engine replicas (as many per node) with their devices, where
  * each listens and what starts it; the shared folder under the run folder (the rendezvous,
- * the batch files and the weights the replicas load: every node must mount it).
+ * the batch files: every node must mount it).
  */
 export interface RunNodes {
   master: NodeMaster;
@@ -25,8 +25,24 @@ export interface RunNodes {
   rankDevices: string[] | null;
   /** The engine: the native replicas over every node, or the one at engine_url. */
   engine: EngineReplicas;
+  /** With native replicas: where each node's copy of each step's weights goes. */
+  exports?: NodeExports;
   /** The folder every node reads and writes. */
   shared: string;
+}
+
+/**
+ * Each step's weights on several nodes: every node's first trainer rank writes a copy in the
+ * node's own memory (`roots[node]`, node 0's the run's exports folder) and the node's replicas
+ * load it, so no weights cross the network or the shared filesystem.
+ */
+export interface NodeExports {
+  roots: string[];
+  replicaNode(replica: number): number;
+  /** Removes an earlier step's folder on the other nodes. */
+  removeElsewhere(name: string): void;
+  /** The trainer's compute type, the only one every rank holds whole. */
+  dtype: "fp32" | "bf16";
 }
 
 /**
@@ -75,6 +91,7 @@ export async function openNodes(
   config: TrainConfig,
   placement: Placement,
   runDir: string,
+  exportsDir: string,
   log: (line: string) => void,
   signal: AbortSignal,
 ): Promise<RunNodes> {
@@ -131,6 +148,18 @@ export async function openNodes(
           },
         }
       : placement.engine,
+    ...(nativeReplicas && {
+      exports: {
+        roots: Array.from({ length: nnodes }, (_, k) =>
+          k === 0 ? exportsDir : master.link(k).exports,
+        ),
+        replicaNode,
+        removeElsewhere: (name: string) => {
+          for (let k = 1; k < nnodes; k++) master.link(k).removeExport(name);
+        },
+        dtype: placement.trainer.device === "cuda" ? ("bf16" as const) : ("fp32" as const),
+      },
+    }),
   };
 }
 

@@ -111,18 +111,16 @@ export async function runTrain(
     `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${config.rollout.n}`,
   );
   for (const note of placement.notes) view.log(note);
+  // The weights the engine loads each step, in memory (on several nodes, each node's copy in
+  // its own).
+  const exportsDir = existsSync("/dev/shm")
+    ? join("/dev/shm", `searchr1-${process.pid}`)
+    : join(runDir, "weights");
   // Several nodes: the others join here first; their ranks and replicas follow node 0's.
   const nodes =
     config.trainer.nnodes > 1
-      ? await openNodes(config, placement, runDir, (line) => view.log(line), signal)
+      ? await openNodes(config, placement, runDir, exportsDir, (line) => view.log(line), signal)
       : null;
-  // The weights the engine loads each step: in memory on one node, in the folder every node
-  // mounts on several.
-  const exportsDir = nodes
-    ? join(nodes.shared, "weights")
-    : existsSync("/dev/shm")
-      ? join("/dev/shm", `searchr1-${process.pid}`)
-      : join(runDir, "weights");
   mkdirSync(exportsDir, { recursive: true });
   let exitCode = 1;
   let trainer: Trainer | null = null;
@@ -200,6 +198,7 @@ export async function runTrain(
       // A checkpoint from before dynamic sampling drew one batch per step.
       genBatches: resumed ? (resumed.state.genBatches ?? resumed.state.step) : 0,
       exportsDir,
+      nodeExports: nodes?.exports,
       onPhase: (phase) => view.phase(currentStep, totalSteps, phase),
     };
     // The engine serves the base model; a resumed run's policy is the checkpoint's.
@@ -292,7 +291,8 @@ export async function runTrain(
     await session?.close();
     await trainer?.shutdown();
     nodes?.master.close(exitCode === 0);
-    rmSync(nodes?.shared ?? exportsDir, { recursive: true, force: true });
+    if (nodes) rmSync(nodes.shared, { recursive: true, force: true });
+    rmSync(exportsDir, { recursive: true, force: true });
   }
   return runDir;
 }

@@ -7,6 +7,7 @@ import { agentSettings } from "../agent/session.js";
 import type { Trajectory } from "../agent/trajectory.js";
 import type { TrainConfig } from "../config/schemas/train.js";
 import type { QaItem } from "../data/qa-items.js";
+import { EngineRouter } from "../engine/client/router.js";
 import { type RewardResult, scoreTrajectory } from "../reward/score.js";
 import { computeAdvantages } from "../rl/advantages.js";
 import { filterGroups } from "../rl/filter-groups.js";
@@ -19,6 +20,7 @@ import { logProbRows, updateActorRows, updateCriticRows, valueRows } from "../tr
 import type { Trainer } from "../trainer/trainer.js";
 import type { DataOrder } from "./data-order.js";
 import type { MetricsRow } from "./metrics-log.js";
+import type { NodeExports } from "./nodes.js";
 import { logprobGap, rolloutMetrics } from "./rollout-metrics.js";
 
 /** What one training step works with; `kl` changes from step to step. */
@@ -37,6 +39,8 @@ export interface StepContext {
   genBatches: number;
   /** Where the policy is exported for the engine (a fresh folder per step). */
   exportsDir: string;
+  /** On several nodes with engine replicas: each node's copy of the weights (train/nodes.ts). */
+  nodeExports?: NodeExports;
   /** The phase being run, for the live view. */
   onPhase?: (phase: string) => void;
 }
@@ -443,13 +447,24 @@ async function reward(
 
 /** Exports the policy and has the engine load it; the previous export is removed. */
 export async function pushWeights(ctx: StepContext, step: number): Promise<void> {
-  const out = join(ctx.exportsDir, `step_${step}`);
-  await ctx.trainer.exportPolicy({ out, dtype: "fp32" });
+  const name = `step_${step}`;
   const engine = ctx.session.engine;
-  if (!engine.updateWeightsFromDisk) {
-    throw new Error("the engine cannot load weights from disk");
+  const nodes = ctx.nodeExports;
+  if (nodes) {
+    // Each node's first rank writes the node's copy; each replica loads its node's.
+    if (!(engine instanceof EngineRouter)) throw new Error("several nodes need engine replicas");
+    const { roots, replicaNode, dtype } = nodes;
+    await ctx.trainer.exportPolicy({ node_outs: roots.map((r) => join(r, name)), dtype });
+    await engine.updateWeightsFromDiskOf((r) => join(roots[replicaNode(r)] as string, name));
+    nodes.removeElsewhere(`step_${step - 1}`);
+  } else {
+    const out = join(ctx.exportsDir, name);
+    await ctx.trainer.exportPolicy({ out, dtype: "fp32" });
+    if (!engine.updateWeightsFromDisk) {
+      throw new Error("the engine cannot load weights from disk");
+    }
+    await engine.updateWeightsFromDisk(out);
   }
-  await engine.updateWeightsFromDisk(out);
   await rm(join(ctx.exportsDir, `step_${step - 1}`), { recursive: true, force: true });
 }
 

@@ -87,7 +87,17 @@ export class TrainerGroup extends Trainer {
           ...rest,
           threads,
           onLine: onLine && ((line) => onLine(`rank ${rank}: ${line}`)),
-          rank: { rank, worldSize: n, rendezvous, collectiveTimeout, host: nodes?.host(rank) },
+          rank: {
+            rank,
+            worldSize: n,
+            rendezvous,
+            collectiveTimeout,
+            ...(nodes && {
+              host: nodes.host(rank),
+              node: Math.floor(rank / nodes.perNode),
+              localRank: rank % nodes.perNode,
+            }),
+          },
           cudaDevice: devices?.[rank],
           spawn: nodes?.spawn(rank),
         }),

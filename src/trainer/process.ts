@@ -41,6 +41,9 @@ export interface TrainerRank {
   rendezvous: string;
   /** The address its Gloo connections listen on (`--host`); absent: the loopback. */
   host?: string;
+  /** Its node and place among that node's ranks (`--node`, `--local-rank`); absent: 0. */
+  node?: number;
+  localRank?: number;
   /** Seconds a collective waits for the other ranks; null: the trainer's default. */
   collectiveTimeout?: number | null;
 }
@@ -75,6 +78,8 @@ export class TrainerProcess extends Trainer {
       args.push("--rank", String(rank.rank), "--world-size", String(rank.worldSize));
       args.push("--rendezvous", rank.rendezvous);
       if (rank.host !== undefined) args.push("--host", rank.host);
+      if (rank.node !== undefined) args.push("--node", String(rank.node));
+      if (rank.localRank !== undefined) args.push("--local-rank", String(rank.localRank));
       if (rank.collectiveTimeout != null)
         args.push("--collective-timeout", String(rank.collectiveTimeout));
     }

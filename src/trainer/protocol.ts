@@ -113,11 +113,16 @@ export interface UpdateCriticFields extends BatchingFields {
   loss_agg_mode?: LossAggMode;
 }
 
-export interface ExportFields {
-  /** Hugging Face folder, replaced once complete. */
-  out: string;
-  dtype?: ExportDtype;
-}
+export type ExportFields = (
+  | {
+      /** Hugging Face folder, replaced once complete (rank 0 writes it). */
+      out: string;
+    }
+  | {
+      /** One folder per node, which that node's first rank writes (several nodes). */
+      node_outs: string[];
+    }
+) & { dtype?: ExportDtype };
 
 export interface SaveCheckpointFields {
   dir: string;

@@ -74,19 +74,22 @@ describe("the flat parameter buffer (native/src/model/params.h)", () => {
   // (..704); ln2 at 768 (..776); gate at 896, up (..1152); down at 1152 (..1280). Layer 1
   // the same from 1280: ..2304. Final norm at 2304 (..2312); lm_head at 2432 (..2688).
   // Parameters: 256 + 2 × 608 (8 + 64 + 32 + 32 + 16 + 64 + 8 + 3 × 128) + 8 + 256.
-  it("a small model: the floats with the alignment gaps, and the parameters", () => {
-    expect(paramLayout(SMALL, "lm")).toEqual({ floats: 2688, parameters: 1736 });
+  // ZeRO stage 2's regions: the embeddings up to layer 0 (256), each layer 1024 wide, the
+  // final norm from 2304 on.
+  it("a small model: the floats with the alignment gaps, the parameters and the regions", () => {
+    const regions = { embedRegion: 256, widestLayer: 1024, norm: 2304 };
+    expect(paramLayout(SMALL, "lm")).toEqual({ floats: 2688, parameters: 1736, ...regions });
     // A critic: no lm_head; the value head [1, 8] at 2432 and its bias: 2441.
-    expect(paramLayout(SMALL, "value")).toEqual({ floats: 2441, parameters: 1489 });
+    expect(paramLayout(SMALL, "value")).toEqual({ floats: 2441, parameters: 1489, ...regions });
   });
 
   // Every Qwen2.5-3B/7B size is a multiple of 128: no gaps. The counts are Hugging Face's.
   it("Qwen2.5-3B and 7B: Hugging Face's parameter counts", () => {
-    expect(paramLayout(QWEN_3B, "lm")).toEqual({
+    expect(paramLayout(QWEN_3B, "lm")).toMatchObject({
       floats: 3_085_938_688,
       parameters: 3_085_938_688,
     });
-    expect(paramLayout(QWEN_7B, "lm")).toEqual({
+    expect(paramLayout(QWEN_7B, "lm")).toMatchObject({
       floats: 7_615_616_512,
       parameters: 7_615_616_512,
     });
@@ -107,7 +110,8 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
   // buffer padded to 7,437,126 × 1024 = 7,615,617,024, shards of 951,952,128.
   it("Qwen2.5-3B on 8 GPUs: ZeRO stage 0, 1, 2", () => {
     const P = 3_085_938_688;
-    expect(learnerBytes(P, 8, 0, "cuda")).toEqual({
+    const layout = paramLayout(QWEN_3B, "lm");
+    expect(learnerBytes(layout, 8, 0, "cuda")).toEqual({
       weights: 2 * P,
       masters: 4 * P, // 11.50 GiB
       optimizer: 8 * P, // 22.99 GiB
@@ -115,38 +119,51 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
       gradientsBetween: 4 * P,
     });
     const S = 385_742_336;
-    expect(learnerBytes(P, 8, 1, "cuda")).toEqual({
+    expect(learnerBytes(layout, 8, 1, "cuda")).toEqual({
       weights: 2 * P,
       masters: 4 * S, // 1.44 GiB
       optimizer: 8 * S, // 2.87 GiB
       gradients: 4 * P,
       gradientsBetween: 4 * P,
     });
-    expect(learnerBytes(P, 8, 2, "cuda")).toMatchObject({ optimizer: 8 * S, gradientsBetween: 0 });
+    // Stage 2: the shard, the embeddings' bucket (151936 × 2048 = 311,164,928, the tied head
+    // adds to it) and one layer's (2048 + 2048² + 2 × 256 × 2048 + 2048 + 512 + 2048² + 2048 +
+    // 3 × 11008 × 2048 = 77,076,992; the final norm's region is 2048): 2.88 GiB, not 11.50.
+    expect(learnerBytes(layout, 8, 2, "cuda")).toMatchObject({
+      optimizer: 8 * S,
+      gradients: 4 * (S + 311_164_928 + 77_076_992),
+      gradientsBetween: 0,
+    });
   });
 
   it("Qwen2.5-7B on 8 GPUs: the padded buffer and its shards", () => {
     const C = 7_615_617_024;
     const S = 951_952_128;
-    expect(learnerBytes(7_615_616_512, 8, 2, "cuda")).toEqual({
+    // The buckets: the embeddings (152064 × 3584 = 544,997,376) and the final norm with the
+    // untied head up to the padded end (3584 + 544,997,376 + 512 of padding), wider than a
+    // layer (233,057,792): 7.61 GiB with the shard, not 28.37.
+    expect(learnerBytes(paramLayout(QWEN_7B, "lm"), 8, 2, "cuda")).toEqual({
       weights: 2 * C,
       masters: 4 * S,
       optimizer: 8 * S,
-      gradients: 4 * C,
+      gradients: 4 * (S + 544_997_376 + 545_001_472),
       gradientsBetween: 0,
     });
     expect((8 * S) / GiB).toBeCloseTo(7.093, 3);
   });
 
   it("on the CPU the fp32 compute copy is the masters", () => {
-    // The fixture on 2 CPU ranks, as test/native/ranks.test.ts measures it.
-    expect(learnerBytes(140160, 2, 2, "cpu")).toEqual({
-      weights: 4 * 140288,
-      masters: 0,
-      optimizer: 8 * 70144,
-      gradients: 4 * 140288,
-      gradientsBetween: 0,
-    });
+    // The fixture on 2 CPU ranks, as test/native/ranks.test.ts measures it (its shard and
+    // buckets: 560,640 bytes).
+    expect(learnerBytes(paramLayout(readPlanModel(modelDir("untied")), "lm"), 2, 2, "cpu")).toEqual(
+      {
+        weights: 4 * 140288,
+        masters: 0,
+        optimizer: 8 * 70144,
+        gradients: 560_640,
+        gradientsBetween: 0,
+      },
+    );
   });
 });
 
@@ -284,7 +301,8 @@ describe("the whole plan", () => {
   // passes of 10 tokens. bf16 (x = 2). Actor at stage 0: weights 2 × 2688, masters 4 × 2688,
   // moments 8 × 2688, gradients 4 × 2688; at stages 1 and 2 the buffer is padded to
   // 11 × 256 = 2816 floats and a shard is 1408; stage 2 holds no gradient during the
-  // rollouts. Activations (the counts above, x = 2): the update 14538 × 2 + 90 × 4 + 50 × 4
+  // rollouts, and during the updates the shard and two buckets (the embeddings' 256 and a
+  // layer's 1024, wider than the final norm's 512 with the head and padding): 4 × 2688. Activations (the counts above, x = 2): the update 14538 × 2 + 90 × 4 + 50 × 4
   // = 29636 (recompute), the log-prob pass 11530 × 2 + 70 × 4 + 50 × 4 = 23540, kept by the
   // actor (the larger: the update's) and the reference, through the rollouts too. The
   // trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 × (8 + 2)
@@ -320,7 +338,7 @@ describe("the whole plan", () => {
       ["actor", ...both(5376, 5632)],
       ["actor", ...both(10752, 5632)],
       ["actor", ...both(21504, 11264)],
-      ["actor", [10752, 11264, 0], [10752, 11264, 11264]],
+      ["actor", [10752, 11264, 0], [10752, 11264, 10752]],
       ["actor", ...both(29636)],
       ["reference", ...both(5376)],
       ["reference", ...both(23540)],
@@ -332,11 +350,12 @@ describe("the whole plan", () => {
     ]);
     const trainer0 = 5376 + 10752 + 21504 + 10752 + 29636 + 5376 + 23540 + MiB32 + 480;
     const trainer1 = 5632 + 5632 + 11264 + 11264 + 29636 + 5376 + 23540 + MiB32 + 480;
-    const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer1 + 2 ** 29];
+    const trainer2 = trainer1 - 11264 + 10752;
+    const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer2 + 2 ** 29];
     // The log-probs hold what the updates do but the stage-2 gradients: the rollouts' sums.
     const rollout = [update[0], update[1], trainer1 - 11264 + 2 ** 29];
     expect(plan.totals).toEqual({ rollout, logProbs: rollout, update, peak: update });
-    expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - trainer1 - 2 ** 29 });
+    expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - trainer2 - 2 ** 29 });
     expect(plan.engineRefuses).toBe(false);
   });
 

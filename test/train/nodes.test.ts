@@ -3,83 +3,26 @@
 // nodes), against the same world size on one node (`--gpus 2`), with the real trainer ranks
 // (Gloo), engines and retriever.
 import { execFileSync } from "node:child_process";
-import {
-  chmodSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveConfig } from "../../src/config/resolve.js";
 import { trainSpec } from "../../src/config/schemas/train.js";
-import { modelDir } from "../engine/helpers.js";
 import { BIN, type CliResult, runCli, startCli } from "../helpers/cli.js";
-import { preprocessQa, type QaRow } from "../helpers/qa-data.js";
-import { buildTestIndex, type TestIndex } from "../retrieval/helpers.js";
+import { deterministic, MODEL, metrics, runDir, type SmallRun, smallRun } from "./small-run.js";
 
-const MODEL = modelDir("qwen-bpe");
-const rows = (split: string, n: number): QaRow[] =>
-  Array.from({ length: n }, (_, i) => ({
-    id: `${split}_${i}`,
-    question: `who is paul walker number ${i}`,
-    golden_answers: ["an actor"],
-  }));
-
+let run: SmallRun;
 let dir: string;
-let data: { train: string; test: string };
-let ix: TestIndex;
 
 beforeAll(() => {
-  dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-nodes-"));
-  data = preprocessQa(dir, {
-    nq: { train: rows("train", 8), test: rows("test", 2) },
-    hotpotqa: { train: rows("train", 4), test: rows("test", 2) },
-  });
-  ix = buildTestIndex({ rows: 200 });
+  run = smallRun("searchr1-nodes-");
+  dir = run.dir;
 }, 60_000);
 
-afterAll(() => {
-  ix?.cleanup();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => run?.cleanup());
 
-/** The run of test/train/train.test.ts: 4 prompts × 2 per step, 3 steps, CPU everywhere. */
-function args(out: string, extra: string[] = []): string[] {
-  return [
-    "train",
-    "--model",
-    MODEL,
-    "--output-dir",
-    out,
-    `data.train_files=${data.train}`,
-    `data.val_files=${data.test}`,
-    `retriever.index=${ix.index}`,
-    `retriever.corpus=${ix.corpus}`,
-    "data.train_batch_size=4",
-    "rollout.n=2",
-    "actor.ppo_mini_batch_size=2",
-    "data.max_prompt_length=400",
-    "data.max_response_length=8",
-    "data.max_obs_length=24",
-    "rollout.max_turns=1",
-    "actor.lr=1e-3",
-    "actor.lr_warmup_steps_ratio=0",
-    "trainer.total_training_steps=3",
-    "trainer.save_freq=1",
-    "trainer.test_freq=2",
-    "rollout.engine_device=cpu",
-    "rollout.engine_threads=1",
-    "trainer.device=cpu",
-    "trainer.threads=1",
-    ...extra,
-  ];
-}
+const args = (out: string, extra: string[] = []) => run.args(out, extra);
 
 /** A port nothing listens on now. */
 async function freePort(): Promise<number> {
@@ -100,28 +43,6 @@ const nodeFlags = (rank: number, port: number, extra: string[] = []) => [
   `127.0.0.1:${port}`,
   ...extra,
 ];
-
-const runDir = (out: string) => path.join(out, "searchr1", "nq_hotpotqa-grpo");
-const metrics = (out: string) =>
-  readFileSync(path.join(runDir(out), "metrics.jsonl"), "utf8")
-    .split("\n")
-    .filter((l) => l)
-    .map((l) => JSON.parse(l) as Record<string, number>);
-/**
- * Everything but the timings, and the engine-vs-trainer log-prob gap and mismatch metrics (the
- * engine's log-probs round differently with the batch it happens to run in; the sampled
- * tokens do not change).
- */
-const deterministic = (row: Record<string, number>) =>
-  Object.fromEntries(
-    Object.entries(row).filter(
-      ([k]) =>
-        !k.startsWith("timing/") &&
-        !k.startsWith("throughput/") &&
-        !k.startsWith("rollout_corr/") &&
-        k !== "rollout/logprob_gap",
-    ),
-  );
 
 /** The pids and command lines of `pid`'s children. */
 const childrenOf = (pid: number | undefined) => {
@@ -151,7 +72,14 @@ describe("searchr1 train --nnodes 2", () => {
     expect(r0.code, r0.stderr).toBe(0);
     expect(r1.code, r1.stderr).toBe(0);
     expect(r1.stderr).toMatch(/^node 1: waiting for node 0 at 127\.0\.0\.1:\d+ \(ECONNREFUSED\)$/m);
-    expect(r1.stderr).toMatch(/^node 1: joined node 0 at 127\.0\.0\.1:\d+$/m);
+    // Node 1's first rank writes each step's weights into node 1's own memory, where its
+    // replica loads them (the run equals --gpus 2 below only if it did); gone at the end.
+    const weights =
+      /^node 1: joined node 0 at 127\.0\.0\.1:\d+; each step's weights for its replicas go to (\S+)$/m.exec(
+        r1.stderr,
+      )?.[1];
+    expect(weights, r1.stderr).toMatch(/searchr1-node1-\d+$/);
+    expect(existsSync(weights as string)).toBe(false);
     expect(r1.stdout).toBe("done: node 1 served the run to its end\n");
     expect(r0.stderr).toMatch(/^node 0: node 1 joined from 127\.0\.0\.1$/m);
     expect(r0.stderr).toMatch(/^engine replica 0 serving at http:\/\/127\.0\.0\.1:\d+ on node 0$/m);

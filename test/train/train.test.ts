@@ -2,101 +2,28 @@
 // (serving the tiny test model) and serve-retriever (BM25, started from retriever.index).
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import os from "node:os";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { overlongPenalty } from "../../src/rl/overlong-reward.js";
-import { modelDir } from "../engine/helpers.js";
 import { type CliResult, runCli, startCli } from "../helpers/cli.js";
-import { preprocessQa, type QaRow } from "../helpers/qa-data.js";
 import { type ScriptedTurn, startScriptedEngine } from "../helpers/scripted-engine.js";
 import { readEvents } from "../helpers/tfevents.js";
 import { startWandbStandIn } from "../helpers/wandb-server.js";
-import { buildTestIndex, type TestIndex } from "../retrieval/helpers.js";
+import { deterministic, MODEL, metrics, runDir, type SmallRun, smallRun } from "./small-run.js";
 
-const MODEL = modelDir("qwen-bpe");
-const rows = (split: string, n: number): QaRow[] =>
-  Array.from({ length: n }, (_, i) => ({
-    id: `${split}_${i}`,
-    question: `who is paul walker number ${i}`,
-    golden_answers: ["an actor"],
-  }));
-
+let run: SmallRun;
 let dir: string;
-let data: { train: string; test: string };
-let ix: TestIndex;
 
 beforeAll(() => {
-  dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-train-"));
-  data = preprocessQa(dir, {
-    nq: { train: rows("train", 8), test: rows("test", 2) },
-    hotpotqa: { train: rows("train", 4), test: rows("test", 2) },
-  });
-  ix = buildTestIndex({ rows: 200 });
+  run = smallRun("searchr1-train-");
+  dir = run.dir;
 }, 60_000);
 
-afterAll(() => {
-  ix?.cleanup();
-  rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => run?.cleanup());
 
-/** A run small enough for two shared cores: 4 prompts × 2 per step, short turns. */
-function args(out: string, extra: string[] = []): string[] {
-  return [
-    "train",
-    "--model",
-    MODEL,
-    "--output-dir",
-    out,
-    `data.train_files=${data.train}`,
-    `data.val_files=${data.test}`,
-    `retriever.index=${ix.index}`,
-    `retriever.corpus=${ix.corpus}`,
-    "data.train_batch_size=4",
-    "rollout.n=2",
-    "actor.ppo_mini_batch_size=2",
-    "data.max_prompt_length=400",
-    "data.max_response_length=8",
-    "data.max_obs_length=24",
-    "rollout.max_turns=1",
-    "actor.lr=1e-3",
-    "actor.lr_warmup_steps_ratio=0",
-    "trainer.total_training_steps=3",
-    "trainer.save_freq=1",
-    "trainer.test_freq=2",
-    "rollout.engine_device=cpu",
-    "rollout.engine_threads=1",
-    "trainer.device=cpu",
-    "trainer.threads=1",
-    ...extra,
-  ];
-}
-
-const runDir = (out: string) => path.join(out, "searchr1", "nq_hotpotqa-grpo");
-const metrics = (out: string) =>
-  readFileSync(path.join(runDir(out), "metrics.jsonl"), "utf8")
-    .split("\n")
-    .filter((l) => l)
-    .map((l) => JSON.parse(l) as Record<string, number>);
-
-/**
- * What must be equal between two runs of the same steps: everything but the timings, and the
- * engine-vs-trainer log-prob gap and mismatch metrics (the engine's log-probs round
- * differently with the batch it happens to run in; the sampled tokens do not change, so
- * everything downstream is equal).
- */
-const deterministic = (row: Record<string, number>) =>
-  Object.fromEntries(
-    Object.entries(row).filter(
-      ([k]) =>
-        !k.startsWith("timing/") &&
-        !k.startsWith("throughput/") &&
-        !k.startsWith("rollout_corr/") &&
-        k !== "rollout/logprob_gap",
-    ),
-  );
+const args = (out: string, extra: string[] = []) => run.args(out, extra);
 
 /**
  * Starts `train` on `out` and waits for its first checkpoint (or its exit): the moment the

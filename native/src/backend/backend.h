@@ -234,6 +234,8 @@ class Backend {
 
   // ---- optimiser (fp32 master weights and state) ----
   virtual double sum_squares(const float* x, size_t n) = 0;
+  // dst += src, fp32 (a gradient shard accumulating the ranks' reduced micro-batches)
+  virtual void accumulate(float* dst, const float* src, size_t n) = 0;
   // p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p), PyTorch AdamW order
   virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
                             const AdamWParams& a) = 0;

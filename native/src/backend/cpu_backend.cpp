@@ -706,6 +706,11 @@ class CpuBackend final : public Backend {
     return s;
   }
 
+  void accumulate(float* dst, const float* src, size_t n) override {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+  }
+
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
                     const AdamWParams& a) override {
     const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), a.step);

@@ -206,6 +206,9 @@ double ProfiledBackend::sum_squares(const float* x, size_t n) {
   timed("sum_squares", [&] { out = inner_->sum_squares(x, n); });
   return out;
 }
+void ProfiledBackend::accumulate(float* dst, const float* src, size_t n) {
+  timed("accumulate", [&] { inner_->accumulate(dst, src, n); });
+}
 void ProfiledBackend::adamw_update(float* p, const float* g, float* m, float* v, size_t n,
                                    const AdamWParams& a) {
   timed("adamw_update", [&] { inner_->adamw_update(p, g, m, v, n, a); });

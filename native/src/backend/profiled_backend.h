@@ -93,6 +93,7 @@ class ProfiledBackend final : public Backend {
   void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
                      int V) override;
   double sum_squares(const float* x, size_t n) override;
+  void accumulate(float* dst, const float* src, size_t n) override;
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
                     const AdamWParams& a) override;
 

@@ -53,14 +53,14 @@ class Comm {
   virtual void all_reduce_sum_host(float* x, size_t n, const std::string& what) = 0;
   virtual void all_reduce_sum_host(double* x, size_t n, const std::string& what) = 0;
   // ZeRO's two (train/learner.h), on the backend's memory, in place:
-  // - reduce_scatter_sum: x holds size() blocks of n values; afterwards this rank's block,
-  //   x[rank*n, rank*n + n), holds the sum over the ranks of that block (the same bits as
-  //   all_reduce_sum would leave there), and the other blocks are undefined.
+  // - reduce_sum: afterwards rank `root`'s x holds the sum over the ranks of x (the other
+  //   ranks' x is undefined): stage 2 sends each part of a gradient bucket to the rank whose
+  //   shard holds it.
   // - all_gather: x holds size() blocks of n elements of `elem` bytes each; afterwards every
   //   block holds what its rank had there (a copy: any element type).
   // The non-in-place all_gather_into takes this rank's block from `in` (n elements, not inside
   // `out`) and fills all of `out` (size() * n elements).
-  virtual void reduce_scatter_sum(float* x, size_t n, const std::string& what) = 0;
+  virtual void reduce_sum(float* x, size_t n, int root, const std::string& what) = 0;
   virtual void all_gather(void* x, size_t n, size_t elem, const std::string& what) = 0;
   virtual void all_gather_into(const void* in, void* out, size_t n, size_t elem,
                                const std::string& what) = 0;
@@ -77,9 +77,9 @@ class LocalComm final : public Comm {
   void all_reduce_sum(float*, size_t, const std::string&) override {}
   void all_reduce_sum_host(float*, size_t, const std::string&) override {}
   void all_reduce_sum_host(double*, size_t, const std::string&) override {}
-  // One block, this rank's: in place there is nothing to do. (The trainer skips the
-  // collectives of a local communicator; all_gather_into is not one it calls.)
-  void reduce_scatter_sum(float*, size_t, const std::string&) override {}
+  // One rank, the root: in place there is nothing to do. (The trainer skips the collectives
+  // of a local communicator; all_gather_into is not one it calls.)
+  void reduce_sum(float*, size_t, int, const std::string&) override {}
   void all_gather(void*, size_t, size_t, const std::string&) override {}
   void all_gather_into(const void*, void*, size_t, size_t, const std::string& what) override;
   void barrier(const std::string&) override {}

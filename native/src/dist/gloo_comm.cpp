@@ -1,26 +1,22 @@
 // GlooComm: the CPU ranks' collectives, Gloo's (Debian's libgloo-dev): TCP pairs between
 // every two ranks (on the loopback, or on each node's --host address across nodes), which
 // find each other through a gloo::rendezvous::FileStore in the rendezvous folder (each rank
-// writes its addresses there and reads the others'). The context's timeout bounds the rendezvous and every collective, so a rank that
-// died or is stuck gives an error instead of a hang (the pairs that reduce_scatter's
-// algorithm uses take it from the context too).
+// writes its addresses there and reads the others'). The context's timeout bounds the
+// rendezvous and every collective, so a rank that died or is stuck gives an error instead of
+// a hang.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/math.h>
-#include <gloo/reduce_scatter.h>
+#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <algorithm>
 #include <chrono>
-#include <climits>
 #include <csignal>
-#include <cstring>
 #include <memory>
-#include <vector>
 
 #include "dist/comm_impl.h"
 
@@ -60,28 +56,17 @@ class GlooComm final : public Comm {
     sum(x, n, what);
   }
 
-  // Gloo's ReduceScatterHalvingDoubling (recursive halving, then each block sent to its
-  // rank), which leaves this rank's sum at the front of the buffer; it counts in int, so a
-  // buffer past INT_MAX values goes through in pieces (each rank's block cut alike).
-  void reduce_scatter_sum(float* x, size_t n, const std::string& what) override {
+  // Gloo's reduce, in place (only an output buffer given, as PyTorch's ProcessGroupGloo does).
+  void reduce_sum(float* x, size_t n, int root, const std::string& what) override {
     if (n == 0) return;
-    const int size = this->size(), rank = this->rank();
-    c_.run("reduce_scatter", what, n * size, [&] {
-      const size_t piece = std::min(n, static_cast<size_t>(INT_MAX) / size);
-      if (piece == n) {
-        scatter_sum(x, n);
-        if (rank != 0) std::memcpy(x + rank * n, x, n * sizeof(float));
-        return;
-      }
-      std::vector<float> buf(piece * size);
-      for (size_t at = 0; at < n; at += piece) {
-        const size_t k = std::min(piece, n - at);
-        for (int r = 0; r < size; r++) {
-          std::memcpy(buf.data() + r * k, x + r * n + at, k * sizeof(float));
-        }
-        scatter_sum(buf.data(), k);
-        std::memcpy(x + rank * n + at, buf.data(), k * sizeof(float));
-      }
+    c_.run("reduce", what, n, [&] {
+      gloo::ReduceOptions opts(context_);
+      opts.setOutput(x, n);
+      opts.setRoot(root);
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      opts.setTag(next_tag());
+      gloo::reduce(opts);
     });
   }
 
@@ -113,14 +98,6 @@ class GlooComm final : public Comm {
       opts.setTag(next_tag());
       gloo::allreduce(opts);
     });
-  }
-
-  // Sums x[0, size*k) block-wise; this rank's block's sum lands in x[0, k).
-  void scatter_sum(float* x, size_t k) {
-    const std::vector<int> counts(size(), static_cast<int>(k));
-    gloo::ReduceScatterHalvingDoubling<float> algorithm(context_, {x}, static_cast<int>(k * size()),
-                                                        counts);
-    algorithm.run();
   }
 
   // in == nullptr: in place (this rank's block already in out).

@@ -43,9 +43,8 @@ struct Api {
   const char* (*ncclGetErrorString)(ncclResult_t result);
   ncclResult_t (*ncclAllReduce)(const void* send, void* recv, size_t count, ncclDataType_t type,
                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
-  ncclResult_t (*ncclReduceScatter)(const void* send, void* recv, size_t recvcount,
-                                    ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
-                                    cudaStream_t stream);
+  ncclResult_t (*ncclReduce)(const void* send, void* recv, size_t count, ncclDataType_t type,
+                             ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
   ncclResult_t (*ncclAllGather)(const void* send, void* recv, size_t sendcount,
                                 ncclDataType_t type, ncclComm_t comm, cudaStream_t stream);
 };

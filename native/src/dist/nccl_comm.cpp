@@ -46,7 +46,7 @@ const char* resolve_all(void* lib, Api* api) {
   get("ncclCommGetAsyncError", &api->ncclCommGetAsyncError);
   get("ncclGetErrorString", &api->ncclGetErrorString);
   get("ncclAllReduce", &api->ncclAllReduce);
-  get("ncclReduceScatter", &api->ncclReduceScatter);
+  get("ncclReduce", &api->ncclReduce);
   get("ncclAllGather", &api->ncclAllGather);
   return missing;
 }
@@ -131,13 +131,12 @@ class NcclComm final : public Comm {
     host_sum(x, n, nccl::ncclFloat64, what);
   }
 
-  // In place, as NCCL allows: this rank's block is at recvbuff = sendbuff + rank * count.
-  void reduce_scatter_sum(float* x, size_t n, const std::string& what) override {
+  // In place on the root, as NCCL allows (sendbuff == recvbuff).
+  void reduce_sum(float* x, size_t n, int root, const std::string& what) override {
     if (n == 0) return;
-    c_.run("reduce_scatter", what, n * size(), [&] {
-      check(api_->ncclReduceScatter(x, x + static_cast<size_t>(rank()) * n, n, nccl::ncclFloat32,
-                                    nccl::ncclSum, comm_, stream_),
-            "ncclReduceScatter");
+    c_.run("reduce", what, n, [&] {
+      check(api_->ncclReduce(x, x, n, nccl::ncclFloat32, nccl::ncclSum, root, comm_, stream_),
+            "ncclReduce");
       wait();
     });
   }

@@ -50,6 +50,7 @@ Qwen2Model::~Qwen2Model() {
   if (!weights_.null() && weights_.p != params_) be_.release(weights_.p);
   if (params_ != nullptr) be_.release(params_);
   if (grads_ != nullptr) be_.release(grads_);
+  set_gradient_sink(nullptr);
 }
 
 std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend,
@@ -230,6 +231,79 @@ size_t Qwen2Model::grad_bytes() const { return grads_ != nullptr ? capacity_ * s
 
 void Qwen2Model::zero_grad() { be_.zero(grads(), capacity_); }
 
+void Qwen2Model::set_gradient_sink(GradientSink* sink) {
+  sink_ = sink;
+  if (sink != nullptr) return;
+  be_.synchronize();
+  for (float** p : {&bucket_, &embed_grad_}) {
+    if (*p != nullptr) be_.release(*p);
+    *p = nullptr;
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> Qwen2Model::gradient_regions() const {
+  const int L = config_.num_layers;
+  const auto layer_begin = [&](int l) { return l < L ? layout_.layer(l).ln1 : layout_.norm(); };
+  std::vector<std::pair<size_t, size_t>> out{{layout_.norm(), capacity_}};
+  for (int l = L - 1; l >= 0; l--) out.emplace_back(layer_begin(l), layer_begin(l + 1));
+  out.emplace_back(0, layer_begin(0));
+  return out;
+}
+
+size_t Qwen2Model::bucket_bytes() const {
+  if (sink_ == nullptr) return 0;
+  size_t widest = 0;
+  const auto regions = gradient_regions();
+  for (size_t r = 0; r + 1 < regions.size(); r++) {
+    widest = std::max(widest, regions[r].second - regions[r].first);
+  }
+  return (widest + regions.back().second) * sizeof(float);
+}
+
+void Qwen2Model::begin_pass() {
+  if (sink_ == nullptr) {
+    grads();
+    return;
+  }
+  const auto regions = gradient_regions();
+  const size_t embed = regions.back().second;
+  if (bucket_ == nullptr) {
+    bucket_ = be_.alloc(bucket_bytes() / sizeof(float) - embed);
+    embed_grad_ = be_.alloc(embed);
+  }
+  be_.zero(embed_grad_, embed);
+  open_region(regions.front().first, regions.front().second);
+}
+
+void Qwen2Model::open_region(size_t begin, size_t end) {
+  bucket_begin_ = begin;
+  bucket_n_ = end - begin;
+  be_.zero(bucket_, bucket_n_);
+}
+
+void Qwen2Model::close_region() { sink_->take(bucket_, bucket_begin_, bucket_n_); }
+
+float* Qwen2Model::grad(size_t offset) {
+  if (sink_ == nullptr) return grads_ + offset;
+  const size_t embed = config_.num_layers > 0 ? layout_.layer(0).ln1 : layout_.norm();
+  if (offset < embed) return embed_grad_ + offset;
+  if (offset < bucket_begin_ || offset >= bucket_begin_ + bucket_n_) {
+    throw Error("gradient of parameter " + std::to_string(offset) +
+                " outside the open region (a bug)");
+  }
+  return bucket_ + (offset - bucket_begin_);
+}
+
+void Qwen2Model::empty_pass() {
+  begin_pass();
+  const auto regions = gradient_regions();
+  for (size_t r = 0; r + 1 < regions.size(); r++) {
+    if (r > 0) open_region(regions[r].first, regions[r].second);
+    close_region();
+  }
+  sink_->take(embed_grad_, 0, regions.back().second);
+}
+
 void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes,
                               const float* given) {
   std::vector<float> host;
@@ -352,23 +426,22 @@ void Qwen2Model::layer_backward(int l, int set) {
   const ModelConfig& c = config_;
   const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
   const XPtr P = weights_;
-  float* G = grads_;
   const XPtr x_in = a.xs + static_cast<size_t>(l) * N * H;
 
-  be_.matmul_backward(a.dact, G + lp.down_w, nullptr, a.dres, s.act, P + lp.down_w, N, I, H,
+  be_.matmul_backward(a.dact, grad(lp.down_w), nullptr, a.dres, s.act, P + lp.down_w, N, I, H,
                       false);
   be_.swiglu_backward(a.dgu, a.dact, s.gu, N, I);
-  be_.matmul_backward(a.dln, G + lp.gu_w, nullptr, a.dgu, s.ln2, P + lp.gu_w, N, H, 2 * I,
+  be_.matmul_backward(a.dln, grad(lp.gu_w), nullptr, a.dgu, s.ln2, P + lp.gu_w, N, H, 2 * I,
                       false);
   // The residual gradient flows straight through; the norm adds its part (dres = dh).
-  be_.rmsnorm_backward(a.dres, G + lp.ln2, a.dln, s.h, P + lp.ln2, s.rstd2, N, H);
-  be_.matmul_backward(a.datt, G + lp.o_w, nullptr, a.dres, s.att, P + lp.o_w, N, c.q_dim(), H,
-                      false);
+  be_.rmsnorm_backward(a.dres, grad(lp.ln2), a.dln, s.h, P + lp.ln2, s.rstd2, N, H);
+  be_.matmul_backward(a.datt, grad(lp.o_w), nullptr, a.dres, s.att, P + lp.o_w, N, c.q_dim(),
+                      H, false);
   be_.attention_backward(a.dqkv, a.datt, s.qkv, s.att, s.lse, a.mask, a.shape);
   be_.rope_backward(a.dqkv, a.pos, a.shape, c.rope_theta);
-  be_.matmul_backward(a.dln, G + lp.qkv_w, c.attention_bias ? G + lp.qkv_b : nullptr, a.dqkv,
-                      s.ln1, P + lp.qkv_w, N, H, c.qkv_dim(), false);
-  be_.rmsnorm_backward(a.dres, G + lp.ln1, a.dln, x_in, P + lp.ln1, s.rstd1, N, H);
+  be_.matmul_backward(a.dln, grad(lp.qkv_w), c.attention_bias ? grad(lp.qkv_b) : nullptr,
+                      a.dqkv, s.ln1, P + lp.qkv_w, N, H, c.qkv_dim(), false);
+  be_.rmsnorm_backward(a.dres, grad(lp.ln1), a.dln, x_in, P + lp.ln1, s.rstd1, N, H);
 }
 
 void Qwen2Model::forward(const Batch& batch, bool for_backward, const RunOptions& opt) {
@@ -433,8 +506,8 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective*
     if (with_entropy) be_.upload(a.ent_coef + c0, ent_coef.data(), c);
     be_.logprob_backward(a.logits, a.targets + c0, a.coef + c0,
                          with_entropy ? a.ent_coef + c0 : nullptr, c, V);
-    be_.matmul_backward(a.dhead_in, grads_ + layout_.lm_head(), nullptr, a.logits, a.head_in, W,
-                        c, H, V, false);
+    be_.matmul_backward(a.dhead_in, grad(layout_.lm_head()), nullptr, a.logits, a.head_in, W, c,
+                        H, V, false);
     be_.scatter_rows(a.dlnf, a.dhead_in, a.head_rows + c0, c, H);
   }
   lp.resize(n);
@@ -481,7 +554,7 @@ double Qwen2Model::backward(const Batch& batch, const float* coef, const RunOpti
 void Qwen2Model::backward(const Batch& batch, TokenObjective& objective, const RunOptions& opt,
                           float* logprobs) {
   require_head(Head::LanguageModel, "a policy objective");
-  grads();
+  begin_pass();
   forward(batch, true, opt);
   head(batch, opt, &objective, logprobs, nullptr);
   trunk_backward(batch, opt);
@@ -516,7 +589,7 @@ void Qwen2Model::backward_values(
     const Batch& batch, const RunOptions& opt,
     const std::function<void(const float* values, float* dloss)>& dloss) {
   require_head(Head::Value, "a critic loss");
-  grads();
+  begin_pass();
   forward(batch, true, opt);
   Activations& a = *acts_;
   const int N = batch.B * batch.T, H = config_.hidden_size;
@@ -537,8 +610,8 @@ void Qwen2Model::backward_values(
   be_.upload(staging, drows.data(), N);
   be_.to_x(a.values, staging, N);
   be_.release(staging);
-  be_.matmul_backward(a.dlnf, grads_ + layout_.value_w(), grads_ + layout_.value_b(), a.values,
-                      a.lnf, W, N, H, 1, false);
+  be_.matmul_backward(a.dlnf, grad(layout_.value_w()), grad(layout_.value_b()), a.values, a.lnf,
+                      W, N, H, 1, false);
   trunk_backward(batch, opt);
 }
 
@@ -546,14 +619,20 @@ void Qwen2Model::trunk_backward(const Batch& batch, const RunOptions& opt) {
   const int N = batch.B * batch.T, H = config_.hidden_size, L = config_.num_layers;
   Activations& a = *acts_;
   be_.zero_x(a.dres, static_cast<size_t>(N) * H);
-  be_.rmsnorm_backward(a.dres, grads_ + layout_.norm(), a.dlnf,
+  be_.rmsnorm_backward(a.dres, grad(layout_.norm()), a.dlnf,
                        a.xs + static_cast<size_t>(L) * N * H, weights_ + layout_.norm(), a.rstdf,
                        N, H);
+  const auto regions = gradient_regions();
+  if (sink_ != nullptr) close_region();
   for (int l = L - 1; l >= 0; l--) {
     if (opt.recompute) layer_forward(l, 0, XPtr{});
+    const auto& [begin, end] = regions[static_cast<size_t>(L - l)];
+    if (sink_ != nullptr) open_region(begin, end);
     layer_backward(l, opt.recompute ? 0 : l);
+    if (sink_ != nullptr) close_region();
   }
-  be_.embedding_backward(grads_ + layout_.embed(), a.dres, a.ids, N, H);
+  be_.embedding_backward(grad(layout_.embed()), a.dres, a.ids, N, H);
+  if (sink_ != nullptr) sink_->take(embed_grad_, 0, regions.back().second);
 }
 
 }  // namespace sr1

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -112,6 +113,28 @@ class Qwen2Model {
 
   void zero_grad();
 
+  // Where the backward passes put their gradients: by default the whole buffer grads(),
+  // which they add to. With a sink (ZeRO stage 2's bucketed reduction, train/learner.h) a
+  // pass instead computes one region of the parameters at a time into a zeroed bucket of the
+  // model's own and hands it to the sink as soon as that region's gradient is complete: the
+  // final norm and the head, then each layer from the last, then the embeddings (a bucket
+  // of their own, open for the whole pass, as a tied head adds to them first). So no
+  // whole-model gradient is held: DeepSpeed's reduce_bucket_size, one layer wide.
+  class GradientSink {
+   public:
+    virtual ~GradientSink() = default;
+    // The gradient of params [begin, begin + n) from one pass, on the device; the sink may
+    // change it (a collective in place) but not keep it.
+    virtual void take(float* grad, size_t begin, size_t n) = 0;
+  };
+  // Null: back to grads(); the buckets are freed.
+  void set_gradient_sink(GradientSink* sink);
+  // Hands the sink zeros for every region, in a pass's order: a pass without rows, so that
+  // a rank with fewer micro-batches than the others still meets them in every collective.
+  void empty_pass();
+  // Device bytes of the sink's buckets (allocated by the first pass; 0 without a sink).
+  size_t bucket_bytes() const;
+
   // One step of the inference engine: runs the step's new tokens through the model,
   // storing their keys and values in `cache` and attending over each sequence's cached
   // positions, then draws the next token of each of step.sample_rows, computing the logits
@@ -150,6 +173,16 @@ class Qwen2Model {
                     const int32_t* slots, const int32_t* seq, const int32_t* tables,
                     PagedKvCache& cache);
   void layer_backward(int l, int acts);
+  // Where a backward pass adds the gradient of the parameter at `offset`: grads(), or the
+  // sink's bucket that holds it.
+  float* grad(size_t offset);
+  // With a sink: the buckets allocated, the embeddings' zeroed and the first region (final
+  // norm and head) opened; without, grads() allocated.
+  void begin_pass();
+  // The regions a pass hands a sink, in order: [begin, end) of the flat buffer.
+  std::vector<std::pair<size_t, size_t>> gradient_regions() const;
+  void open_region(size_t begin, size_t end);
+  void close_region();
   // Runs the head over the predicted rows: log-probs (and entropies) out, and with an
   // objective the gradient into grads and the final norm's output gradient.
   void head(const Batch& batch, const RunOptions& opt, TokenObjective* objective,
@@ -163,6 +196,10 @@ class Qwen2Model {
   float* params_ = nullptr;
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;
+  GradientSink* sink_ = nullptr;
+  float* bucket_ = nullptr;      // the open region's gradient, one layer (or the head) wide
+  float* embed_grad_ = nullptr;  // the embeddings' gradient during a pass
+  size_t bucket_begin_ = 0, bucket_n_ = 0;
   std::vector<unsigned char> host_weights_;  // the compute copy, while to_host() holds it
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<PagedBuffers> paged_;

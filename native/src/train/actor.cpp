@@ -26,14 +26,16 @@ ActorMetrics update_actor(Learner& actor, const Batch& batch, const RolloutToken
                            tokens.rollout_is_weights.empty()
                                ? std::vector<float>{}
                                : select_rows(tokens.rollout_is_weights, rows, T));
-    model.zero_grad();
+    actor.zero_grad("update_actor");
     const MiniBatching& mb = opt.batching;
     // This rank's rows; the objective's weights span the whole mini-batch (data_parallel.h).
-    for (const MicroBatch& micro : rank_micro_batches(part, mb, actor.comm())) {
+    const std::vector<MicroBatch> micros = rank_micro_batches(part, mb, actor.comm());
+    actor.for_each_pass(static_cast<int>(micros.size()), "update_actor", [&](int i) {
+      const MicroBatch& micro = micros[static_cast<size_t>(i)];
       objective.use_source(micro.source.data());
       model.backward(micro.batch, objective, opt.run);
       m.micro_batches++;
-    }
+    });
     if (!actor.comm().local()) {
       objective.reduce_sums([&](double* x, size_t n) {
         actor.comm().all_reduce_sum_host(x, n, "update_actor's loss sums");

@@ -35,10 +35,12 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
     const std::vector<double> w = aggregation_weights(opt.agg, loss_token, part.B, T);
     double vf = 0, vsum = 0;
     long clipped = 0, n = 0;
-    model.zero_grad();
+    critic.zero_grad("update_critic");
     const MiniBatching& mb = opt.batching;
     // This rank's rows; the weights span the whole mini-batch (data_parallel.h).
-    for (const MicroBatch& micro : rank_micro_batches(part, mb, critic.comm())) {
+    const std::vector<MicroBatch> micros = rank_micro_batches(part, mb, critic.comm());
+    critic.for_each_pass(static_cast<int>(micros.size()), "update_critic", [&](int k) {
+      const MicroBatch& micro = micros[static_cast<size_t>(k)];
       model.backward_values(micro.batch, opt.run, [&](const float* v, float* d) {
         for (size_t i = 0; i < micro.source.size(); i++) {
           if (micro.source[i] < 0) continue;
@@ -54,7 +56,7 @@ CriticMetrics update_critic(Learner& critic, const Batch& batch, const CriticTok
         }
       });
       m.micro_batches++;
-    }
+    });
     if (!critic.comm().local()) {
       double sums[] = {vf, vsum, static_cast<double>(clipped), static_cast<double>(n)};
       critic.comm().all_reduce_sum_host(sums, 4, "update_critic's loss sums");

@@ -46,6 +46,7 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
   schedule_.validate(OptionStyle::Field);
   if (stage_ == 0) return;
   offset_ = static_cast<size_t>(comm.rank()) * shard_;
+  if (bucketed()) model.set_gradient_sink(this);
   if (model.params() == nullptr) {
     throw Error("ZeRO stage " + std::to_string(stage_) + ": the model's fp32 masters are gone");
   }
@@ -60,7 +61,51 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
 }
 
 Learner::~Learner() {
-  if (masters_ != nullptr) model_.be().release(masters_);
+  if (bucketed()) model_.set_gradient_sink(nullptr);
+  for (float* p : {masters_, grad_shard_}) {
+    if (p != nullptr) model_.be().release(p);
+  }
+}
+
+void Learner::zero_grad(const std::string& what) {
+  if (!bucketed()) {
+    model_.zero_grad();
+    return;
+  }
+  pass_what_ = what;
+  Backend& be = model_.be();
+  if (grad_shard_ == nullptr) grad_shard_ = be.alloc(shard_);
+  be.zero(grad_shard_, shard_);
+}
+
+// Each part of the region that lies in rank r's shard is summed onto rank r, which adds it
+// to its gradient shard. The ranks hand over the same regions in the same order.
+void Learner::take(float* grad, size_t begin, size_t n) {
+  Backend& be = model_.be();
+  be.synchronize();  // the pass has written the region
+  const size_t end = begin + n;
+  for (size_t r = begin / shard_; r < static_cast<size_t>(comm_.size()) && r * shard_ < end;
+       r++) {
+    const size_t lo = std::max(begin, r * shard_), hi = std::min(end, (r + 1) * shard_);
+    comm_.reduce_sum(grad + (lo - begin), hi - lo, static_cast<int>(r),
+                     pass_what_ + "'s gradients");
+    if (r == static_cast<size_t>(comm_.rank())) {
+      be.accumulate(grad_shard_ + (lo - offset_), grad + (lo - begin), hi - lo);
+    }
+  }
+}
+
+void Learner::for_each_pass(int passes, const std::string& what,
+                            const std::function<void(int)>& pass) {
+  double most = passes;
+  if (bucketed()) {
+    std::vector<double> counts(static_cast<size_t>(comm_.size()), 0.0);
+    counts[static_cast<size_t>(comm_.rank())] = passes;
+    comm_.all_reduce_sum_host(counts.data(), counts.size(), what + "'s micro-batch counts");
+    most = *std::max_element(counts.begin(), counts.end());
+  }
+  for (int i = 0; i < passes; i++) pass(i);
+  for (int i = passes; i < most; i++) model_.empty_pass();
 }
 
 double Learner::step(float* lr, const std::string& what) {
@@ -76,16 +121,15 @@ double Learner::step(float* lr, const std::string& what) {
     model_.params_changed();
     return norm;
   }
-  float* grads = model_.grads();
-  if (ranks) {
-    be.synchronize();
-    if (stage_ == 1) {
+  float* mine = grad_shard_;  // bucketed: summed during the passes
+  if (!bucketed()) {
+    float* grads = model_.grads();
+    if (ranks) {
+      be.synchronize();
       comm_.all_reduce_sum(grads, model_.buffer_capacity(), what + "'s gradients");
-    } else {
-      comm_.reduce_scatter_sum(grads, shard_, what + "'s gradients");
     }
+    mine = grads + offset_;
   }
-  float* mine = grads + offset_;
   double squares = be.sum_squares(mine, shard_);
   if (ranks) squares = all_reduce_sum(comm_, squares, what + "'s squared gradient norm");
   const double norm = std::sqrt(squares);
@@ -100,7 +144,13 @@ double Learner::step(float* lr, const std::string& what) {
 }
 
 void Learner::end_update() {
-  if (stage_ == 2) model_.release_grads();
+  if (stage_ != 2) return;
+  model_.release_grads();
+  if (grad_shard_ != nullptr) {
+    model_.be().synchronize();
+    model_.be().release(grad_shard_);
+    grad_shard_ = nullptr;
+  }
 }
 
 std::vector<float> Learner::gather(const float* shard, const std::string& what) {
@@ -221,7 +271,8 @@ Learner::Memory Learner::memory() const {
   m.weights = model_.weight_bytes();
   m.masters = model_.master_bytes() + (masters_ != nullptr ? shard_ * sizeof(float) : 0);
   m.optimizer = 2 * shard_ * sizeof(float);
-  m.gradients = model_.buffer_capacity() * sizeof(float);
+  m.gradients = bucketed() ? shard_ * sizeof(float) + model_.bucket_bytes()
+                          : model_.buffer_capacity() * sizeof(float);
   m.gradients_between = stage_ == 2 ? 0 : m.gradients;
   return m;
 }

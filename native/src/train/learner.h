@@ -10,11 +10,16 @@
 // rank r owns the contiguous range [r·S, (r+1)·S) of S = buffer_capacity() / ranks values,
 // every shard the same size (the last one's tail is zero padding that stays zero). A step:
 //  - stage 1: the whole gradient is summed over the ranks (all-reduce), as at stage 0;
-//  - stage 2: it is reduce-scattered instead (each rank gets the sum of its shard only, half
-//    the traffic), and the gradient buffer is freed once the update ends (end_update), so
-//    between updates a rank holds no gradient; during an update it holds the whole fp32
-//    buffer the backward passes accumulate into (a bucketed reduction during the backward,
-//    which DeepSpeed's stage 2 has, would cut that to a bucket: not built);
+//  - stage 2 (DeepSpeed's, with its reduction during the backward): no rank holds the whole
+//    gradient. Each backward pass hands its gradient over one region at a time (the head,
+//    each layer, the embeddings: Qwen2Model::GradientSink), and each part of a region goes
+//    to the rank whose shard holds it (reduce), which adds it to its fp32 gradient shard. So a
+//    rank holds its shard and the buckets (the embeddings' and one region's), and nothing
+//    between updates. The ranks meet once per pass, so every rank makes as many passes as
+//    the one with the most micro-batches (for_each_pass); the sums come in another order than stage 0's (each
+//    micro-batch over the ranks, then over the micro-batches), equal up to float rounding.
+//    With one rank and no library (LocalComm) the whole gradient accumulates, freed when the
+//    update ends;
 // then the global gradient norm is the square root of the ranks' summed squared shard norms,
 // the clip and AdamW run on the rank's shard alone, and the updated shard goes into every
 // rank's compute copy of the whole model (all-gather, in the compute type: bf16 on CUDA,
@@ -22,6 +27,7 @@
 // the masters, so the shard is updated in place and gathered).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,13 +39,13 @@
 
 namespace sr1 {
 
-class Learner {
+class Learner : private Qwen2Model::GradientSink {
  public:
   // `zero_stage` 1 or 2 needs the model loaded with pad_multiple = ranks × kAlign
   // (zero_pad_multiple); it takes over the model's fp32 masters (Qwen2Model::drop_masters).
   Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed, Comm& comm,
           int zero_stage = 0);
-  ~Learner();
+  ~Learner() override;
   Learner(const Learner&) = delete;
   Learner& operator=(const Learner&) = delete;
 
@@ -48,6 +54,13 @@ class Learner {
   std::mt19937_64& rng() { return rng_; }
   int steps() const { return optimizer_.steps(); }
   int zero_stage() const { return stage_; }
+  // Before a mini-batch's passes: its gradients start from zero (`what` names the update in
+  // a failed collective's message).
+  void zero_grad(const std::string& what);
+  // Runs pass(i) for each of this rank's `passes` micro-batches of a mini-batch. At stage 2
+  // over several ranks each pass is a series of collectives, so the ranks first agree on the
+  // most passes any of them makes, and a rank with fewer adds empty passes after its own.
+  void for_each_pass(int passes, const std::string& what, const std::function<void(int)>& pass);
   // One optimizer step on the accumulated gradients, summed over the ranks, at the
   // schedule's rate; returns the gradient norm before clipping and sets *lr. `what` names the
   // update in a failed collective's message ("update_actor").
@@ -91,7 +104,7 @@ class Learner {
     size_t weights = 0;    // the compute copy of the whole model (fp32 on the CPU: the masters)
     size_t masters = 0;    // fp32 masters apart from it: the model's whole, or this shard
     size_t optimizer = 0;  // AdamW's two moments: whole, or this shard
-    size_t gradients = 0;  // the fp32 gradient buffer during an update
+    size_t gradients = 0;  // fp32 gradients during an update (stage 2: shard and buckets)
     size_t gradients_between = 0;  // ... and between updates (stage 2: none)
   };
   Memory memory() const;
@@ -101,12 +114,17 @@ class Learner {
   // (`shard` on the device, shard_ values on each rank), gathered through a bounded buffer.
   std::vector<float> gather(const float* shard, const std::string& what);
   std::vector<float> read_masters(const std::string& weights_dir) const;
+  // Stage 2 over several ranks: the passes' gradients go to the ranks region by region.
+  bool bucketed() const { return stage_ == 2 && !comm_.local(); }
+  void take(float* grad, size_t begin, size_t n) override;
 
   Qwen2Model& model_;
   Comm& comm_;
   int stage_;
   size_t offset_, shard_;  // this rank's range of the flat buffers (stage 0: all of them)
   float* masters_ = nullptr;  // this shard's fp32 masters, where the model holds none
+  float* grad_shard_ = nullptr;  // bucketed: this shard's summed gradient during an update
+  std::string pass_what_;        // bucketed: the update the passes belong to
   AdamW optimizer_;
   LrSchedule schedule_;
   std::mt19937_64 rng_;

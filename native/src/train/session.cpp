@@ -176,7 +176,7 @@ std::vector<std::string> fields_of(const std::string& op) {
     add({"batch", "cliprange_value", "loss_agg_mode"});
     add(kBatchingFields);
   }
-  if (op == "export") add({"out", "dtype"});
+  if (op == "export") add({"out", "node_outs", "dtype"});
   if (op == "save_checkpoint") add({"dir", "overwrite"});
   if (op == "load_checkpoint") add({"dir"});
   return k;
@@ -228,13 +228,15 @@ void load(TrainerSession& s, const JsonFields& f) {
   s.reference_offload = next.reference_offload;
 }
 
-// Runs `write` on rank 0 alone (the ranks hold the same weights and outputs), then has every
-// rank wait for it: rank 0's outcome is summed over the ranks, so every rank replies after the
-// files are complete, and with an error when rank 0 could not write them.
-void on_rank_0(TrainerSession& s, const std::string& op, const std::function<void()>& write) {
+// Runs `write` on the ranks that `writes` (the ranks hold the same weights and outputs), then
+// has every rank wait for them: the writers' outcomes are summed over the ranks, so every
+// rank replies after the files are complete, and with an error when a writer could not write
+// them (`writers` names them in that message).
+void on_writers(TrainerSession& s, const std::string& op, bool writes, const std::string& writers,
+                const std::function<void()>& write) {
   if (s.comm.local()) return write();
   std::string error;
-  if (s.comm.rank() == 0) {
+  if (writes) {
     try {
       write();
     } catch (const std::bad_alloc&) {
@@ -243,9 +245,13 @@ void on_rank_0(TrainerSession& s, const std::string& op, const std::function<voi
       error = e.what();
     }
   }
-  const double failed = all_reduce_sum(s.comm, error.empty() ? 0 : 1, op + "'s outcome on rank 0");
+  const double failed = all_reduce_sum(s.comm, error.empty() ? 0 : 1, op + "'s outcome on " + writers);
   if (!error.empty()) throw Error(error);
-  if (failed != 0) throw Error(op + " failed on rank 0, which writes the files (its reply says why)");
+  if (failed != 0) throw Error(op + " failed on " + writers + ", which write the files (their replies say why)");
+}
+
+void on_rank_0(TrainerSession& s, const std::string& op, const std::function<void()>& write) {
+  on_writers(s, op, s.comm.rank() == 0, "rank 0", write);
 }
 
 // What a checkpoint holds, on rank 0: every learner's whole state (Learner::snapshot, a
@@ -433,19 +439,39 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     if (!float_dtype_from_text(name, &dtype)) {
       throw Error("'dtype' must be bf16, fp16 or fp32, got \"" + name + "\"");
     }
-    const std::string path = f.text("out");
     // Without whole fp32 masters (ZeRO on CUDA) the bf16 compute copy is the bf16 export
     // exactly; any other dtype is written from the fp32 shards, gathered to rank 0.
-    const std::vector<float> masters =
-        m.params() == nullptr && dtype != DType::BF16
-            ? s.actor_learner().gather_masters("export's fp32 weights")
-            : std::vector<float>{};
-    on_rank_0(s, op, [&] {
+    const bool gathered = m.params() == nullptr && dtype != DType::BF16;
+    const auto write = [&](const std::string& path, const std::vector<float>& masters) {
       OutputFolder out(path, true);
       write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes,
                      masters.empty() ? nullptr : masters.data());
       out.commit();
-    });
+    };
+    if (f.has("node_outs")) {
+      // One folder per node, which the node's first rank writes from its own whole copy.
+      if (f.has("out")) throw Error("export: give 'out' or 'node_outs', not both");
+      const std::vector<std::string> outs = f.text_list("node_outs");
+      if (gathered) {
+        throw Error("'node_outs': each node's first rank writes its compute copy, which here "
+                    "holds bf16 alone (ZeRO on CUDA): give dtype bf16");
+      }
+      // A writer's own error (its node past the list) is summed like a failed write, so the
+      // other ranks reply instead of waiting for it.
+      on_writers(s, op, s.local_rank == 0, "each node's first rank", [&] {
+        if (static_cast<size_t>(s.node) >= outs.size()) {
+          throw Error("'node_outs' names " + std::to_string(outs.size()) +
+                      " folders, but this rank runs on node " + std::to_string(s.node));
+        }
+        write(outs[static_cast<size_t>(s.node)], {});
+      });
+    } else {
+      const std::string path = f.text("out");
+      const std::vector<float> masters =
+          gathered ? s.actor_learner().gather_masters("export's fp32 weights")
+                   : std::vector<float>{};
+      on_rank_0(s, op, [&] { write(path, masters); });
+    }
   } else if (op == "save_checkpoint") {
     const std::string dir = f.text("dir");
     const bool overwrite = f.boolean("overwrite", false);

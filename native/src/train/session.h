@@ -30,6 +30,9 @@ struct TrainerSession {
   std::unique_ptr<Learner> actor, critic_learner;
   // The reference waits in host memory between its log_probs (load's reference_offload).
   bool reference_offload = false;
+  // Where this rank runs on several nodes (serve's --node, --local-rank): export's
+  // node_outs has each node's first rank write that node's copy.
+  int node = 0, local_rank = 0;
 
   void reset();  // learners first: they release into the backend before the models go
   Qwen2Model& model(const std::string& which);  // "policy" or "reference"

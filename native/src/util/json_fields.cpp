@@ -77,6 +77,17 @@ JsonFields JsonFields::object(const char* key) const {
   return JsonFields(v);
 }
 
+std::vector<std::string> JsonFields::text_list(const char* key) const {
+  const json::Value& v = required(key);
+  if (!v.is_array()) throw bad(key, "a list of strings");
+  std::vector<std::string> out;
+  for (const json::Value& x : v.as_array()) {
+    if (!x.is_string()) throw bad(key, "a list of strings");
+    out.push_back(x.as_string());
+  }
+  return out;
+}
+
 std::vector<int32_t> JsonFields::int_list(const char* key) const {
   const json::Value& v = required(key);
   if (!v.is_array()) throw bad(key, "a list of integers");

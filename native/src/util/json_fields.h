@@ -27,6 +27,7 @@ class JsonFields {
   bool boolean(const char* key) const;
   bool boolean(const char* key, bool fallback) const;
   std::vector<int32_t> int_list(const char* key) const;
+  std::vector<std::string> text_list(const char* key) const;
   // Throws naming the first key of the object that is not in `known` (a misspelt field
   // must not fall back to its default silently).
   void only(const std::vector<std::string>& known) const;

@@ -80,8 +80,16 @@ export class EngineRouter implements EngineClient {
 
   /** Every replica loads the folder, all at once; rejects naming the first that failed. */
   updateWeightsFromDisk(modelPath: string): Promise<void> {
-    return this.everyReplica("load weights from disk", (engine) =>
-      engine.updateWeightsFromDisk?.(modelPath),
+    return this.updateWeightsFromDiskOf(() => modelPath);
+  }
+
+  /**
+   * Every replica loads its own folder, `pathOf(replica)`: on several nodes, its node's copy
+   * of the weights.
+   */
+  updateWeightsFromDiskOf(pathOf: (replica: number) => string): Promise<void> {
+    return this.everyReplica("load weights from disk", (engine, replica) =>
+      engine.updateWeightsFromDisk?.(pathOf(replica)),
     );
   }
 
@@ -101,12 +109,12 @@ export class EngineRouter implements EngineClient {
    */
   private async everyReplica(
     what: string,
-    call: (engine: EngineClient) => Promise<void> | undefined,
+    call: (engine: EngineClient, replica: number) => Promise<void> | undefined,
   ): Promise<void> {
     const settled = await Promise.allSettled(
       this.replicas.map((_, i) =>
         this.on(i, async (engine) => {
-          const done = call(engine);
+          const done = call(engine, i);
           if (!done) throw new ServiceError(`engine ${engine.url} cannot ${what}`);
           await done;
         }),

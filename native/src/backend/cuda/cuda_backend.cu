@@ -295,6 +295,9 @@ class CudaBackend final : public Backend {
   double sum_squares(const float* x, size_t n) override {
     return cuda::sum_squares(x, n, partials_, stream_);
   }
+  void accumulate(float* dst, const float* src, size_t n) override {
+    cuda::accumulate(dst, src, n, stream_);
+  }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n,
                     const AdamWParams& a) override {
     cuda::adamw_update(p, g, m, v, n, a, stream_);

@@ -75,6 +75,8 @@ void sample_tokens(TokenDraw* out, const bf16* logits, const SampleRow* rows, in
 // sum_squares_partials() doubles. Synchronises the stream and returns the host value.
 size_t sum_squares_partials();
 double sum_squares(const float* x, size_t n, double* partials, cudaStream_t stream);
+// dst += src
+void accumulate(float* dst, const float* src, size_t n, cudaStream_t stream);
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& a,
                   cudaStream_t stream);
 

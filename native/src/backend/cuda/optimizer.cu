@@ -1,5 +1,6 @@
 // The optimiser's kernels over the fp32 master weights: the sum of squares of the gradient
-// (for global-norm clipping) and the AdamW step, as the CPU reference computes them.
+// (for global-norm clipping), a gradient shard's accumulation and the AdamW step, as the CPU
+// reference computes them.
 #include <algorithm>
 #include <cmath>
 
@@ -28,6 +29,13 @@ __global__ void sum_squares_kernel(const float* x, size_t n, double* partials) {
   }
   s = block_sum(s, reduce_buf);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void accumulate_kernel(float* dst, const float* src, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[i] += src[i];
+  }
 }
 
 // The CPU's per-element formula in the same order. Division and sqrt are the IEEE-rounded
@@ -63,6 +71,12 @@ double sum_squares(const float* x, size_t n, double* partials, cudaStream_t stre
   double s = 0;
   for (unsigned b = 0; b < blocks; b++) s += host[b];
   return s;
+}
+
+void accumulate(float* dst, const float* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_kernel<<<flat_blocks(n, 65536), kThreads, 0, stream>>>(dst, src, n);
+  check_launch("accumulate");
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWParams& a,

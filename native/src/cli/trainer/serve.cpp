@@ -13,8 +13,8 @@ namespace sr1 {
 
 namespace {
 
-// --rank, --world-size, --rendezvous, --host, --collectives, --collective-timeout: the
-// data-parallel ranks.
+// --rank, --world-size, --rendezvous, --host, --node, --local-rank, --collectives,
+// --collective-timeout: the data-parallel ranks.
 std::vector<OptionSpec> rank_options() {
   const CommOptions d;
   return {{"rank", "R", "this process's rank, 0 to world size - 1 (default 0)"},
@@ -27,6 +27,10 @@ std::vector<OptionSpec> rank_options() {
           {"host", "ADDR",
            "the address this rank's Gloo connections listen on, one the other nodes reach "
            "(default " + d.host + ": one node)"},
+          {"node", "N",
+           "the node this rank runs on, 0 to nodes - 1 (default 0): with --local-rank, which "
+           "rank writes the node's copy of an export given node_outs"},
+          {"local-rank", "L", "this rank's place among its node's ranks (default 0)"},
           {"collectives", "LIB",
            "auto (one rank: none; more: NCCL on cuda, Gloo on cpu), gloo or nccl (that "
            "library even for one rank, as a check of its calls)"},
@@ -67,6 +71,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const std::unique_ptr<Comm> comm = open_comm(ranks, *backend);
   TrainerSession s{*backend, *comm, read_run_options(args), "", "", nullptr, nullptr,
                    nullptr, nullptr, nullptr};
+  s.node = static_cast<int>(args.integer("node", 0, 0));
+  s.local_rank = static_cast<int>(args.integer("local-rank", 0, 0));
   return serve_json_lines([&s](const std::string& op, const JsonFields& f) {
     return handle_command(s, op, f);
   });
