@@ -99,7 +99,7 @@ export class NodeMaster {
         });
       });
     } catch (err) {
-      for (const link of links.values()) link.close(false);
+      for (const link of links.values()) link.close((err as Error).message);
       server.close();
       throw err;
     }
@@ -117,9 +117,9 @@ export class NodeMaster {
     return link;
   }
 
-  /** Tells every node the run is over (ok: it succeeded) and stops listening. */
-  close(ok: boolean): void {
-    for (const link of this.links) link.close(ok);
+  /** Tells every node the run is over (`stopped`: why it failed; null: it succeeded). */
+  close(stopped: string | null): void {
+    for (const link of this.links) link.close(stopped);
     this.server.close();
   }
 }
@@ -230,10 +230,10 @@ export class NodeLink {
     send(this.socket, { t: "remove_export", name });
   }
 
-  /** Ends the run on the node: it stops what is left and exits (0 when `ok`). */
-  close(ok: boolean): void {
+  /** Ends the run on the node: it stops what is left and exits (0 when `stopped` is null). */
+  close(stopped: string | null): void {
     this.done = true;
-    send(this.socket, { t: "done", ok });
+    send(this.socket, { t: "done", stopped });
     this.socket.end();
   }
 

@@ -73,8 +73,8 @@ export type ToNode =
   | { t: "stop_server"; id: number }
   /** Remove an earlier step's weights (a folder in the node's `exports`, by name). */
   | { t: "remove_export"; name: string }
-  /** The run is over (ok: it succeeded); the node stops what is left and exits. */
-  | { t: "done"; ok: boolean };
+  /** The run is over (`stopped`: why it failed there; null: it succeeded); the node exits. */
+  | { t: "done"; stopped: string | null };
 
 /** Sends one message; false once the connection is gone. */
 export function send(socket: Socket, message: ToMaster | ToNode): boolean {

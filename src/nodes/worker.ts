@@ -87,9 +87,9 @@ async function serveNode(o: NodeWorkerOptions, socket: Socket, exports: string):
         else if (m.t === "refused") end({ ok: false, err: new UsageError(m.message) });
         else if (m.t === "done")
           end(
-            m.ok
+            m.stopped === null
               ? { ok: true }
-              : { ok: false, err: new ServiceError(`the run failed on ${where} (see its output)`) },
+              : { ok: false, err: new ServiceError(`${where} stopped the run: ${m.stopped}`) },
           );
         else obey(m);
       },

@@ -123,6 +123,7 @@ export async function runTrain(
       : null;
   mkdirSync(exportsDir, { recursive: true });
   let exitCode = 1;
+  let stopped: string | null = null;
   let trainer: Trainer | null = null;
   let session: AgentSession | null = null;
   let trackers: Trackers | null = null;
@@ -286,11 +287,17 @@ export async function runTrain(
     } catch (err) {
       throw await session.failure(err);
     }
+  } catch (err) {
+    // What the other nodes are told when the run stops here.
+    stopped = signal.aborted
+      ? "interrupted on node 0"
+      : (String((err as Error)?.message ?? err).split("\n")[0] as string);
+    throw err;
   } finally {
     await trackers?.close(exitCode);
     await session?.close();
     await trainer?.shutdown();
-    nodes?.master.close(exitCode === 0);
+    nodes?.master.close(stopped);
     if (nodes) rmSync(nodes.shared, { recursive: true, force: true });
     rmSync(exportsDir, { recursive: true, force: true });
   }

@@ -135,6 +135,24 @@ describe("searchr1 train --nnodes 2", () => {
     expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(out);
   }, 240_000);
 
+  it("Ctrl-C on node 0 stops every node, each saying why; nothing is left", async () => {
+    const port = await freePort();
+    const out = path.join(dir, "node0-interrupted");
+    const node0 = startCli(args(out, nodeFlags(0, port)));
+    const node1 = startCli(args(out, nodeFlags(1, port)));
+    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
+    while (!existsSync(checkpoint) && node0.child.exitCode === null)
+      await new Promise((r) => setTimeout(r, 50));
+    node0.child.kill("SIGINT");
+    const [r0, r1] = await Promise.all([node0.result, node1.result]);
+    expect(r0.code, r0.stderr).toBe(130);
+    expect(r0.stderr).toMatch(/interrupted; the checkpoints in .* are intact/);
+    expect(r1.code, r1.stderr).toBe(1);
+    expect(r1.stderr).toMatch(/node 0 at 127\.0\.0\.1:\d+ stopped the run: interrupted on node 0/);
+    expect(existsSync(checkpoint)).toBe(true);
+    expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(out);
+  }, 240_000);
+
   it("a rank that dies on node 1 stops the run naming the rank and its last lines", async () => {
     const port = await freePort();
     const out = path.join(dir, "rank-dies");
@@ -151,7 +169,9 @@ describe("searchr1 train --nnodes 2", () => {
     expect(r0.code, r0.stderr).toBe(1);
     expect(r0.stderr).toMatch(/the trainer's rank 1 \(searchr1-trainer serve\) died \(SIGKILL\)/);
     expect(r1.code).toBe(1);
-    expect(r1.stderr).toMatch(/the run failed on node 0 at 127\.0\.0\.1:\d+/);
+    expect(r1.stderr).toMatch(
+      /node 0 at 127\.0\.0\.1:\d+ stopped the run: the trainer's rank 1 \(searchr1-trainer serve\) died \(SIGKILL\)/,
+    );
     expect(existsSync(checkpoint)).toBe(true);
     expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(out);
   }, 240_000);
