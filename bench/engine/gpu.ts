@@ -27,6 +27,10 @@
  *             is the first call of a logits processor that synchronises the GPU there (see
  *             hf_generate_gpu.py); the tok/s of its whole generate calls, prefill included,
  *             is printed under the table too.
+ *   decode B=128, top-p 0.95  the B = 128 decode with the v0.2 recipes' sampling (temperature
+ *             1, top_p 0.95, request i seeded i): the filtered sampler's cost per step (ours
+ *             only; on random weights most rows' cut falls past the device's 1,024
+ *             candidates, so this is near its worst case, the host finishing them).
  *   prefill   128 prompts of 64 tokens, 1 new token: time from writing the requests to the
  *             last `done` (transformers: the generate call, max_new_tokens=1); tok/s = prompt
  *             tokens (8,192) / that time.
@@ -136,6 +140,8 @@ interface Workload {
   maxNew: number;
   /** Whether transformers runs it too. */
   theirs: boolean;
+  /** Sampling instead of greedy: request i is seeded i. */
+  sampling?: { temperature: number; top_p: number };
 }
 
 /** One workload on our side. */
@@ -216,6 +222,14 @@ function workloads(shape: Shape): Workload[] {
     maxNew: DECODE_NEW,
     theirs: THEIR_DECODE_BATCHES.has(b),
   }));
+  out.push({
+    name: "decode B=128, top-p 0.95",
+    kind: "decode",
+    prompts: batch(128, DECODE_PROMPT),
+    maxNew: DECODE_NEW,
+    theirs: false,
+    sampling: { temperature: 1, top_p: 0.95 },
+  });
   out.push({
     name: "prefill",
     kind: "prefill",
@@ -327,7 +341,12 @@ async function runOurWorkload(
     return finished === n;
   });
   const start = performance.now();
-  engine.send(w.prompts.map((p, i) => greedy(rids[i] as string, p, w.maxNew)));
+  engine.send(
+    w.prompts.map((p, i) => ({
+      ...greedy(rids[i] as string, p, w.maxNew),
+      ...(w.sampling && { ...w.sampling, seed: i }),
+    })),
+  );
   await done;
   if (problem !== undefined) throw new Error(`searchr1-engine, ${w.name}: ${problem}`);
   return {

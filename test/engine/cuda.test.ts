@@ -136,7 +136,13 @@ class EngineProcess {
   generate(
     prompt: number[],
     maxNew = NEW_TOKENS,
-    sampling: { temperature: number; seed: number } = { temperature: 0, seed: 1 },
+    sampling: {
+      temperature: number;
+      seed: number;
+      top_p?: number;
+      top_k?: number;
+      min_p?: number;
+    } = { temperature: 0, seed: 1 },
   ): Promise<Generated> {
     const rid = `r${++this.next}`;
     return new Promise((resolve, reject) => {
@@ -481,4 +487,83 @@ describe.runIf(GPU)("sampling on the GPU (qwen-hd16, temperature 0.7)", () => {
     const same = onGpu.filter((g, i) => g.tokens[0] === onCpu[i]?.tokens[0]).length;
     expect(same / DRAWS).toBeGreaterThan(0.5);
   });
+});
+
+// Top-k, top-p and min-p on the GPU (native/src/backend/cuda/sampling.cu's filtered kernel:
+// the most probable tokens selected, sorted and cut on the device, as backend/sample_row.cpp
+// cuts them on the CPU). qwen-hd16's 451 tokens all fit its 1024 candidates, so every row is
+// finished on the device here; a row whose cut falls past them (a flat distribution over
+// Qwen's 151,936 tokens) is left to the host's sample_row, the CPU path tested above.
+describe.runIf(GPU)("filtered sampling on the GPU (qwen-hd16, temperature 1.3)", () => {
+  const model = "qwen-hd16";
+  const prompt = (greedy().cases.find((c) => c.model === model) as GreedyCase).prompt_ids;
+  const DRAWS = 2000;
+  const FILTERS = [
+    { top_k: 12 },
+    { top_p: 0.6 },
+    { min_p: 0.2 },
+    { top_k: 40, top_p: 0.8, min_p: 0.05 },
+  ];
+  let cpu: EngineProcess;
+  let gpu: EngineProcess;
+  const drawn: { gpu: Generated[]; cpu: Generated[] }[] = [];
+
+  beforeAll(async () => {
+    cpu = new EngineProcess(modelDir(model), "cpu");
+    gpu = new EngineProcess(modelDir(model), "cuda");
+    await Promise.all([cpu.ready, gpu.ready]);
+    for (const filter of FILTERS) {
+      const draw = (e: EngineProcess) =>
+        Promise.all(
+          Array.from({ length: DRAWS }, (_, seed) =>
+            e.generate(prompt, 1, { temperature: 1.3, seed, ...filter }),
+          ),
+        );
+      const [g, c] = await Promise.all([draw(gpu), draw(cpu)]);
+      drawn.push({ gpu: g, cpu: c });
+    }
+  }, 240_000);
+
+  afterAll(async () => {
+    for (const e of [cpu, gpu]) if (e) expect(await e.close(), e.stderr).toBe(0);
+  });
+
+  it.each(FILTERS.map((f, i) => [JSON.stringify(f), i] as const))(
+    "%s: the draws fit the kept tokens' renormalised probabilities (chi-square), the cut the CPU's",
+    (_name, i) => {
+      const { gpu: onGpu, cpu: onCpu } = drawn[i] as { gpu: Generated[]; cpu: Generated[] };
+      const filter = FILTERS[i] as { top_k?: number };
+      // The kept tokens are the ones drawn (2000 draws over a few dozen): each one's
+      // probability is exp of its whole-vocabulary log-prob, renormalised over them.
+      const lps = new Map<number, number[]>();
+      for (const g of onGpu) {
+        const [token, lp] = [g.tokens[0] as number, g.logprobs[0] as number];
+        lps.set(token, [...(lps.get(token) ?? []), lp]);
+      }
+      const tokens = [...lps.keys()];
+      if (filter.top_k) expect(tokens.length).toBeLessThanOrEqual(filter.top_k);
+      // The CPU keeps the same tokens but where bf16 moves one across the cut.
+      const onCpuSet = new Set(onCpu.map((g) => g.tokens[0] as number));
+      const shared = tokens.filter((t) => onCpuSet.has(t)).length;
+      expect(shared / Math.max(tokens.length, onCpuSet.size)).toBeGreaterThan(0.7);
+      const weight = tokens.map((t) => {
+        const l = lps.get(t) as number[];
+        return Math.exp(l.reduce((a, b) => a + b, 0) / l.length);
+      });
+      const total = weight.reduce((a, b) => a + b, 0);
+      const big = tokens
+        .map((_, k) => k)
+        .filter((k) => ((weight[k] as number) / total) * DRAWS >= 5);
+      expect(big.length, "several likely tokens").toBeGreaterThan(2);
+      const counts = big.map((k) => (lps.get(tokens[k] as number) as number[]).length);
+      const probs = big.map((k) => (weight[k] as number) / total);
+      counts.push(DRAWS - counts.reduce((a, b) => a + b, 0));
+      probs.push(1 - probs.reduce((a, b) => a + b, 0));
+      const fit = chiSquare(counts, probs);
+      expect(fit.pValue, `chi2 ${fit.statistic.toFixed(1)} on ${fit.df} df`).toBeGreaterThan(1e-3);
+      // Both walk the kept tokens in probability order to the same draw.
+      const same = onGpu.filter((g, k) => g.tokens[0] === onCpu[k]?.tokens[0]).length;
+      expect(same / DRAWS).toBeGreaterThan(0.5);
+    },
+  );
 });

@@ -52,12 +52,26 @@ struct PagedShape {
   int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
 };
 
+// Marks what CUDA kernels call too (nvcc compiles this header for backend/cuda).
+#ifdef __CUDACC__
+#define SR1_HOST_DEVICE __host__ __device__
+#else
+#define SR1_HOST_DEVICE
+#endif
+
 // How one row of next-token logits is sampled (the inference engine; engine/sampler.h has
-// the rule). temperature 0: greedy; below 0: the row is skipped (the engine samples it on the
-// host). uniform: the draw in [0, 1) from the sequence's own generator.
+// the rule). temperature 0: greedy. uniform: the draw in [0, 1) from the sequence's own
+// generator. top_k (> 0), top_p (< 1) and min_p (> 0) cut the vocabulary first.
 struct SampleRow {
   float temperature = 0;
   double uniform = 0;
+  float top_p = 1;
+  int top_k = -1;
+  float min_p = 0;
+  // top-k, top-p or min-p cut the vocabulary of V
+  SR1_HOST_DEVICE bool filtered(int V) const {
+    return temperature != 0 && ((top_k > 0 && top_k < V) || top_p < 1 || min_p > 0);
+  }
 };
 
 // A sampled token and its log-prob under log_softmax(logits / temperature) (temperature 1
@@ -225,10 +239,13 @@ class Backend {
                                 const float* ent_coef, int n, int V) = 0;
 
   // ---- sampling (the inference engine) ----
-  // out[r] (host) for each row r of logits[n, V] whose rows[r] (host) is not skipped: greedy,
-  // the lowest id among the largest logits; else the first token, in id order, at which the
-  // running sum of softmax(logits[r] / temperature) exceeds rows[r].uniform (the last token
-  // of nonzero probability if rounding leaves the sum below it). Sums in fp64.
+  // out[r] (host) for each row r of logits[n, V] by rows[r] (host), the rule of
+  // backend/sample_row.h: greedy, the lowest id among the largest logits; else the first
+  // token, in id order, at which the running sum of softmax(logits[r] / temperature) exceeds
+  // rows[r].uniform (the last token of nonzero probability if rounding leaves the sum below
+  // it); a filtered row draws among the tokens the cut keeps, in probability order. Sums in
+  // fp64. A backend may leave a filtered row undone (token -1; CUDA, where the cut falls past
+  // the candidates it sorts): the caller samples it from its logits with sample_row.
   virtual void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
                              int V) = 0;
 

@@ -635,11 +635,7 @@ class CpuBackend final : public Backend {
   void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
                      int V) override {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int r = 0; r < n; r++) {
-      if (rows[r].temperature >= 0) {
-        out[r] = sample_row(F(logits) + static_cast<size_t>(r) * V, V, rows[r]);
-      }
-    }
+    for (int r = 0; r < n; r++) out[r] = sample_row(F(logits) + static_cast<size_t>(r) * V, V, rows[r]);
   }
   void logprob_forward(float* logprob, float* entropy, XPtr xlogits, const int32_t* targets,
                        int n, int V) override {

@@ -1,6 +1,9 @@
 #include "backend/sample_row.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 namespace sr1 {
 
@@ -21,10 +24,67 @@ SoftmaxStats softmax_stats(const float* logits, int V, float inv_t) {
   return s;
 }
 
+namespace {
+
+// The `k` most probable token ids, most probable first (ties: lower id first).
+std::vector<int32_t> top_ids(const std::vector<double>& prob, int k) {
+  std::vector<int32_t> ids(prob.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto before = [&](int32_t a, int32_t b) {
+    return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
+  };
+  k = std::min<int>(k, static_cast<int>(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+  ids.resize(k);
+  return ids;
+}
+
+TokenDraw filtered_row(const float* logits, int V, const SampleRow& row,
+                       const SoftmaxStats& s) {
+  std::vector<double> prob(V);
+  for (int v = 0; v < V; v++) prob[v] = s.prob(logits, v);
+  // Candidates in probability order. Only the head of the sorted list can survive top-k
+  // and top-p, so sort a growing prefix until the cut falls inside it.
+  const int k_cap = row.top_k > 0 ? std::min(row.top_k, V) : V;
+  int want = std::min(k_cap, 64);
+  std::vector<int32_t> order;
+  int keep = 0;
+  for (;;) {
+    order = top_ids(prob, want);
+    const double floor = row.min_p * prob[order[0]];
+    double before = 0;
+    keep = 0;
+    bool cut = false;
+    for (int r = 0; r < static_cast<int>(order.size()); r++) {
+      const double q = prob[order[r]];
+      if (before > row.top_p || q < floor) {
+        cut = true;
+        break;
+      }
+      before += q;
+      keep = r + 1;
+    }
+    if (cut || want >= k_cap) break;
+    want = std::min(k_cap, want * 8);
+  }
+  double kept = 0;
+  for (int r = 0; r < keep; r++) kept += prob[order[r]];
+  const double u = row.uniform * kept;
+  double acc = 0;
+  for (int r = 0; r < keep; r++) {
+    acc += prob[order[r]];
+    if (u < acc) return {order[r], s.logprob(logits, order[r])};
+  }
+  return {order[keep - 1], s.logprob(logits, order[keep - 1])};
+}
+
+}  // namespace
+
 TokenDraw sample_row(const float* logits, int V, const SampleRow& row) {
   const bool greedy = row.temperature == 0;
   const SoftmaxStats s = softmax_stats(logits, V, greedy ? 1.0f : 1.0f / row.temperature);
   if (greedy) return {s.argmax, s.logprob(logits, s.argmax)};
+  if (row.filtered(V)) return filtered_row(logits, V, row, s);
   // Inverse CDF over the whole vocabulary, in id order.
   double acc = 0;
   int32_t last = 0;

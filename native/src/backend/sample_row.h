@@ -23,7 +23,11 @@ struct SoftmaxStats {
 };
 SoftmaxStats softmax_stats(const float* logits, int V, float inv_t);
 
-// Backend::sample_tokens' rule for one row that is not skipped.
+// Backend::sample_tokens' rule for one row. A filtered row (SGLang's definitions): sorted by
+// probability (ties by id), a token is dropped when the mass of the tokens before it exceeds
+// top_p, when its rank is top_k or more, or when its probability is below min_p times the
+// largest; the rest are renormalised and the draw (uniform × their mass) walks them in that
+// order. The log-prob is always over the whole vocabulary, before any cut.
 TokenDraw sample_row(const float* logits, int V, const SampleRow& row);
 
 }  // namespace sr1

@@ -380,7 +380,6 @@ StepResult Engine::step() {
   step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
   std::vector<Sequence*> samplers;  // the sequence of each sample row
   const int BS = blocks_.block_size();
-  const int V = model_.config().vocab_size;
   for (int i = 0; i < step.num_seqs; i++) {
     Sequence& s = *planned[i].seq;
     std::copy(s.blocks.begin(), s.blocks.end(),
@@ -393,16 +392,13 @@ StepResult Engine::step() {
     }
     if (s.computed + planned[i].n == s.length()) {
       step.sample_rows.push_back(step.rows() - 1);
-      step.sampling.push_back(backend_row(s.req.sampling, V, s.rng));
+      step.sampling.push_back(backend_row(s.req.sampling, s.rng));
       samplers.push_back(&s);
     }
   }
 
-  const std::vector<TokenDraw> sampled = model_.forward_paged(
-      step, cache_, opt_.logits_chunk, opt_.graphs, [&](int i, const float* logits) {
-        Sequence& s = *samplers[i];
-        return sample_token(logits, V, s.req.sampling, s.rng);
-      });
+  const std::vector<TokenDraw> sampled =
+      model_.forward_paged(step, cache_, opt_.logits_chunk, opt_.graphs);
   totals_.decode_steps++;
 
   for (const Planned& p : planned) {

@@ -1,15 +1,15 @@
-// Next-token sampling with SGLang's definitions, on the host from one row of logits.
-//
-// Probabilities are softmax(logits / temperature). Sorted by probability (ties by id),
-// a token is dropped when the mass of the tokens before it exceeds top_p, when its rank is
+// A request's sampling parameters and its seeded generator, with SGLang's definitions:
+// probabilities are softmax(logits / temperature); sorted by probability (ties by id), a
+// token is dropped when the mass of the tokens before it exceeds top_p, when its rank is
 // top_k or more, or when its probability is below min_p times the largest; the rest are
-// renormalised and one is drawn. temperature 0 is greedy (the lowest id among the
-// largest logits). The reported log-prob is log_softmax(logits / temperature) at the
-// chosen token over the whole vocabulary, before any truncation (temperature 0: the raw
-// log-softmax) — the quantity the trainer computes for the same token.
+// renormalised and one is drawn. temperature 0 is greedy (the lowest id among the largest
+// logits). The reported log-prob is log_softmax(logits / temperature) at the chosen token
+// over the whole vocabulary, before any truncation (temperature 0: the raw log-softmax) —
+// the quantity the trainer computes for the same token.
 //
-// A row without top-k, top-p or min-p is sampled by the backend (Backend::sample_tokens, on
-// the GPU where the logits are); a row with them here, on the host.
+// The backend samples every row where the logits are (Backend::sample_tokens, the rule of
+// backend/sample_row.h); a filtered row the GPU leaves undone is sample_row's on the host,
+// from the same SampleRow (the same draw).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -24,10 +24,6 @@ struct SamplingParams {
   int top_k = -1;  // -1: off
   float min_p = 0.0f;
   bool greedy() const { return temperature < 1e-6f; }
-  // top-k, top-p or min-p cut the vocabulary
-  bool filtered(int vocab) const {
-    return !greedy() && ((top_k > 0 && top_k < vocab) || top_p < 1.0f || min_p > 0.0f);
-  }
 };
 
 // Each sequence owns its generator and draws once per sampled token, so its tokens do not
@@ -41,10 +37,8 @@ class TokenRng {
   std::mt19937_64 gen_;
 };
 
-// The backend's row for an unfiltered token (drawing its uniform now), or a skipped row
-// (temperature -1) when `p` filters: that token is sample_token's.
-SampleRow backend_row(const SamplingParams& p, int vocab, TokenRng& rng);
-
-TokenDraw sample_token(const float* logits, int vocab, const SamplingParams& p, TokenRng& rng);
+// The backend's row for the next token: the parameters and the draw, taken now (none when
+// greedy), so each sampled token takes one draw from the sequence's generator.
+SampleRow backend_row(const SamplingParams& p, TokenRng& rng);
 
 }  // namespace sr1

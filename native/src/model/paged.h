@@ -4,7 +4,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -29,10 +28,6 @@ struct PagedStep {
   std::vector<SampleRow> sampling;    // how, for each of sample_rows
   int rows() const { return static_cast<int>(ids.size()); }
 };
-
-// Draws the token of sample row `i` (a skipped SampleRow) from its logits on the host (fp32,
-// [vocab]).
-using HostSampler = std::function<TokenDraw(int i, const float* logits)>;
 
 // Keys and values of every layer for `num_blocks` blocks of `block_size` positions, in the
 // backend's compute type. release() gives the memory back to the device (SGLang's

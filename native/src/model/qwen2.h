@@ -138,12 +138,13 @@ class Qwen2Model {
   // One step of the inference engine: runs the step's new tokens through the model,
   // storing their keys and values in `cache` and attending over each sequence's cached
   // positions, then draws the next token of each of step.sample_rows, computing the logits
-  // in chunks of at most `logits_chunk` rows: on the device as step.sampling says, or by
-  // `host` for the rows it skips. Returns one draw per sample row. With `graphs`, where the
+  // in chunks of at most `logits_chunk` rows, where the logits are as step.sampling says (a
+  // filtered row the backend leaves undone is sampled on the host from its logits, with the
+  // same SampleRow). Returns one draw per sample row. With `graphs`, where the
   // backend can record them, a decode step (one row per sequence) replays the layers as a
   // graph recorded for its shape (graph_rows).
   std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
-                                       int logits_chunk, bool graphs, const HostSampler& host);
+                                       int logits_chunk, bool graphs);
   // Device bytes of the buffers of engine steps of up to `rows` rows, `seqs_blocks`
   // block-table entries and logits chunks of `logits_chunk` rows.
   size_t paged_step_bytes(int rows, int seqs_blocks, int logits_chunk) const;

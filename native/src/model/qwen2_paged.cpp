@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "backend/sample_row.h"
 #include "model/qwen2.h"
 #include "util/error.h"
 
@@ -134,8 +135,7 @@ void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const in
 }
 
 std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache,
-                                                 int logits_chunk, bool graphs,
-                                                 const HostSampler& host) {
+                                                 int logits_chunk, bool graphs) {
   const ModelConfig& c = config_;
   const int N = step.rows(), H = c.hidden_size, V = c.vocab_size;
   const int table_size = step.num_seqs * step.max_blocks;
@@ -207,10 +207,10 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
     be_.rmsnorm_forward(b->ln, b->rstd, b->head_in, P + layout_.norm(), n, H, c.rms_norm_eps);
     be_.matmul_forward(b->logits, b->ln, P + layout_.lm_head(), {}, n, H, V);
     be_.sample_tokens(drawn.data() + c0, b->logits, step.sampling.data() + c0, n, V);
-    // Only the rows the device skipped bring their logits to the host.
+    // Only the rows the device left undone bring their logits to the host.
     std::vector<int> skipped;
     for (int r = 0; r < n; r++) {
-      if (step.sampling[c0 + r].temperature < 0) skipped.push_back(r);
+      if (drawn[c0 + r].token < 0) skipped.push_back(r);
     }
     const int k = static_cast<int>(skipped.size());
     b->host_logits.resize(static_cast<size_t>(k) * V);
@@ -220,8 +220,8 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int j = 0; j < k; j++) {
-      drawn[c0 + skipped[j]] =
-          host(c0 + skipped[j], b->host_logits.data() + static_cast<size_t>(j) * V);
+      drawn[c0 + skipped[j]] = sample_row(b->host_logits.data() + static_cast<size_t>(j) * V, V,
+                                          step.sampling[c0 + skipped[j]]);
     }
   }
   return drawn;

@@ -1,6 +1,6 @@
 // Next-token sampling on the GPU (Backend::sample_tokens): only each row's token and log-prob
-// cross to the host, not its vocabulary of logits. Two kernels, so that a row is read by many
-// SMs (one block reading all 151,936 logits of a row took 0.2 ms on an H200):
+// cross to the host, not its vocabulary of logits. Three kernels, the first two so that a row
+// is read by many SMs (one block reading all 151,936 logits of a row took 0.2 ms on an H200):
 //   slices  a block per (row, slice of the vocabulary): its arg max (lowest id among ties),
 //           its max and the fp64 sum of exp(logit / T - its max);
 //   draw    a block per row: combines the slices into the row's max and log-sum-exp (the
@@ -8,10 +8,20 @@
 //           probabilities in id order first passes the draw, and walks that slice: each
 //           thread sums the probabilities of its run of ids, an exclusive scan gives each run
 //           the mass before it, and the run where the sum passes the draw picks the token.
+//   filtered a block per row with top-k, top-p or min-p (which draw skips): the CPU's rule
+//           over the row's kCandidates most probable tokens. It finds the kCandidates-th
+//           largest logit by radix selection on the logits' order-keeping 32-bit keys (4
+//           passes of 8 bits through a 256-bin histogram), gathers every token at or above it
+//           into shared memory, sorts them by logit then id (a bitonic sort of 64-bit keys),
+//           and walks them as the CPU does: the mass before each against top_p, min_p times
+//           the first, top_k. Where the cut is not reached among them and top_k would allow
+//           more (a flat distribution), or too many tokens tie at the selected logit, the row
+//           is left to the host (token -1), which samples it from the whole row.
 // The same arithmetic in fp64 as the CPU reference (backend/sample_row.cpp); only the order
 // of the sums differs.
 #include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
@@ -22,6 +32,9 @@ namespace {
 constexpr int kSlices = 32;           // blocks that read a row
 constexpr int kSliceThreads = 256;
 constexpr int kDrawThreads = 256;
+constexpr int kFilterThreads = 1024;
+constexpr int kCandidates = 1024;    // the sorted head a filtered row's cut must fall in
+constexpr int kCandidateCap = 2048;  // tokens gathered at or above the selected logit
 
 struct ArgMax {
   float value;
@@ -107,7 +120,6 @@ __global__ __launch_bounds__(kSliceThreads) void slices_kernel(Slice* slices,
   __shared__ double sums[32];
   const int r = blockIdx.y, s = blockIdx.x;
   const SampleRow row = rows[r];
-  if (row.temperature < 0) return;  // the host samples this row
   const bf16* z = logits + static_cast<size_t>(r) * V;
   const float inv_t = inverse_temperature(row);
   int lo, hi;
@@ -138,7 +150,7 @@ __global__ __launch_bounds__(kDrawThreads) void draw_kernel(TokenDraw* out, cons
   __shared__ double mass_before;
   const int r = blockIdx.x;
   const SampleRow row = rows[r];
-  if (row.temperature < 0) return;
+  if (row.filtered(V)) return;  // filtered_kernel's
   const bf16* z = logits + static_cast<size_t>(r) * V;
   const float inv_t = inverse_temperature(row);
   static_assert(kSlices == 32, "the first warp holds one slice per lane");
@@ -225,6 +237,147 @@ __global__ __launch_bounds__(kDrawThreads) void draw_kernel(TokenDraw* out, cons
   }
 }
 
+// A float's bits, mapped so that unsigned order is the floats' order.
+__device__ __forceinline__ unsigned order_key(float x) {
+  const unsigned u = __float_as_uint(x);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+__global__ __launch_bounds__(kFilterThreads) void filtered_kernel(TokenDraw* out,
+                                                                   const Slice* slices,
+                                                                   const bf16* logits,
+                                                                   const SampleRow* rows, int V) {
+  __shared__ unsigned hist[256];
+  __shared__ unsigned long long sorted[kCandidateCap];  // (~key << 32) | id, ascending
+  __shared__ double q[kCandidates];                     // their probabilities, in that order
+  __shared__ unsigned prefix_s, want_s;
+  __shared__ int gathered_s;
+  __shared__ double mx_s, log_sum_s;
+  const int r = blockIdx.x;
+  const SampleRow row = rows[r];
+  if (!row.filtered(V)) return;
+  const bf16* z = logits + static_cast<size_t>(r) * V;
+  const float inv_t = 1.0f / row.temperature;
+
+  // The row's max and log-sum-exp, from its slices (as draw_kernel combines them).
+  if (threadIdx.x < 32) {
+    const Slice mine = slices[static_cast<size_t>(r) * kSlices + threadIdx.x];
+    float best = mine.max;
+    for (int o = 16; o > 0; o >>= 1) best = fmaxf(best, __shfl_xor_sync(kFullMask, best, o));
+    const double mx = static_cast<double>(best) * inv_t;
+    const double part =
+        mine.sum > 0 ? mine.sum * exp(static_cast<double>(mine.max) * inv_t - mx) : 0.0;
+    const double log_sum = log(warp_sum(part));
+    if (threadIdx.x == 0) {
+      mx_s = mx;
+      log_sum_s = log_sum;
+      prefix_s = 0;
+    }
+  }
+  const int k_cap = row.top_k > 0 ? min(row.top_k, V) : V;
+  const int K = min(k_cap, kCandidates);
+  if (threadIdx.x == 0) want_s = static_cast<unsigned>(K);
+
+  // Select: the K-th largest key, 8 bits at a time from the top.
+  unsigned mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    const unsigned prefix = prefix_s;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+      const unsigned key = order_key(__bfloat162float(z[v]));
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned want = want_s;
+      unsigned above = 0;
+      int b = 255;
+      for (; b > 0; b--) {
+        if (above + hist[b] >= want) break;
+        above += hist[b];
+      }
+      want_s = want - above;
+      prefix_s = prefix | (static_cast<unsigned>(b) << shift);
+    }
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+
+  // Gather every token at or above it.
+  const unsigned threshold = prefix_s;
+  for (int i = threadIdx.x; i < kCandidateCap; i += blockDim.x) sorted[i] = ULLONG_MAX;
+  if (threadIdx.x == 0) gathered_s = 0;
+  __syncthreads();
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const unsigned key = order_key(__bfloat162float(z[v]));
+    if (key < threshold) continue;
+    const int at = atomicAdd(&gathered_s, 1);
+    if (at < kCandidateCap) {
+      sorted[at] = (static_cast<unsigned long long>(~key) << 32) | static_cast<unsigned>(v);
+    }
+  }
+  __syncthreads();
+  if (gathered_s > kCandidateCap) {  // ties at the selected logit beyond the buffer
+    if (threadIdx.x == 0) out[r] = TokenDraw{-1, 0.0f};
+    return;
+  }
+
+  // Sort: by logit, largest first, then by id.
+  for (int size = 2; size <= kCandidateCap; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < kCandidateCap; i += blockDim.x) {
+        const int j = i ^ stride;
+        if (j <= i) continue;
+        const unsigned long long a = sorted[i], b = sorted[j];
+        if ((a > b) == ((i & size) == 0)) {
+          sorted[i] = b;
+          sorted[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  const double mx = mx_s, log_sum = log_sum_s;
+  const auto id_at = [&](int i) { return static_cast<int>(sorted[i] & 0xffffffffu); };
+  if (static_cast<int>(threadIdx.x) < K) {
+    q[threadIdx.x] = exp(scaled(z, id_at(threadIdx.x), inv_t) - mx - log_sum);
+  }
+  __syncthreads();
+
+  // Cut and draw, as backend/sample_row.cpp's filtered_row walks its sorted head.
+  if (threadIdx.x != 0) return;
+  const double floor = row.min_p * q[0];
+  double before = 0;
+  int keep = 0;
+  bool cut = false;
+  for (int i = 0; i < K; i++) {
+    if (before > row.top_p || q[i] < floor) {
+      cut = true;
+      break;
+    }
+    before += q[i];
+    keep = i + 1;
+  }
+  if (!cut && K < k_cap) {  // the cut lies past the candidates
+    out[r] = TokenDraw{-1, 0.0f};
+    return;
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; i++) kept += q[i];
+  const double u = row.uniform * kept;
+  double acc = 0;
+  int token = id_at(keep - 1);
+  for (int i = 0; i < keep; i++) {
+    acc += q[i];
+    if (u < acc) {
+      token = id_at(i);
+      break;
+    }
+  }
+  out[r] = TokenDraw{token, static_cast<float>(scaled(z, token, inv_t) - mx - log_sum)};
+}
+
 }  // namespace
 
 size_t sample_tokens_scratch(int n) { return static_cast<size_t>(n) * kSlices * sizeof(Slice); }
@@ -237,6 +390,8 @@ void sample_tokens(TokenDraw* out, const bf16* logits, const SampleRow* rows, in
   check_launch("sample_tokens (slices)");
   draw_kernel<<<n, kDrawThreads, 0, stream>>>(out, slices, logits, rows, V);
   check_launch("sample_tokens (draw)");
+  filtered_kernel<<<n, kFilterThreads, 0, stream>>>(out, slices, logits, rows, V);
+  check_launch("sample_tokens (filtered)");
 }
 
 }  // namespace sr1::cuda
