@@ -27,11 +27,14 @@ command -v npm >/dev/null || fail "npm not found: install Node.js >= 20"
 [ -d node_modules ] || npm ci
 npm run build
 
+# Libraries carried with a bundle built elsewhere (bench/gpu-libs.sh).
+if [ -d .gpu/lib ]; then export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+
 # The tests skip their GPU part when the trainer cannot use CUDA; here that is a failure.
 trainer="${SEARCHR1_NATIVE_DIR:-native/build}/searchr1-trainer"
 # A build made on another machine may link libraries this one lacks (Gloo, for CPU ranks).
 missing=$(ldd "$trainer" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
-[ -z "$missing" ] || fail "$trainer needs $missing which this machine lacks: install them (Gloo: apt-get install libgloo0), put them on LD_LIBRARY_PATH, or build here"
+[ -z "$missing" ] || fail "$trainer needs $missing which this machine lacks: install them (Gloo: apt-get install libgloo0), carry them in .gpu/lib (bench/gpu-libs.sh), or build here"
 info="$("$trainer" info)"
 echo "$info"
 case "$info" in
