@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveConfig } from "../../src/config/resolve.js";
 import { trainSpec } from "../../src/config/schemas/train.js";
 import { BIN, type CliResult, runCli, startCli } from "../helpers/cli.js";
+import { startScriptedEngine } from "../helpers/scripted-engine.js";
 import { deterministic, MODEL, metrics, runDir, type SmallRun, smallRun } from "./small-run.js";
 
 let run: SmallRun;
@@ -133,6 +134,38 @@ describe("searchr1 train --nnodes 2", () => {
     expect(r0.stderr).toMatch(/node 1 \(127\.0\.0\.1\) left: interrupted on node 1/);
     expect(existsSync(checkpoint)).toBe(true);
     expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(out);
+  }, 240_000);
+
+  it("with rollout.engine_url the engine there serves every node's ranks: no replicas start", async () => {
+    const engine = await startScriptedEngine(
+      MODEL,
+      () => "<answer> an actor </answer>",
+      () => -1,
+    );
+    try {
+      const port = await freePort();
+      const out = path.join(dir, "engine-url");
+      const extra = [
+        "rollout.engine=sglang",
+        `rollout.engine_url=${engine.url}`,
+        "data.val_files=[]",
+        "trainer.val_before_train=false",
+        "trainer.total_training_steps=2",
+        "data.max_response_length=48",
+      ];
+      const node1 = startCli(args(out, nodeFlags(1, port, extra)));
+      const node0 = startCli(args(out, nodeFlags(0, port, extra)));
+      const [r0, r1] = await Promise.all([node0.result, node1.result]);
+      expect(r0.code, r0.stderr).toBe(0);
+      expect(r1.code, r1.stderr).toBe(0);
+      expect(r0.stderr).not.toMatch(/engine replica/);
+      // Rank 0 exports the new weights on node 0 each step, and the engine there loads them.
+      expect(engine.weightUpdates).toBe(2);
+      expect(metrics(out).map((m) => m.step)).toEqual([1, 2]);
+      expect(metrics(out).every((m) => m["reward/mean"] === 1)).toBe(true);
+    } finally {
+      await engine.close();
+    }
   }, 240_000);
 
   it("Ctrl-C on node 0 stops every node, each saying why; nothing is left", async () => {
