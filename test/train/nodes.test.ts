@@ -54,6 +54,21 @@ const childrenOf = (pid: number | undefined) => {
   }
 };
 
+/**
+ * Starts two nodes writing under `name` and waits for the first checkpoint (or node 0's
+ * exit): the moment the failure tests stop one of them.
+ */
+async function untilFirstCheckpoint(name: string) {
+  const port = await freePort();
+  const out = path.join(dir, name);
+  const node0 = startCli(args(out, nodeFlags(0, port)));
+  const node1 = startCli(args(out, nodeFlags(1, port)));
+  const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
+  while (!existsSync(checkpoint) && node0.child.exitCode === null)
+    await new Promise((r) => setTimeout(r, 50));
+  return { out, node0, node1, checkpoint };
+}
+
 describe("searchr1 train --nnodes 2", () => {
   let oneNode: string;
   const twoNodes = () => path.join(dir, "two-nodes");
@@ -116,13 +131,7 @@ describe("searchr1 train --nnodes 2", () => {
   }, 240_000);
 
   it("a node that leaves (Ctrl-C there) stops the run on node 0 naming it; nothing is left", async () => {
-    const port = await freePort();
-    const out = path.join(dir, "node-leaves");
-    const node0 = startCli(args(out, nodeFlags(0, port)));
-    const node1 = startCli(args(out, nodeFlags(1, port)));
-    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-    while (!existsSync(checkpoint) && node0.child.exitCode === null)
-      await new Promise((r) => setTimeout(r, 50));
+    const { out, node0, node1, checkpoint } = await untilFirstCheckpoint("node-leaves");
     const served = childrenOf(node1.child.pid);
     expect(served).toMatch(/searchr1-trainer serve .*--rank 1 --world-size 2/);
     expect(served).toMatch(/serve-engine/);
@@ -169,13 +178,7 @@ describe("searchr1 train --nnodes 2", () => {
   }, 240_000);
 
   it("Ctrl-C on node 0 stops every node, each saying why; nothing is left", async () => {
-    const port = await freePort();
-    const out = path.join(dir, "node0-interrupted");
-    const node0 = startCli(args(out, nodeFlags(0, port)));
-    const node1 = startCli(args(out, nodeFlags(1, port)));
-    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-    while (!existsSync(checkpoint) && node0.child.exitCode === null)
-      await new Promise((r) => setTimeout(r, 50));
+    const { out, node0, node1, checkpoint } = await untilFirstCheckpoint("node0-interrupted");
     node0.child.kill("SIGINT");
     const [r0, r1] = await Promise.all([node0.result, node1.result]);
     expect(r0.code, r0.stderr).toBe(130);
@@ -187,13 +190,7 @@ describe("searchr1 train --nnodes 2", () => {
   }, 240_000);
 
   it("a rank that dies on node 1 stops the run naming the rank and its last lines", async () => {
-    const port = await freePort();
-    const out = path.join(dir, "rank-dies");
-    const node0 = startCli(args(out, nodeFlags(0, port)));
-    const node1 = startCli(args(out, nodeFlags(1, port)));
-    const checkpoint = path.join(runDir(out), "global_step_1", "controller.json");
-    while (!existsSync(checkpoint) && node0.child.exitCode === null)
-      await new Promise((r) => setTimeout(r, 50));
+    const { out, node0, node1, checkpoint } = await untilFirstCheckpoint("rank-dies");
     const rank = childrenOf(node1.child.pid)
       .split("\n")
       .find((l) => l.includes("searchr1-trainer serve"));
