@@ -130,6 +130,32 @@ describe("searchr1 train --nnodes 2", () => {
     }
   }, 240_000);
 
+  // Two ranks a node: rank 1 is node 0's second (local rank 1, writes no weights), ranks 2
+  // and 3 node 1's, rank 2 its first (writes node 1's copy, which replicas 2 and 3 load for
+  // step 2's rollouts). Two steps, against --gpus 4.
+  it("two nodes of two ranks and two replicas each give the run of --gpus 4 on one node", async () => {
+    const short = ["trainer.total_training_steps=2", "trainer.val_before_train=false"];
+    const oneNode4 = path.join(dir, "one-node-4");
+    const one = runCli(args(oneNode4, ["--gpus", "4", ...short]));
+    expect(one.code, one.stderr).toBe(0);
+    const port = await freePort();
+    const out = path.join(dir, "two-nodes-4");
+    const node1 = startCli(args(out, nodeFlags(1, port, ["--gpus", "2", ...short])));
+    const node0 = startCli(args(out, nodeFlags(0, port, ["--gpus", "2", ...short])));
+    const [r0, r1] = await Promise.all([node0.result, node1.result]);
+    expect(r0.code, r0.stderr).toBe(0);
+    expect(r1.code, r1.stderr).toBe(0);
+    for (const r of [0, 1, 2, 3]) {
+      expect(r0.stderr).toMatch(
+        new RegExp(
+          `^engine replica ${r} serving at http://127\\.0\\.0\\.1:\\d+ on node ${r < 2 ? 0 : 1}$`,
+          "m",
+        ),
+      );
+    }
+    expect(metrics(out).map(deterministic)).toEqual(metrics(oneNode4).map(deterministic));
+  }, 300_000);
+
   it("a node that leaves (Ctrl-C there) stops the run on node 0 naming it; nothing is left", async () => {
     const { out, node0, node1, checkpoint } = await untilFirstCheckpoint("node-leaves");
     const served = childrenOf(node1.child.pid);
