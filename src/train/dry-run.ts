@@ -6,7 +6,15 @@
 import { join, resolve } from "node:path";
 import { modelDims, readConfig } from "../ckpt/model-dims.js";
 import type { TrainConfig } from "../config/schemas/train.js";
-import { formatPlan, memoryPlan, type PlanModel, planInput } from "./memory-plan.js";
+import {
+  formatPlan,
+  memoryPlan,
+  type PlanModel,
+  paddedFloats,
+  paramLayout,
+  planInput,
+} from "./memory-plan.js";
+import { stepTraffic, trafficLine } from "./traffic.js";
 
 /** The plan's view of a Hugging Face folder's config.json. */
 export function readPlanModel(dir: string): PlanModel {
@@ -43,6 +51,22 @@ export function dryRunText(config: TrainConfig): string {
       "rollout.log_prob_micro_batch_size and critic.ppo_micro_batch_size of them per rank",
   ].join("\n");
   const notes: string[] = [];
+  if (input.ranks > 1) {
+    // The critic shares the actor's mini-batches and epochs (src/train/step.ts).
+    const { actor, rollout, data } = config;
+    const rowsPerRank = Math.ceil((actor.ppo_mini_batch_size * rollout.n) / input.ranks);
+    const learner = (m: PlanModel, head: "lm" | "value", microBatch: number) => ({
+      floats: paddedFloats(paramLayout(m, head).floats, input.ranks, input.stage),
+      computeBytes: input.device === "cuda" ? 2 : 4,
+      rowsPerRank,
+      microBatch,
+    });
+    const learners = [learner(policy, "lm", actor.ppo_micro_batch_size)];
+    if (ppo) learners.push(learner(critic, "value", config.critic.ppo_micro_batch_size));
+    const optimizerSteps =
+      Math.ceil(data.train_batch_size / actor.ppo_mini_batch_size) * actor.ppo_epochs;
+    notes.push(trafficLine(stepTraffic(learners, input.ranks, optimizerSteps)));
+  }
   if (input.engineElsewhere) notes.push(`not on this device: ${input.engineElsewhere}`);
   if (input.device === "cuda") {
     notes.push(

@@ -196,6 +196,12 @@ export interface LearnerBytes {
   gradientsBetween: number;
 }
 
+/** The flat buffer's floats as ZeRO pads them (a multiple of ranks × 128 from stage 1 on). */
+export function paddedFloats(floats: number, ranks: number, stage: ZeroStage): number {
+  const multiple = stage > 0 ? ranks * PARAM_ALIGN : 1;
+  return Math.ceil(floats / multiple) * multiple;
+}
+
 /**
  * Learner::Memory for a model over `ranks` ranks at `stage`. At stage 2 over several ranks
  * the gradients are the rank's shard and the backward's buckets: the embeddings' region and
@@ -208,8 +214,7 @@ export function learnerBytes(
   device: Device,
 ): LearnerBytes {
   const { floats } = layout;
-  const multiple = stage > 0 ? ranks * PARAM_ALIGN : 1;
-  const capacity = Math.ceil(floats / multiple) * multiple;
+  const capacity = paddedFloats(floats, ranks, stage);
   const shard = stage > 0 ? capacity / ranks : floats;
   const x = device === "cuda" ? 2 : 4;
   const buckets = layout.embedRegion + Math.max(layout.widestLayer, capacity - layout.norm);

@@ -454,6 +454,13 @@ describe("searchr1 train --dry-run", () => {
     expect(r.stdout).toMatch(/^total during the log-probs +\d/m);
     expect(r.stdout).toMatch(/^total during the updates +\d/m);
     expect(r.stdout).toMatch(/^(fits|does NOT fit) 79\.00 GiB at ZeRO stage 2/m);
+    // Per step (512 prompts in mini-batches of 256: 2 optimizer steps), one rank: the fp32
+    // gradient (4 × 7,615,617,024 bytes = 30.46 GB) all-reduced, 2 × 7/8 of it per optimizer
+    // step; or reduced once per micro-batch pass (256 × 5 / 8 = 160 trajectories a rank, one
+    // per micro-batch); and the bf16 weights all-gathered, 7/8 × 15.23 GB per optimizer step.
+    expect(r.stdout).toMatch(
+      /^gradient traffic of one rank per step \(collective volumes, 2 optimizer step\(s\)\): stage 0\/1 106\.6 GB \(an all-reduce per optimizer step\); stage 2 up to 9\.75 TB \(a reduce per micro-batch pass, up to 160 per optimizer step\); from stage 1 on the all-gather of the updated weights adds 26\.7 GB$/m,
+    );
     expect(existsSync(out)).toBe(false);
   });
 });
