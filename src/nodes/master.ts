@@ -2,7 +2,7 @@ import { once } from "node:events";
 import { createServer, type Server, type Socket } from "node:net";
 import { basename } from "node:path";
 import { PassThrough, Writable } from "node:stream";
-import type { ServerChild, StartServer } from "../runtime/child-server.js";
+import { type ServerChild, type StartServer, within } from "../runtime/child-server.js";
 import { ServiceError, UsageError } from "../runtime/errors.js";
 import { listenError } from "../runtime/http-server.js";
 import type { ProcessEnd, ProcessHandle, Spawn } from "../runtime/process-handle.js";
@@ -69,11 +69,16 @@ export class NodeMaster {
         server.on("connection", (socket) => {
           socket.setNoDelay(true);
           const from = plainAddress(socket.remoteAddress);
+          // The hello, then every later message to the node's link.
           let greeted = false;
+          let link: NodeLink | null = null;
           receive<ToMaster>(
             socket,
             (m) => {
-              if (greeted) return; // later messages go to the link
+              if (greeted) {
+                link?.receive(m);
+                return;
+              }
               greeted = true;
               if (m.t !== "hello") {
                 socket.destroy();
@@ -87,7 +92,7 @@ export class NodeMaster {
                 return;
               }
               ownHost = plainAddress(socket.localAddress);
-              const link = new NodeLink(m.node, from, m.devices, m.exports, socket);
+              link = new NodeLink(m.node, from, m.devices, m.exports, socket);
               links.set(m.node, link);
               send(socket, { t: "welcome" });
               o.log(`node 0: node ${m.node} joined from ${from}`);
@@ -177,6 +182,8 @@ export class NodeLink {
   private readonly remotes = new Map<number, Remote>();
   private nextId = 1;
   private leftWhy: string | null = null;
+  /** Why the node says it is leaving (Ctrl-C there), before its connection closes. */
+  private leaving = "its connection closed";
   private done = false;
 
   constructor(
@@ -188,16 +195,7 @@ export class NodeLink {
     readonly exports: string,
     private readonly socket: Socket,
   ) {
-    let why = "its connection closed";
-    receive<ToMaster>(
-      socket,
-      (m) => {
-        if (m.t === "leaving") why = m.why;
-        else this.onMessage(m);
-      },
-      () => {},
-    );
-    socket.on("close", () => this.left(why));
+    socket.on("close", () => this.left(this.leaving));
   }
 
   /** Starts `basename(executable)` on the node (a searchr1 native program), stdio relayed. */
@@ -237,7 +235,9 @@ export class NodeLink {
     this.socket.end();
   }
 
-  private onMessage(m: ToMaster): void {
+  /** A message from the node after its hello. */
+  receive(m: ToMaster): void {
+    if (m.t === "leaving") this.leaving = m.why;
     if (m.t === "hello" || m.t === "leaving") return;
     const remote = this.remotes.get(m.id);
     if (!remote) return;
@@ -396,15 +396,8 @@ class RemoteServer implements ServerChild {
     this.deathListeners.push(listener);
   }
 
-  async settle(ms: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.gone,
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, ms);
-      }),
-    ]);
-    clearTimeout(timer);
+  settle(ms: number): Promise<void> {
+    return within(this.gone, ms);
   }
 
   async stop(): Promise<void> {

@@ -62,8 +62,7 @@ async function serveNode(o: NodeWorkerOptions, socket: Socket, exports: string):
   });
   const where = `node 0 at ${o.host}:${o.port}`;
   type Outcome = { ok: true } | { ok: false; err: Error };
-  const outcome = await new Promise<Outcome>((resolve) => {
-    const end = (result: Outcome) => resolve(result);
+  const outcome = await new Promise<Outcome>((end) => {
     const abort = () => {
       send(socket, { t: "leaving", why: `interrupted on node ${o.node}` });
       end({ ok: false, err: new ServiceError(`interrupted; ${where} is told`) });

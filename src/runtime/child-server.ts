@@ -124,15 +124,8 @@ export class ChildServer implements ServerChild {
   }
 
   /** Resolves once the child has exited (its death already told to listeners), or after `ms`. */
-  async settle(ms: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.child.then(() => {}),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, ms);
-      }),
-    ]);
-    clearTimeout(timer);
+  settle(ms: number): Promise<void> {
+    return within(this.child, ms);
   }
 
   /** SIGTERM (the server drains and exits), then waits for it. */
@@ -142,6 +135,21 @@ export class ChildServer implements ServerChild {
     this.child.kill("SIGTERM");
     await this.child;
   }
+}
+
+/** Resolves once `done` settles, or after `ms`, whichever is first. */
+export async function within(done: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    done.then(
+      () => {},
+      () => {},
+    ),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    }),
+  ]);
+  clearTimeout(timer);
 }
 
 function lastLines(lines: readonly string[]): string {

@@ -4,7 +4,7 @@ import type { EngineReplicas } from "../agent/session.js";
 import { rawConfig } from "../config/key-reads.js";
 import type { TrainConfig } from "../config/schemas/train.js";
 import { NodeMaster } from "../nodes/master.js";
-import { masterAddress, type NodeDevices } from "../nodes/protocol.js";
+import { masterAddress, type NodeDevices, type NodeSide } from "../nodes/protocol.js";
 import { runNodeWorker } from "../nodes/worker.js";
 import { ChildServer } from "../runtime/child-server.js";
 import { UsageError } from "../runtime/errors.js";
@@ -80,8 +80,26 @@ export function nodeDevices(placement: Placement): NodeDevices {
   };
 }
 
-/** The resolved config as every node compares it. */
-const plainConfig = (config: TrainConfig): unknown => JSON.parse(JSON.stringify(rawConfig(config)));
+/** What this node tells the others and is told of them (nodes/protocol.ts NodeSide). */
+function nodeSide(
+  config: TrainConfig,
+  placement: Placement,
+  log: (line: string) => void,
+  signal: AbortSignal,
+): NodeSide {
+  const address = checkNodes(config);
+  if (!address) throw new Error("several nodes need trainer.nnodes > 1");
+  return {
+    ...address,
+    nnodes: config.trainer.nnodes,
+    version: packageVersion(),
+    // The resolved config, as every node compares it.
+    config: JSON.parse(JSON.stringify(rawConfig(config))),
+    devices: nodeDevices(placement),
+    log,
+    signal,
+  };
+}
 
 /**
  * Node 0: waits for every other node, then says where each rank and replica runs. `runDir`
@@ -95,18 +113,8 @@ export async function openNodes(
   log: (line: string) => void,
   signal: AbortSignal,
 ): Promise<RunNodes> {
-  const address = checkNodes(config);
-  if (!address) throw new Error("openNodes needs trainer.nnodes > 1");
   const { gpus, nnodes } = config.trainer;
-  const master = await NodeMaster.open({
-    ...address,
-    nnodes,
-    version: packageVersion(),
-    config: plainConfig(config),
-    devices: nodeDevices(placement),
-    log,
-    signal,
-  });
+  const master = await NodeMaster.open(nodeSide(config, placement, log, signal));
   const shared = join(runDir, ".nodes");
   mkdirSync(shared, { recursive: true });
   const perNode = (node: number): NodeDevices =>
@@ -119,16 +127,14 @@ export async function openNodes(
   const replicasPerNode = placement.engine.replicas;
   const nativeReplicas = config.rollout.engine === "native" && config.rollout.engine_url === null;
   const replicaNode = (r: number) => Math.floor(r / replicasPerNode);
+  const rankNode = (rank: number) => Math.floor(rank / gpus);
   return {
     master,
     shared,
     ranks: {
       perNode: gpus,
-      host: (rank) => hostOf(Math.floor(rank / gpus)),
-      spawn: (rank) => {
-        const node = Math.floor(rank / gpus);
-        return node === 0 ? undefined : master.link(node).spawn;
-      },
+      host: (rank) => hostOf(rankNode(rank)),
+      spawn: (rank) => (rankNode(rank) === 0 ? undefined : master.link(rankNode(rank)).spawn),
       shared,
     },
     rankDevices: all((d) => d.trainer.devices),
@@ -172,18 +178,10 @@ export async function runNode(
   log: (line: string) => void,
   signal: AbortSignal,
 ): Promise<void> {
-  const address = checkNodes(config);
-  if (!address) throw new Error("runNode needs trainer.nnodes > 1");
   const placement = await placeRun(config);
   for (const note of placement.notes) log(note);
   await runNodeWorker({
-    ...address,
+    ...nodeSide(config, placement, log, signal),
     node: config.trainer.node_rank,
-    nnodes: config.trainer.nnodes,
-    version: packageVersion(),
-    config: plainConfig(config),
-    devices: nodeDevices(placement),
-    log,
-    signal,
   });
 }

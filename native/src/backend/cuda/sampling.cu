@@ -142,6 +142,28 @@ __global__ __launch_bounds__(kSliceThreads) void slices_kernel(Slice* slices,
   }
 }
 
+// A row's statistics from its kSlices slices, combined by one warp (lane l reads slice l;
+// every lane gets the same result): the arg max, the max of logit / T, the log-sum-exp, and
+// `part`, this lane's slice's share of the sum before the log.
+struct RowStats {
+  ArgMax best;
+  double mx, log_sum, part;
+};
+
+__device__ RowStats combine_slices(const Slice* slices, int r, float inv_t) {
+  static_assert(kSlices == 32, "a warp holds one slice per lane");
+  const Slice mine = slices[static_cast<size_t>(r) * kSlices + threadIdx.x % 32];
+  ArgMax best{mine.max, mine.argmax};
+  for (int o = 16; o > 0; o >>= 1) {
+    best = better(best, ArgMax{__shfl_xor_sync(kFullMask, best.value, o),
+                               __shfl_xor_sync(kFullMask, best.index, o)});
+  }
+  const double mx = static_cast<double>(best.value) * inv_t;
+  const double part =
+      mine.sum > 0 ? mine.sum * exp(static_cast<double>(mine.max) * inv_t - mx) : 0.0;
+  return RowStats{best, mx, log(warp_sum(part)), part};
+}
+
 __global__ __launch_bounds__(kDrawThreads) void draw_kernel(TokenDraw* out, const Slice* slices,
                                                              const bf16* logits,
                                                              const SampleRow* rows, int V) {
@@ -157,16 +179,9 @@ __global__ __launch_bounds__(kDrawThreads) void draw_kernel(TokenDraw* out, cons
 
   // Every thread combines the slices (32 values; cheaper than sharing them).
   const int lane = threadIdx.x % 32;
-  const Slice mine = slices[static_cast<size_t>(r) * kSlices + lane];
-  ArgMax best{mine.max, mine.argmax};
-  for (int o = 16; o > 0; o >>= 1) {
-    best = better(best, ArgMax{__shfl_xor_sync(kFullMask, best.value, o),
-                               __shfl_xor_sync(kFullMask, best.index, o)});
-  }
-  const double mx = static_cast<double>(best.value) * inv_t;
-  const double part =
-      mine.sum > 0 ? mine.sum * exp(static_cast<double>(mine.max) * inv_t - mx) : 0.0;
-  const double log_sum = log(warp_sum(part));
+  const RowStats stats = combine_slices(slices, r, inv_t);
+  const ArgMax best = stats.best;
+  const double mx = stats.mx, part = stats.part, log_sum = stats.log_sum;
   const auto logprob = [&](int v) {
     return static_cast<float>(scaled(z, v, inv_t) - mx - log_sum);
   };
@@ -259,18 +274,12 @@ __global__ __launch_bounds__(kFilterThreads) void filtered_kernel(TokenDraw* out
   const bf16* z = logits + static_cast<size_t>(r) * V;
   const float inv_t = 1.0f / row.temperature;
 
-  // The row's max and log-sum-exp, from its slices (as draw_kernel combines them).
+  // The row's max and log-sum-exp, from its slices.
   if (threadIdx.x < 32) {
-    const Slice mine = slices[static_cast<size_t>(r) * kSlices + threadIdx.x];
-    float best = mine.max;
-    for (int o = 16; o > 0; o >>= 1) best = fmaxf(best, __shfl_xor_sync(kFullMask, best, o));
-    const double mx = static_cast<double>(best) * inv_t;
-    const double part =
-        mine.sum > 0 ? mine.sum * exp(static_cast<double>(mine.max) * inv_t - mx) : 0.0;
-    const double log_sum = log(warp_sum(part));
+    const RowStats stats = combine_slices(slices, r, inv_t);
     if (threadIdx.x == 0) {
-      mx_s = mx;
-      log_sum_s = log_sum;
+      mx_s = stats.mx;
+      log_sum_s = stats.log_sum;
       prefix_s = 0;
     }
   }
