@@ -1,6 +1,6 @@
 // The inference engine (searchr1-engine, native/src/engine/PROTOCOL.md) on --device cuda
 // against the same engine on the CPU. On CUDA the weights, activations and the paged KV
-// cache are bf16 (native/src/backend/cuda/paged.cu: kv_store, paged_attention; fp32
+// cache are bf16 (native/src/backend/cuda/paged.cu and the cache store in elementwise.cu; fp32
 // softmax), so greedy decoding may pick another token where the CPU's two best are nearly
 // tied, and then the two continuations part. Each CUDA token is therefore checked in its
 // own context (the prompt and the CUDA tokens before it), against the fp32 CPU:

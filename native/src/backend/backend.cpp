@@ -59,6 +59,12 @@ class HostTimer final : public DeviceTimer {
 
 std::unique_ptr<DeviceTimer> Backend::timer() const { return std::make_unique<HostTimer>(); }
 
+void Backend::add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w,
+                                  int N, int C, float eps) {
+  add(sum, a, b, static_cast<size_t>(N) * C);
+  rmsnorm_forward(out, rstd, sum, w, N, C, eps);
+}
+
 void Backend::begin_capture() { throw Error(name() + " backend: no graphs (can_capture)"); }
 
 std::unique_ptr<DeviceGraph> Backend::end_capture() {

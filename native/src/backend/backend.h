@@ -40,6 +40,13 @@ struct XPtr {
   bool null() const { return p == nullptr; }
 };
 
+// Marks what CUDA kernels call too (nvcc compiles this header for backend/cuda).
+#ifdef __CUDACC__
+#define SR1_HOST_DEVICE __host__ __device__
+#else
+#define SR1_HOST_DEVICE
+#endif
+
 // Shape of one paged-attention call of the inference engine. The cache of one layer holds
 // the keys and values of `num_blocks` blocks of `block_size` positions each, laid out
 // k[num_blocks, num_kv_heads, block_size, head_dim] (v the same): a block's positions of one
@@ -49,15 +56,13 @@ struct PagedShape {
   int num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int block_size = 0;
   int max_blocks = 0;  // columns of the block table
-  int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  SR1_HOST_DEVICE int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  // Element offset of head g of the position at `off` in cache block `block`.
+  SR1_HOST_DEVICE size_t cache_offset(int block, int g, int off) const {
+    return ((static_cast<size_t>(block) * num_kv_heads + g) * block_size + off) * head_dim;
+  }
 };
 
-// Marks what CUDA kernels call too (nvcc compiles this header for backend/cuda).
-#ifdef __CUDACC__
-#define SR1_HOST_DEVICE __host__ __device__
-#else
-#define SR1_HOST_DEVICE
-#endif
 
 // How one row of next-token logits is sampled (the inference engine; engine/sampler.h has
 // the rule). temperature 0: greedy. uniform: the draw in [0, 1) from the sequence's own
@@ -201,6 +206,11 @@ class Backend {
   virtual void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) = 0;
   // out = a + b (out may alias a)
   virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;
+  // sum = a + b (sum may alias a), then out = rmsnorm_forward of sum: a residual add and the
+  // norm after it (the engine's layers). The same values as the two calls; CUDA does both in
+  // one kernel (a decode step's small kernels cost more than their arithmetic).
+  virtual void add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w,
+                                   int N, int C, float eps);
   // x *= s, in place (the language-model head's 1/temperature)
   virtual void scale(XPtr x, float s, size_t n) = 0;
 
@@ -214,9 +224,10 @@ class Backend {
   virtual void gelu_forward(XPtr out, XPtr inp, size_t n) = 0;
 
   // ---- paged KV cache (the inference engine) ----
-  // Copies the k and v heads of each fused qkv row (after rotary) to the cache at slots[r].
-  virtual void kv_store(XPtr k_cache, XPtr v_cache, XPtr qkv, const int32_t* slots,
-                        const PagedShape& s) = 0;
+  // Rotates the q and k heads of each fused qkv row at pos[r] (rope_forward), then copies its
+  // k and v heads to the cache at slots[r].
+  virtual void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k_cache, XPtr v_cache,
+                             const int32_t* slots, const PagedShape& s, float theta) = 0;
   // out[r, NH*hd] = causal GQA attention of row r's q heads over the cached keys and values
   // of positions 0..pos[r] of sequence seq[r], whose blocks are
   // block_tables[seq[r] * max_blocks + position / block_size].

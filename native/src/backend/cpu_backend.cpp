@@ -481,8 +481,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void kv_store(XPtr xk, XPtr xv, XPtr xqkv, const int32_t* slots,
-                const PagedShape& s) override {
+  void rope_kv_store(XPtr xqkv, const int32_t* pos, XPtr xk, XPtr xv, const int32_t* slots,
+                     const PagedShape& s, float theta) override {
+    rope_forward(xqkv, pos, AttentionShape{1, s.rows, s.num_heads, s.num_kv_heads, s.head_dim},
+                 theta);
     float *k = F(xk), *v = F(xv);
     const float* qkv = F(xqkv);
     const int NKV = s.num_kv_heads, hd = s.head_dim, BS = s.block_size, QKV = s.qkv_dim();
@@ -490,7 +492,7 @@ class CpuBackend final : public Backend {
     for (int r = 0; r < s.rows; r++) {
       for (int g = 0; g < NKV; g++) {
         const float* row = qkv + static_cast<size_t>(r) * QKV;
-        const size_t at = cache_offset(slots[r] / BS, g, slots[r] % BS, s);
+        const size_t at = s.cache_offset(slots[r] / BS, g, slots[r] % BS);
         std::memcpy(k + at, row + (s.num_heads + g) * hd, hd * sizeof(float));
         std::memcpy(v + at, row + (s.num_heads + NKV + g) * hd, hd * sizeof(float));
       }
@@ -518,7 +520,7 @@ class CpuBackend final : public Backend {
           const int keys = pos[r] + 1;
           p.resize(static_cast<size_t>(group) * keys);
           for (int j = 0; j < keys; j++) {
-            const float* k = kc + cache_offset(table[j / BS], g, j % BS, s);
+            const float* k = kc + s.cache_offset(table[j / BS], g, j % BS);
             for (int h = 0; h < group; h++) {
               p[static_cast<size_t>(h) * keys + j] = dot(q + h * hd, k, hd) * scale;
             }
@@ -527,7 +529,7 @@ class CpuBackend final : public Backend {
           std::memset(o, 0, static_cast<size_t>(group) * hd * sizeof(float));
           for (int h = 0; h < group; h++) softmax(p.data() + static_cast<size_t>(h) * keys, keys);
           for (int j = 0; j < keys; j++) {
-            const float* v = vc + cache_offset(table[j / BS], g, j % BS, s);
+            const float* v = vc + s.cache_offset(table[j / BS], g, j % BS);
             for (int h = 0; h < group; h++) {
               axpy(o + h * hd, p[static_cast<size_t>(h) * keys + j], v, hd);
             }
@@ -727,12 +729,6 @@ class CpuBackend final : public Backend {
  private:
   // XPtrs of this backend hold floats.
   static float* F(XPtr x) { return static_cast<float*>(x.p); }
-
-  // Element offset of (block, kv head, position in block) in a layer's paged cache.
-  static size_t cache_offset(int block, int g, int off, const PagedShape& s) {
-    return ((static_cast<size_t>(block) * s.num_kv_heads + g) * s.block_size + off) *
-           s.head_dim;
-  }
 
   // Pointers into the fused qkv rows of sequence b for kv head g.
   struct Heads {

@@ -160,6 +160,15 @@ void ProfiledBackend::swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I
 void ProfiledBackend::add(XPtr out, XPtr a, XPtr b, size_t n) {
   timed("add", [&] { inner_->add(out, a, b, n); });
 }
+void ProfiledBackend::add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b,
+                                          XPtr w, int N, int C, float eps) {
+  timed("add_rmsnorm_forward",
+        [&] { inner_->add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps); });
+}
+void ProfiledBackend::rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k_cache, XPtr v_cache,
+                                    const int32_t* slots, const PagedShape& s, float theta) {
+  timed("rope_kv_store", [&] { inner_->rope_kv_store(qkv, pos, k_cache, v_cache, slots, s, theta); });
+}
 void ProfiledBackend::scale(XPtr x, float s, size_t n) {
   timed("scale", [&] { inner_->scale(x, s, n); });
 }
@@ -169,10 +178,6 @@ void ProfiledBackend::layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, i
 }
 void ProfiledBackend::gelu_forward(XPtr out, XPtr inp, size_t n) {
   timed("gelu_forward", [&] { inner_->gelu_forward(out, inp, n); });
-}
-void ProfiledBackend::kv_store(XPtr k_cache, XPtr v_cache, XPtr qkv, const int32_t* slots,
-                               const PagedShape& s) {
-  timed("kv_store", [&] { inner_->kv_store(k_cache, v_cache, qkv, slots, s); });
 }
 void ProfiledBackend::paged_attention(XPtr out, XPtr qkv, XPtr k_cache, XPtr v_cache,
                                       const int32_t* block_tables, const int32_t* seq,

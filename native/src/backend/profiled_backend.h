@@ -75,12 +75,14 @@ class ProfiledBackend final : public Backend {
   void swiglu_forward(XPtr out, XPtr gu, int N, int I) override;
   void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) override;
   void add(XPtr out, XPtr a, XPtr b, size_t n) override;
+  void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k_cache, XPtr v_cache,
+                     const int32_t* slots, const PagedShape& s, float theta) override;
+  void add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w, int N, int C,
+                           float eps) override;
   void scale(XPtr x, float s, size_t n) override;
   void layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C,
                          float eps) override;
   void gelu_forward(XPtr out, XPtr inp, size_t n) override;
-  void kv_store(XPtr k_cache, XPtr v_cache, XPtr qkv, const int32_t* slots,
-                const PagedShape& s) override;
   void paged_attention(XPtr out, XPtr qkv, XPtr k_cache, XPtr v_cache,
                        const int32_t* block_tables, const int32_t* seq, const int32_t* pos,
                        const PagedShape& s) override;

@@ -112,25 +112,29 @@ void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const in
                               PagedKvCache& cache) {
   const ModelConfig& c = config_;
   const int N = ps.rows, H = c.hidden_size, I = c.intermediate_size;
-  const AttentionShape rope_shape{1, N, c.num_heads, c.num_kv_heads, c.head_dim};
   const XPtr P = weights_;
   PagedBuffers* b = paged_.get();
   be_.embedding_forward(b->x, ids, P + layout_.embed(), N, H);
+  be_.rmsnorm_forward(b->ln, b->rstd, b->x, P + layout_.layer(0).ln1, N, H, c.rms_norm_eps);
+  // Each residual add runs with the norm after it (ln holds a layer's first norm on entry).
   for (int l = 0; l < c.num_layers; l++) {
     const LayerParams& lp = layout_.layer(l);
-    be_.rmsnorm_forward(b->ln, b->rstd, b->x, P + lp.ln1, N, H, c.rms_norm_eps);
     be_.matmul_forward(b->qkv, b->ln, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : XPtr{}, N,
                        H, c.qkv_dim());
-    be_.rope_forward(b->qkv, pos, rope_shape, c.rope_theta);
-    be_.kv_store(cache.k(l), cache.v(l), b->qkv, slots, ps);
+    be_.rope_kv_store(b->qkv, pos, cache.k(l), cache.v(l), slots, ps, c.rope_theta);
     be_.paged_attention(b->att, b->qkv, cache.k(l), cache.v(l), tables, seq, pos, ps);
     be_.matmul_forward(b->h, b->att, P + lp.o_w, {}, N, c.q_dim(), H);
-    be_.add(b->h, b->h, b->x, static_cast<size_t>(N) * H);
-    be_.rmsnorm_forward(b->ln, b->rstd, b->h, P + lp.ln2, N, H, c.rms_norm_eps);
+    be_.add_rmsnorm_forward(b->h, b->ln, b->rstd, b->h, b->x, P + lp.ln2, N, H,
+                            c.rms_norm_eps);
     be_.matmul_forward(b->gu, b->ln, P + lp.gu_w, {}, N, H, 2 * I);
     be_.swiglu_forward(b->act, b->gu, N, I);
     be_.matmul_forward(b->x, b->act, P + lp.down_w, {}, N, I, H);  // x is free: h holds it
-    be_.add(b->x, b->x, b->h, static_cast<size_t>(N) * H);
+    if (l + 1 < c.num_layers) {
+      be_.add_rmsnorm_forward(b->x, b->ln, b->rstd, b->x, b->h, P + layout_.layer(l + 1).ln1, N,
+                              H, c.rms_norm_eps);
+    } else {
+      be_.add(b->x, b->x, b->h, static_cast<size_t>(N) * H);  // the head norms its rows itself
+    }
   }
 }
 

@@ -230,8 +230,11 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s,
                              scratch(cuda::attention_backward_scratch(s)), stream_);
   }
-  void kv_store(XPtr k, XPtr v, XPtr qkv, const int32_t* slots, const PagedShape& s) override {
-    cuda::kv_store(X(k), X(v), X(qkv), slots, s, stream_);
+  void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k, XPtr v, const int32_t* slots,
+                     const PagedShape& s, float theta) override {
+    const AttentionShape rows{1, s.rows, s.num_heads, s.num_kv_heads, s.head_dim};
+    const cuda::KvStore store{X(k), X(v), slots, s.block_size};
+    cuda::rope(X(qkv), pos, rows, theta, 1.0f, stream_, &store);
   }
   void paged_attention(XPtr out, XPtr qkv, XPtr k, XPtr v, const int32_t* block_tables,
                        const int32_t* seq, const int32_t* pos, const PagedShape& s) override {
@@ -246,6 +249,10 @@ class CudaBackend final : public Backend {
   }
   void add(XPtr out, XPtr a, XPtr b, size_t n) override {
     cuda::add(X(out), X(a), X(b), n, stream_);
+  }
+  void add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w, int N,
+                           int C, float eps) override {
+    cuda::add_rmsnorm_forward(X(sum), X(out), rstd, X(a), X(b), X(w), N, C, eps, stream_);
   }
   void scale(XPtr x, float s, size_t n) override { cuda::scale(X(x), s, n, stream_); }
   void layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C,

@@ -115,9 +115,12 @@ __global__ void f32_to_bf16_kernel(bf16* dst, const float* src, size_t n) {
 // RopeTable does (IEEE fp32 division even under --use_fast_math; pow in double rounded to
 // float, which is what powf returns for the head dims and thetas models use), and cos/sin
 // are taken in double like the reference.
-__global__ void rope_kernel(bf16* qkv, const int32_t* pos, int N, int hd, int heads, int qkv_dim,
-                            float theta, float sign) {
+// With a cache (store.k non-null), the thread also writes its pair of each rotated key head
+// and of each value head to the row's slot.
+__global__ void rope_kernel(bf16* qkv, const int32_t* pos, int N, int hd, int num_heads,
+                            int num_kv_heads, float theta, float sign, KvStore store) {
   const int half = hd / 2;
+  const PagedShape cache{N, num_heads, num_kv_heads, hd, store.block_size, 0};
   const size_t items = static_cast<size_t>(N) * half;
   for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < items;
        idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -130,12 +133,23 @@ __global__ void rope_kernel(bf16* qkv, const int32_t* pos, int N, int hd, int he
     double sin_a, cos_a;
     sincos(static_cast<double>(angle), &sin_a, &cos_a);
     const float c = static_cast<float>(cos_a), s = sign * static_cast<float>(sin_a);
-    bf16* row = qkv + n * qkv_dim;
-    for (int h = 0; h < heads; h++) {
+    bf16* row = qkv + n * cache.qkv_dim();
+    for (int h = 0; h < num_heads + num_kv_heads; h++) {
       bf16* x = row + h * hd;
       const float x1 = __bfloat162float(x[j]), x2 = __bfloat162float(x[j + half]);
       x[j] = __float2bfloat16_rn(x1 * c - x2 * s);
       x[j + half] = __float2bfloat16_rn(x2 * c + x1 * s);
+    }
+    if (store.k == nullptr) continue;
+    const int slot = store.slots[n];
+    for (int g = 0; g < num_kv_heads; g++) {
+      const size_t at = cache.cache_offset(slot / store.block_size, g, slot % store.block_size);
+      const bf16* k = row + (num_heads + g) * hd;
+      const bf16* v = row + (num_heads + num_kv_heads + g) * hd;
+      store.k[at + j] = k[j];
+      store.k[at + j + half] = k[j + half];
+      store.v[at + j] = v[j];
+      store.v[at + j + half] = v[j + half];
     }
   }
 }
@@ -202,12 +216,13 @@ void f32_to_bf16(bf16* dst, const float* src, size_t n, cudaStream_t stream) {
 }
 
 void rope(bf16* qkv, const int32_t* pos, const AttentionShape& s, float theta, float sign,
-          cudaStream_t stream) {
+          cudaStream_t stream, const KvStore* store) {
   const int N = s.B * s.T;
   const size_t items = static_cast<size_t>(N) * (s.head_dim / 2);
   if (items == 0) return;
   rope_kernel<<<flat_blocks(items), kThreads, 0, stream>>>(
-      qkv, pos, N, s.head_dim, s.num_heads + s.num_kv_heads, s.qkv_dim(), theta, sign);
+      qkv, pos, N, s.head_dim, s.num_heads, s.num_kv_heads, theta, sign,
+      store != nullptr ? *store : KvStore{});
   check_launch("rope");
 }
 

@@ -39,15 +39,33 @@ void scatter_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,
                   cudaStream_t stream);
 // dst = round-to-nearest-even bf16 of src
 void f32_to_bf16(bf16* dst, const float* src, size_t n, cudaStream_t stream);
+// Where rope also stores each row's rotated keys and its values: the engine's paged cache
+// (layout: PagedShape), row n at slot slots[n].
+struct KvStore {
+  bf16 *k, *v;
+  const int32_t* slots;
+  int block_size;
+};
 // Rotary embedding of the q and k heads of each fused qkv row at its position, in place;
 // sign -1 rotates back (the backward pass). Angles as Hugging Face computes them:
 // inv_freq = 1 / theta^(2j/hd) in fp32, angle = float(pos) * inv_freq, cos/sin of it.
+// With `store`, each row's rotated keys and its values also go to the cache.
 void rope(bf16* qkv, const int32_t* pos, const AttentionShape& s, float theta, float sign,
+          cudaStream_t stream, const KvStore* store = nullptr);
+
+// ---- gemv.cu: out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC], may be null) for a few rows ----
+constexpr int kGemvRows = 8;
+// N in 1..kGemvRows, C a multiple of 8, inp and w 16-byte aligned.
+bool gemv_fits(const bf16* inp, const bf16* w, int N, int C);
+void gemv(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
           cudaStream_t stream);
 
 // ---- rmsnorm.cu ----
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C,
                      float eps, cudaStream_t stream);
+// sum = a + b (rounded to bf16, as add), then out = rmsnorm_forward of sum; sum may alias a
+void add_rmsnorm_forward(bf16* sum, bf16* out, float* rstd, const bf16* a, const bf16* b,
+                         const bf16* w, int N, int C, float eps, cudaStream_t stream);
 // dinp += ..., dw += ... (fp32)
 void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
                       const float* rstd, int N, int C, cudaStream_t stream);
@@ -97,8 +115,6 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
 
 // ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape); head dims as
 // attention_supports ----
-void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
-              cudaStream_t stream);
 void paged_attention(bf16* out, const bf16* qkv, const bf16* k, const bf16* v,
                      const int32_t* block_tables, const int32_t* seq, const int32_t* pos,
                      const PagedShape& s, cudaStream_t stream);

@@ -1,7 +1,8 @@
 // Row-major to column-major: a row-major R x K matrix is, to cuBLASLt, a column-major K x R
 // matrix with ld K, so each product below is computed as its transpose.
 //   forward   out^T[OC,N] = w^T . inp^T    A = w (C x OC, op T), B = inp (C x N), k = C;
-//             then add_bias_kernel adds bias[output feature] to every row of out.
+//             then add_bias_kernel adds bias[output feature] to every row of out. Up to
+//             kGemvRows rows may go to gemv.cu instead (Matmul::gemv_faster).
 //   dinp      dinp^T[C,N] = w . dout^T      A = w (C x OC), B = dout (OC x N), k = OC
 //   dw        dw^T[C,OC] = inp^T . dout     A = inp (C x N), B = dout (OC x N, op T), k = N;
 //             fp32 C = D = dw with beta 1 accumulates.
@@ -44,6 +45,33 @@ __global__ void add_bias_kernel(bf16* out, const bf16* bias, size_t N, int OC) {
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + __bfloat162float(bias[i % OC]));
   }
+}
+
+// Milliseconds that kRuns calls of `call` (a bool: it was queued) take on `stream`, after one
+// untimed call; -1 when a call fails.
+template <typename Call>
+float time_ms(cudaStream_t stream, const Call& call) {
+  constexpr int kRuns = 3;
+  if (!call()) return -1;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  bool ok = true;
+  for (int r = 0; r < kRuns && ok; r++) ok = call();
+  check(cudaEventRecord(stop, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ok ? ms : -1;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
 }
 
 // Largest power of two, up to cuBLASLt's default assumption of 256, that divides the address.
@@ -212,40 +240,26 @@ cublasLtMatmulAlgo_t Matmul::tuned(const Key& key, const Plan& p,
   if (known != tuned_.end()) return runs(p, known->second) ? known->second : candidates[0].algo;
   // No timing while a graph is being recorded (the engine records shapes it ran before, so
   // this is a new N in a known range whose choice cuBLASLt did not accept).
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(run.stream, &capturing), "cudaStreamIsCapturing");
-  if (count <= 1 || capturing != cudaStreamCaptureStatusNone) return candidates[0].algo;
+  if (count <= 1 || capturing(run.stream)) return candidates[0].algo;
 
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
   const float alpha = 1.0f, beta = 0.0f;
   const auto product = [&](const cublasLtMatmulAlgo_t& algo) {
     return api_.cublasLtMatmul(handle_, p.desc.handle, &alpha, run.a, p.a.handle, run.b,
                                p.b.handle, &beta, run.d, p.d.handle, run.d, p.d.handle, &algo,
-                               run.workspace, kWorkspaceBytes, run.stream);
+                               run.workspace, kWorkspaceBytes, run.stream) ==
+           CUBLAS_STATUS_SUCCESS;
   };
   int best = -1;  // none ran: the heuristic's first, whose call then says why
   float best_ms = 0;
   for (int i = 0; i < count; i++) {
-    constexpr int kRuns = 3;  // after one untimed run
     const cublasLtMatmulAlgo_t& algo = candidates[i].algo;
-    const bool fits = candidates[i].workspaceSize <= kWorkspaceBytes;
-    if (!fits || product(algo) != CUBLAS_STATUS_SUCCESS) continue;
-    check(cudaEventRecord(start, run.stream), "cudaEventRecord");
-    bool ok = true;
-    for (int r = 0; r < kRuns && ok; r++) ok = product(algo) == CUBLAS_STATUS_SUCCESS;
-    check(cudaEventRecord(stop, run.stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (ok && (best < 0 || ms < best_ms)) {
+    if (candidates[i].workspaceSize > kWorkspaceBytes) continue;
+    const float ms = time_ms(run.stream, [&] { return product(algo); });
+    if (ms >= 0 && (best < 0 || ms < best_ms)) {
       best = i;
       best_ms = ms;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   if (best < 0) return candidates[0].algo;
   tuned_.emplace(range, candidates[best].algo);
   return candidates[best].algo;
@@ -262,9 +276,32 @@ void Matmul::gemm(Kind kind, int N, int C, int OC, const void* a, const void* b,
            "cublasLtMatmul", key);
 }
 
+bool Matmul::gemv_faster(int N, int C, int OC, const Operands& run) {
+  const std::tuple<int, int, int> shape{N, C, OC};
+  const auto known = gemv_faster_.find(shape);
+  if (known != gemv_faster_.end()) return known->second;
+  if (capturing(run.stream)) return false;  // untimed: cuBLASLt, without keeping the choice
+  auto* out = static_cast<bf16*>(run.d);
+  const auto* inp = static_cast<const bf16*>(run.b);
+  const auto* w = static_cast<const bf16*>(run.a);
+  const float gemv_ms = time_ms(run.stream, [&] {
+    gemv(out, inp, w, nullptr, N, C, OC, run.stream);
+    return true;
+  });
+  const float gemm_ms = time_ms(run.stream, [&] {
+    gemm(Kind::kForward, N, C, OC, w, inp, out, 0.0f, run.workspace, run.stream);
+    return true;
+  });
+  return gemv_faster_[shape] = gemv_ms < gemm_ms;
+}
+
 void Matmul::forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C,
                      int OC, void* workspace, cudaStream_t stream) {
   if (N == 0) return;  // an empty batch: nothing to compute, and no zero-sized matrix to describe
+  if (gemv_fits(inp, w, N, C) && gemv_faster(N, C, OC, Operands{w, inp, out, workspace, stream})) {
+    gemv(out, inp, w, bias, N, C, OC, stream);  // adds the bias itself
+    return;
+  }
   gemm(Kind::kForward, N, C, OC, w, inp, out, 0.0f, workspace, stream);
   if (bias) {
     const size_t total = static_cast<size_t>(N) * OC;

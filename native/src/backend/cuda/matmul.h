@@ -80,6 +80,9 @@ class Matmul {
   cublasLtMatmulAlgo_t tuned(const Key& key, const Plan& p,
                              const cublasLtMatmulHeuristicResult_t* candidates, int count,
                              const Operands& run);
+  // Whether gemv.cu's kernel beats cuBLASLt on a product of N <= kGemvRows rows: both timed
+  // on the shape's first call (never while a graph records; then cuBLASLt runs) and kept.
+  bool gemv_faster(int N, int C, int OC, const Operands& run);
   // cuBLASLt runs `algo` on this plan's problem within our workspace.
   bool runs(const Plan& p, const cublasLtMatmulAlgo_t& algo) const;
   static std::string describe(const Key& key);  // "forward N=.. C=.. OC=..", for errors
@@ -91,6 +94,7 @@ class Matmul {
   cublasLtHandle_t handle_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // by Key with N rounded up to a power of two
+  std::map<std::tuple<int, int, int>, bool> gemv_faster_;  // by (N, C, OC)
 };
 
 }  // namespace sr1::cuda

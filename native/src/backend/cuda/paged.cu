@@ -1,6 +1,7 @@
-// The inference engine's paged KV cache on the GPU: storing each new row's keys and values
-// into its cache slot, and decode/prefill attention over a sequence's cached blocks (a block
-// of warps per (row, query head), online softmax over tiles of keys, fp32 arithmetic).
+// The inference engine's attention on the GPU: decode and prefill rows over their sequence's
+// blocks of the paged KV cache (a block of warps per (row, query head), online softmax over
+// tiles of keys, fp32 arithmetic). The rows' keys and values reach the cache with their
+// rotary embedding (rope in elementwise.cu).
 // Layouts as PagedShape in backend.h; the CPU twin is in cpu_backend.cpp.
 #include <cuda_bf16.h>
 
@@ -22,30 +23,6 @@ static_assert(kMaxHeadDim >= 128, "paged attention must cover attention_supports
 // Warps of one (row, head); each takes tiles of 32 keys in turn, one key per lane.
 constexpr int kWarps = 4;
 constexpr int kTile = 32;
-
-__device__ int qkv_dim(const PagedShape& s) {
-  return (s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
-}
-
-__device__ size_t cache_offset(int block, int g, int off, const PagedShape& s) {
-  return ((static_cast<size_t>(block) * s.num_kv_heads + g) * s.block_size + off) * s.head_dim;
-}
-
-__global__ void kv_store_kernel(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots,
-                                PagedShape s) {
-  const size_t per_row = static_cast<size_t>(s.num_kv_heads) * s.head_dim;
-  const size_t total = per_row * s.rows;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int r = static_cast<int>(i / per_row);
-    const int g = static_cast<int>(i % per_row) / s.head_dim;
-    const int d = static_cast<int>(i % s.head_dim);
-    const bf16* row = qkv + static_cast<size_t>(r) * qkv_dim(s);
-    const size_t at = cache_offset(slots[r] / s.block_size, g, slots[r] % s.block_size, s) + d;
-    k[at] = row[(s.num_heads + g) * s.head_dim + d];
-    v[at] = row[(s.num_heads + s.num_kv_heads + g) * s.head_dim + d];
-  }
-}
 
 // q . k over head_dim (a multiple of 8): k read 16 bytes at a time, q (scaled) from shared
 // memory, where every lane reads the same address.
@@ -80,14 +57,14 @@ __global__ __launch_bounds__(32 * kWarps) void paged_attention_kernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hd = s.head_dim, g = h / (s.num_heads / s.num_kv_heads);
   const float scale = rsqrtf(static_cast<float>(hd));
-  const bf16* q = qkv + static_cast<size_t>(r) * qkv_dim(s) + h * hd;
+  const bf16* q = qkv + static_cast<size_t>(r) * s.qkv_dim() + h * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) q_s[d] = __bfloat162float(q[d]) * scale;
   __syncthreads();
 
   const int32_t* table = block_tables + static_cast<size_t>(seq[r]) * s.max_blocks;
   const int keys = pos[r] + 1;
   const auto key_at = [&](int j) {
-    return cache_offset(table[j / s.block_size], g, j % s.block_size, s);
+    return s.cache_offset(table[j / s.block_size], g, j % s.block_size);
   };
   float m = -INFINITY, l = 0.0f, acc[kMaxDimsPerLane] = {};
   for (int t0 = warp * kTile; t0 < keys; t0 += kWarps * kTile) {
@@ -133,15 +110,6 @@ __global__ __launch_bounds__(32 * kWarps) void paged_attention_kernel(
 }
 
 }  // namespace
-
-void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
-              cudaStream_t stream) {
-  const size_t total = static_cast<size_t>(s.rows) * s.num_kv_heads * s.head_dim;
-  if (total == 0) return;
-  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 65536));
-  kv_store_kernel<<<blocks, 256, 0, stream>>>(k, v, qkv, slots, s);
-  check_launch("kv_store");
-}
 
 void paged_attention(bf16* out, const bf16* qkv, const bf16* k, const bf16* v,
                      const int32_t* block_tables, const int32_t* seq, const int32_t* pos,

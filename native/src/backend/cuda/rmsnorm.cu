@@ -1,5 +1,5 @@
-// RMSNorm forward and backward: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps) per
-// row, with fp32 statistics over bf16 activations.
+// RMSNorm forward (alone, or after a residual add) and backward: out = w * (x * rstd),
+// rstd = 1/sqrt(mean(x^2) + eps) per row, with fp32 statistics over bf16 activations.
 #include <algorithm>
 
 #include "backend/cuda/kernels.h"
@@ -12,19 +12,29 @@ constexpr int kForwardWarps = 8;  // rows per forward block, one warp each
 constexpr int kBackwardThreads = 256;
 constexpr int kBackwardMaxBlocks = 1024;  // enough to fill an H100 at 256 threads a block
 
-__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* w,
-                                       int N, int C, float eps) {
+// One warp per row. With RESIDUAL the row normalised is a + b, rounded to bf16 and written to
+// `sum` first (as `add` would: sum may alias a, each element read by the thread that writes
+// it); without, it is `a`.
+template <bool RESIDUAL>
+__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, bf16* sum, const bf16* a,
+                                       const bf16* b, const bf16* w, int N, int C, float eps) {
   const int row = blockIdx.x * kForwardWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;  // the whole warp leaves together, before its shuffles
-  const bf16* x = inp + static_cast<size_t>(row) * C;
-  bf16* y = out + static_cast<size_t>(row) * C;
+  const size_t off = static_cast<size_t>(row) * C;
   float ss = 0;
   for (int c = lane; c < C; c += 32) {
-    const float v = __bfloat162float(x[c]);
+    float v = __bfloat162float(a[off + c]);
+    if (RESIDUAL) {
+      const bf16 s = __float2bfloat16_rn(v + __bfloat162float(b[off + c]));
+      sum[off + c] = s;
+      v = __bfloat162float(s);
+    }
     ss += v * v;
   }
   const float r = rsqrtf(warp_sum(ss) / C + eps);
   if (lane == 0) rstd[row] = r;
+  const bf16* x = (RESIDUAL ? sum : a) + off;
+  bf16* y = out + off;
   for (int c = lane; c < C; c += 32) {
     y[c] = __float2bfloat16_rn(__bfloat162float(w[c]) * (__bfloat162float(x[c]) * r));
   }
@@ -66,9 +76,18 @@ void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int
                      float eps, cudaStream_t stream) {
   if (N == 0) return;
   const int blocks = (N + kForwardWarps - 1) / kForwardWarps;
-  rmsnorm_forward_kernel<<<blocks, kForwardWarps * 32, 0, stream>>>(out, rstd, inp, w, N, C,
-                                                                     eps);
+  rmsnorm_forward_kernel<false><<<blocks, kForwardWarps * 32, 0, stream>>>(
+      out, rstd, nullptr, inp, nullptr, w, N, C, eps);
   check_launch("rmsnorm_forward");
+}
+
+void add_rmsnorm_forward(bf16* sum, bf16* out, float* rstd, const bf16* a, const bf16* b,
+                         const bf16* w, int N, int C, float eps, cudaStream_t stream) {
+  if (N == 0) return;
+  const int blocks = (N + kForwardWarps - 1) / kForwardWarps;
+  rmsnorm_forward_kernel<true><<<blocks, kForwardWarps * 32, 0, stream>>>(out, rstd, sum, a, b,
+                                                                          w, N, C, eps);
+  check_launch("add_rmsnorm_forward");
 }
 
 void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w,
