@@ -82,11 +82,12 @@ class EngineProcess {
     model: string,
     readonly device: "cpu" | "cuda",
     extra: string[] = [],
+    env: Record<string, string> = {},
   ) {
     this.proc = spawn(
       nativeExecutable("searchr1-engine"),
       ["--model", model, "--device", device, "--threads", "2", ...extra],
-      { env: { ...process.env, OMP_NUM_THREADS: "2" } },
+      { env: { ...process.env, OMP_NUM_THREADS: "2", ...env } },
     );
     this.proc.stderr.setEncoding("utf8").on("data", (d: string) => {
       this.stderr += d;
@@ -414,6 +415,26 @@ describe.runIf(GPU).each(CUDA_MODELS)("%s: the engine on CUDA against the CPU", 
     expect(await eager.close(), eager.stderr).toBe(0);
     await checkAgainstCpu(dir, cpu, best, outs, names);
   }, 120_000);
+
+  // Products of up to 8 rows (every decode step here) pick gemv.cu's kernel or cuBLASLt by
+  // timing them; each path is forced once, so that both are checked whichever wins.
+  for (const gemv of ["on", "off"]) {
+    it(`with SEARCHR1_GEMV=${gemv}: the CPU's tokens but near-ties, bf16 log-probs`, async () => {
+      const forced = new EngineProcess(dir, "cuda", [], { SEARCHR1_GEMV: gemv });
+      expect(await forced.ready).toMatchObject({ device: "cuda" });
+      const outs: Generated[] = [];
+      for (const c of cases) outs.push(await forced.generate(c.prompt_ids));
+      outs.push(...(await Promise.all(cases.map((c) => forced.generate(c.prompt_ids)))));
+      expect(await forced.close(), forced.stderr).toBe(0);
+      await checkAgainstCpu(dir, cpu, best, outs, [...names, ...names]);
+    }, 120_000);
+  }
+
+  it("refuses a SEARCHR1_GEMV other than auto, on or off, naming it", async () => {
+    const bad = new EngineProcess(dir, "cuda", [], { SEARCHR1_GEMV: "fast" });
+    expect(await bad.exited).not.toBe(0);
+    expect(bad.stderr).toContain("SEARCHR1_GEMV must be auto, on or off (it is 'fast')");
+  });
 
   it("release_memory frees the KV cache on the GPU, resume_memory takes it again: the tokens of before", async () => {
     const c = cases[0] as GreedyCase;

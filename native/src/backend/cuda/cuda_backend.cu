@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -410,6 +411,13 @@ std::unique_ptr<Backend> make_cuda_backend() {
   std::string why;
   std::unique_ptr<cuda::Matmul> matmul = cuda::Matmul::open(&why);
   if (!matmul) throw Error("--device cuda: " + why);
+  const char* gemv = std::getenv("SEARCHR1_GEMV");
+  const std::string choice = gemv != nullptr ? gemv : "auto";
+  if (choice == "on" || choice == "off") {
+    matmul->set_gemv(choice == "on" ? cuda::Matmul::Gemv::kAlways : cuda::Matmul::Gemv::kNever);
+  } else if (choice != "auto") {
+    throw Error("SEARCHR1_GEMV must be auto, on or off (it is '" + choice + "')");
+  }
   return std::make_unique<CudaBackend>(std::move(matmul));
 }
 

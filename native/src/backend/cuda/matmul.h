@@ -32,6 +32,12 @@ class Matmul {
 
   const std::string& library() const { return library_; }  // the file that was loaded
 
+  // How products of up to kGemvRows rows pick gemv.cu or cuBLASLt: timed per shape (the
+  // default), or always one of them ($SEARCHR1_GEMV=on|off, which the CUDA tests use to run
+  // each path).
+  enum class Gemv { kTimed, kAlways, kNever };
+  void set_gemv(Gemv choice) { gemv_ = choice; }
+
   // out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC] when bias != nullptr). The bias is added by
   // a kernel after the product, not by cuBLASLt's BIAS epilogue: with it the heuristic chose
   // kernels 20-40x slower than the plain product (an H200: 2.1 ms against ~0.05 ms for
@@ -95,6 +101,7 @@ class Matmul {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // by Key with N rounded up to a power of two
   std::map<std::tuple<int, int, int>, bool> gemv_faster_;  // by (N, C, OC)
+  Gemv gemv_ = Gemv::kTimed;
 };
 
 }  // namespace sr1::cuda
