@@ -62,6 +62,6 @@ for arg in "$@"; do
   case "$arg" in --python=*) engine_opts=("$arg") ;; esac
   prev="$arg"
 done
-npm run bench:engine -- --gpu --eager ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
+npm run bench:engine -- --gpu --eager --cublas ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
 [ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"
 [ "$benches" -eq 0 ] || fail "a GPU benchmark failed (see above)"

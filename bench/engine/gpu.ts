@@ -55,7 +55,10 @@
  *
  * --eager runs the decode workloads again on a second engine process with --enforce-eager (every
  * step op by op, no CUDA graphs) after its own warm-up, and shows its ms per step beside.
- *
+
+ * --cublas does the same on an engine with SEARCHR1_GEMV=off: every product on cuBLASLt, none
+ * on gemv.cu's kernel for a few rows (the engine times the two per shape and keeps the faster;
+ * this column shows what the kernel saves). *
  * --profile passes --profile to the engine (a device timer around every operation, which
  * slows it) and prints the engine's stderr, with its profile table, after it shuts down; it is
  * refused when the engine's --help does not list --profile.
@@ -89,7 +92,16 @@ export interface EngineGpuOptions {
   profile: boolean;
   /** also run the decode workloads with --enforce-eager */
   eager: boolean;
+  /** also run the decode workloads with SEARCHR1_GEMV=off */
+  cublas: boolean;
 }
+
+/** The engines the decode workloads run on again, beside the default one, for a column each. */
+const VARIANTS = [
+  { key: "eager", column: "eager ms", args: ["--enforce-eager"], env: {} },
+  { key: "cublas", column: "cuBLASLt ms", args: [], env: { SEARCHR1_GEMV: "off" } },
+] as const;
+type Variant = (typeof VARIANTS)[number]["key"];
 
 interface Shape extends NativeShape {
   key: string;
@@ -173,7 +185,7 @@ interface ShapeResult {
   shape: Shape;
   params: number;
   kvBlocks: number;
-  rows: { w: Workload; ours: Ours; eager?: Ours; theirs?: Theirs }[];
+  rows: { w: Workload; ours: Ours; variants: Partial<Record<Variant, Ours>>; theirs?: Theirs }[];
   util?: { mean: number; samples: number };
   attn?: string;
   /** The engine's stderr, with --profile. */
@@ -367,6 +379,7 @@ async function runOurs(
   o: EngineGpuOptions,
   gpuIndex: string,
   extra: string[] = [],
+  env: Record<string, string> = {},
 ) {
   const engine = new EngineProcess(
     exe,
@@ -376,7 +389,7 @@ async function runOurs(
       ...(o.profile ? ["--profile"] : []),
       ...extra,
     ],
-    process.env,
+    { ...process.env, ...env },
     !o.profile,
   );
   let ready: EngineEvent;
@@ -519,11 +532,20 @@ export async function engineGpuBench(o: EngineGpuOptions): Promise<void> {
 
       const ours = await runOurs(exe, model, shape, ws, o, gpuIndex);
       const decodes = ws.filter((w) => w.kind === "decode");
-      const eager = o.eager
-        ? await runOurs(exe, model, shape, decodes, { ...o, profile: false }, gpuIndex, [
-            "--enforce-eager",
-          ])
-        : undefined;
+      const variants: Partial<Record<Variant, Ours[]>> = {};
+      for (const v of VARIANTS.filter((x) => o[x.key])) {
+        const run = await runOurs(
+          exe,
+          model,
+          shape,
+          decodes,
+          { ...o, profile: false },
+          gpuIndex,
+          [...v.args],
+          v.env,
+        );
+        variants[v.key] = run.out;
+      }
       const result: ShapeResult = {
         shape,
         params,
@@ -531,7 +553,9 @@ export async function engineGpuBench(o: EngineGpuOptions): Promise<void> {
         rows: ws.map((w, i) => ({
           w,
           ours: ours.out[i] as Ours,
-          eager: eager?.out[decodes.indexOf(w)],
+          variants: Object.fromEntries(
+            Object.entries(variants).map(([k, out]) => [k, out[decodes.indexOf(w)]]),
+          ),
         })),
         util: pooled(ours.out.map((m) => m.util)),
         profile: o.profile ? ours.stderr : undefined,
@@ -643,14 +667,14 @@ function report(
         "ours ms",
         "ours tok/s",
         "GPU util",
-        ...(o.eager ? ["eager ms"] : []),
+        ...VARIANTS.filter((v) => o[v.key]).map((v) => v.column),
         "transformers ms",
         "transformers tok/s",
         "speed ×",
       ],
     ];
     const wholeGenerate: string[] = [];
-    for (const { w, ours, eager, theirs } of r.rows) {
+    for (const { w, ours, variants, theirs } of r.rows) {
       const [oursMs, oursRate] = figures(w, ours) as [number, number];
       let theirCells = ["–", "–", "–"];
       if (theirs !== undefined && "error" in theirs) theirCells = [theirs.error, "–", "–"];
@@ -669,7 +693,10 @@ function report(
         fmt(oursMs, 2),
         fmt(oursRate, 0),
         ours.util === undefined ? "–" : `${fmt(ours.util.mean, 0)} %`,
-        ...(o.eager ? [eager === undefined ? "–" : fmt(figures(w, eager)[0] as number, 2)] : []),
+        ...VARIANTS.filter((v) => o[v.key]).map((v) => {
+          const run = variants[v.key];
+          return run === undefined ? "–" : fmt(figures(w, run)[0] as number, 2);
+        }),
         ...theirCells,
       ]);
       if (w.kind === "decode" && ours.startSteps - 1 > MAX_PARTIAL_STEPS * (w.maxNew - 1)) {

@@ -15,6 +15,8 @@
  *                   prints that table; refused when this build's engine has no --profile
  *     --eager       also runs the decode workloads on an engine with --enforce-eager (no
  *                   CUDA graphs) and shows its step times beside
+ *     --cublas      likewise with SEARCHR1_GEMV=off (cuBLASLt for every product, none on the
+ *                   GEMV kernel for a few rows)
  *
  * Without --gpu:
  * Shapes (random fp32 weights written by bench/engine/hf_generate.py `make` with
@@ -116,6 +118,7 @@ const { values: opts } = parseArgs({
     gpu: { type: "boolean", default: false },
     profile: { type: "boolean", default: false },
     eager: { type: "boolean", default: false },
+    cublas: { type: "boolean", default: false },
   },
 });
 
@@ -583,9 +586,10 @@ if (opts.gpu) {
     keep: opts.keep,
     profile: opts.profile,
     eager: opts.eager,
+    cublas: opts.cublas,
   });
 } else {
-  for (const gpuOnly of ["profile", "eager"] as const) {
+  for (const gpuOnly of ["profile", "eager", "cublas"] as const) {
     if (opts[gpuOnly]) {
       console.error(`bench:engine: --${gpuOnly} needs --gpu`);
       process.exit(2);
