@@ -88,6 +88,7 @@ class Matmul {
                              const Operands& run);
   // Whether gemv.cu's kernel beats cuBLASLt on a product of N <= kGemvRows rows: both timed
   // on the shape's first call (never while a graph records; then cuBLASLt runs) and kept.
+  // Timed eagerly, so each side's launch cost counts, as it does outside graphs.
   bool gemv_faster(int N, int C, int OC, const Operands& run);
   // cuBLASLt runs `algo` on this plan's problem within our workspace.
   bool runs(const Plan& p, const cublasLtMatmulAlgo_t& algo) const;
