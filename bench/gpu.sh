@@ -53,7 +53,7 @@ npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts test/native/ran
   test/retrieval/index-cuda.test.ts test/native/profile.test.ts || tests=$?
 # Likewise each benchmark runs even when the one before it failed.
 benches=0
-npm run bench:native -- --gpu "$@" || benches=$?
+npm run bench:native -- --gpu --wmma "$@" || benches=$?
 # bench:engine takes --python of these options (the others are bench:native's).
 engine_opts=()
 prev=""

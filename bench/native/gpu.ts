@@ -49,6 +49,8 @@ export interface GpuOptions {
   recompute: boolean;
   /** also profile one sft step and one score pass per shape (their tables printed) */
   profile: boolean;
+  /** also time our side with SEARCHR1_ATTENTION=wmma */
+  wmma: boolean;
   peakTflops?: number;
   python: string;
 }
@@ -110,8 +112,8 @@ type Run = { lines: Timed[]; median: number; peakMb: number } | { error: string 
 interface Result {
   shape: Shape;
   params: number;
-  train: { native: Run; torch?: Run };
-  score: { native: Run; torch?: Run };
+  train: { native: Run; torch?: Run; wmma?: Run };
+  score: { native: Run; torch?: Run; wmma?: Run };
 }
 
 function fail(message: string, code = 1): never {
@@ -199,8 +201,12 @@ export function gpuBench(o: GpuOptions): void {
     return parseRun(r.stdout, steps, who);
   }
 
-  function nativeRun(args: string[], who: string, metrics?: string): Run {
-    const r = spawnSync(trainer, args, { encoding: "utf8", maxBuffer: 1 << 26 });
+  function nativeRun(args: string[], who: string, metrics?: string, env = {}): Run {
+    const r = spawnSync(trainer, args, {
+      encoding: "utf8",
+      maxBuffer: 1 << 26,
+      env: { ...process.env, ...env },
+    });
     if (r.status !== 0)
       return { error: `${who} failed: ${lastLine(r.stderr, `exit ${r.status}`)}` };
     return parseRun(metrics === undefined ? r.stdout : readFileSync(metrics, "utf8"), steps, who);
@@ -227,24 +233,22 @@ export function gpuBench(o: GpuOptions): void {
       const metrics = join(work, "metrics.jsonl");
       const common = ["--model", model, "--device", "cuda"];
 
+      const sftArgs = [
+        ...["sft", ...common, "--data", data, "--out", join(work, "out"), "--overwrite"],
+        ...["--steps", String(steps), ...STEP_FLAGS],
+        ...["--metrics", metrics, ...trainFlags],
+      ];
+      const scoreArgs = [
+        ...["score", ...common, "--batch", data, "--out", join(work, "score.safetensors")],
+        ...["--repeat", String(steps)],
+      ];
       log(`${shape.name}: searchr1-trainer sft, ${steps} steps ...`);
-      const nativeTrain = nativeRun(
-        [
-          ...["sft", ...common, "--data", data, "--out", join(work, "out"), "--overwrite"],
-          ...["--steps", String(steps), ...STEP_FLAGS],
-          ...["--metrics", metrics, ...trainFlags],
-        ],
-        "searchr1-trainer sft",
-        metrics,
-      );
+      const nativeTrain = nativeRun(sftArgs, "searchr1-trainer sft", metrics);
       log(`${shape.name}: searchr1-trainer score, ${steps} passes ...`);
-      const nativeScore = nativeRun(
-        [
-          ...["score", ...common, "--batch", data, "--out", join(work, "score.safetensors")],
-          ...["--repeat", String(steps)],
-        ],
-        "searchr1-trainer score",
-      );
+      const nativeScore = nativeRun(scoreArgs, "searchr1-trainer score");
+      const wmma = { SEARCHR1_ATTENTION: "wmma" };
+      const wmmaTrain = o.wmma ? nativeRun(sftArgs, "sft (wmma)", metrics, wmma) : undefined;
+      const wmmaScore = o.wmma ? nativeRun(scoreArgs, "score (wmma)", undefined, wmma) : undefined;
       if (o.profile) {
         // Separate runs, so that the events around every operation do not touch the timings
         // above. Device time per operation does not count the host's first-call set-up.
@@ -271,8 +275,8 @@ export function gpuBench(o: GpuOptions): void {
       const result: Result = {
         shape,
         params,
-        train: { native: nativeTrain },
-        score: { native: nativeScore },
+        train: { native: nativeTrain, wmma: wmmaTrain },
+        score: { native: nativeScore, wmma: wmmaScore },
       };
       if (torch.cuda) {
         log(`${shape.name}: torch_gpu.py train, ${steps} steps ...`);
@@ -386,6 +390,26 @@ function report(
     "",
     ...table(rows("score", 1 / 3), right),
   ];
+
+  if (o.wmma) {
+    lines.push("", "With SEARCHR1_ATTENTION=wmma (the WMMA forward attention), our side:", "");
+    for (const r of results) {
+      for (const which of ["train", "score"] as const) {
+        const { native, wmma } = r[which];
+        const figures = (run: Run | undefined) =>
+          run === undefined || "error" in run
+            ? (run?.error ?? "not run")
+            : `${run.median.toFixed(3)} s`;
+        const ratio =
+          wmma === undefined || "error" in wmma || "error" in native
+            ? ""
+            : ` (mma is ${(wmma.median / native.median).toFixed(2)}× as fast)`;
+        lines.push(
+          `- ${r.shape.name} ${which}: wmma ${figures(wmma)}, mma ${figures(native)}${ratio}`,
+        );
+      }
+    }
+  }
 
   const agreement: string[][] = [
     ["shape", "searchr1 loss", "torch loss", "rel diff", "searchr1 norm", "torch norm", "rel diff"],

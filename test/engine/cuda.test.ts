@@ -433,7 +433,7 @@ describe.runIf(GPU).each(CUDA_MODELS)("%s: the engine on CUDA against the CPU", 
   it("refuses a SEARCHR1_GEMV other than auto, on or off, naming it", async () => {
     const bad = new EngineProcess(dir, "cuda", [], { SEARCHR1_GEMV: "fast" });
     expect(await bad.exited).not.toBe(0);
-    expect(bad.stderr).toContain("SEARCHR1_GEMV must be auto, on or off (it is 'fast')");
+    expect(bad.stderr).toContain("SEARCHR1_GEMV must be one of auto, on, off (it is 'fast')");
   });
 
   it("release_memory frees the KV cache on the GPU, resume_memory takes it again: the tokens of before", async () => {

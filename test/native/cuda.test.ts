@@ -143,15 +143,23 @@ function expectGradTensors(got: Map<string, Float32Array>, ref: Map<string, Floa
   }
 }
 
-function runScore(model: string, batch: string, extra: string[]) {
+function runScore(model: string, batch: string, extra: string[], env: Record<string, string> = {}) {
   const out = join(tempDir(), "score.safetensors");
-  const r = trainerOk(["score", "--model", model, "--batch", batch, "--out", out, ...extra]);
+  const r = trainerOk(
+    ["score", "--model", model, "--batch", batch, "--out", out, ...extra],
+    undefined,
+    env,
+  );
   return { out, ...r };
 }
 
-function runGrad(model: string, batch: string, extra: string[]) {
+function runGrad(model: string, batch: string, extra: string[], env: Record<string, string> = {}) {
   const out = join(tempDir(), "grad.safetensors");
-  const r = trainerOk(["grad", "--model", model, "--batch", batch, "--out", out, ...extra]);
+  const r = trainerOk(
+    ["grad", "--model", model, "--batch", batch, "--out", out, ...extra],
+    undefined,
+    env,
+  );
   return { out, ...r };
 }
 
@@ -334,6 +342,17 @@ describe.runIf(GPU)("on a GPU", () => {
     expectScores(await readFloats(auto.out), await readFloats(cpu.out));
   });
 
+  it("refuses a SEARCHR1_ATTENTION other than mma or wmma, naming it, and writes nothing", () => {
+    const out = join(tempDir(), "score.safetensors");
+    const args = ["score", "--model", modelDir("untied"), "--batch", caseFile("untied")];
+    const r = trainer([...args, "--out", out, "--device", "cuda"], undefined, {
+      SEARCHR1_ATTENTION: "flash",
+    });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain("SEARCHR1_ATTENTION must be one of mma, wmma (it is 'flash')");
+    expect(existsSync(out)).toBe(false);
+  });
+
   it("refuses a head_dim its attention kernels are not built for, naming it", async () => {
     // 16, 32, 64 and 128 are built; 48 is valid for Qwen2 and runs on the CPU.
     const shape = { ...MEMORY_SHAPE, hidden: 96, heads: 2, kvHeads: 1, headDim: 48, layers: 1 };
@@ -456,6 +475,16 @@ describe.runIf(GPU).each(CASES)("CUDA against the CPU: $name", (c) => {
       expectGrads(got, cpuGrad, weights);
     });
   }
+  // The forward attention above is attention_mma.cu's; the WMMA kernel stays selectable.
+  it("score and grad with SEARCHR1_ATTENTION=wmma", async () => {
+    const wmma = { SEARCHR1_ATTENTION: "wmma" };
+    expectScores(
+      await readFloats(runScore(model, batch, ["--device", "cuda"], wmma).out),
+      cpuScore,
+    );
+    const got = await readFloats(runGrad(model, batch, ["--device", "cuda"], wmma).out);
+    expectGrads(got, cpuGrad, weights);
+  });
 });
 
 // ---------------------------------------------------------------------------

@@ -36,18 +36,23 @@ export interface TrainerResult {
 export function trainer(
   args: string[],
   exe: string = nativeExecutable("searchr1-trainer"),
+  env: Record<string, string> = {},
 ): TrainerResult {
   const r = spawnSync(exe, args, {
     encoding: "utf8",
     timeout: 120_000,
-    env: { ...process.env, OMP_NUM_THREADS: "2" },
+    env: { ...process.env, OMP_NUM_THREADS: "2", ...env },
   });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
 /** Runs the trainer and fails the test with its stderr unless it exits 0. */
-export function trainerOk(args: string[], exe?: string): TrainerResult {
-  const r = trainer(args, exe);
+export function trainerOk(
+  args: string[],
+  exe?: string,
+  env: Record<string, string> = {},
+): TrainerResult {
+  const r = trainer(args, exe, env);
   if (r.code !== 0) throw new Error(`searchr1-trainer ${args[0]} exited ${r.code}: ${r.stderr}`);
   return r;
 }

@@ -1,5 +1,7 @@
 // Flash-style causal grouped-query attention on tensor cores: bf16 operands, fp32 accumulation,
 // tiles of keys processed with an online softmax so no T x T matrix ever reaches global memory.
+// The forward pass runs attention_mma.cu's kernel unless SEARCHR1_ATTENTION=wmma asks for the
+// one here.
 // The forward kernel also runs bidirectionally (an encoder's attention: every query sees every
 // unmasked key); the backward kernels are causal only.
 //
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/attention_mma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
 #include "util/error.h"
@@ -604,11 +607,15 @@ bool attention_supports(int head_dim) {
 size_t attention_forward_scratch(const AttentionShape& s) { return spans_bytes(s); }
 
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
-                       const AttentionShape& s, void* scratch, cudaStream_t stream) {
+                       const AttentionShape& s, void* scratch, bool mma, cudaStream_t stream) {
   if (s.B == 0 || s.T == 0) return;
   if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
   require_aligned(qkv, "qkv");
   const Spans spans = find_spans(scratch, key_mask, s, stream);
+  if (mma) {
+    return attention_forward_mma(out, lse, qkv, key_mask, spans.begin, spans.end, s,
+                                 softmax_scale(s.head_dim) * kLog2e, stream);
+  }
   switch (s.head_dim) {
     case 16: return forward_hd<16>(out, lse, qkv, key_mask, spans, s, stream);
     case 32: return forward_hd<32>(out, lse, qkv, key_mask, spans, s, stream);

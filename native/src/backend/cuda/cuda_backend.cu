@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,8 @@ std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(std::unique_ptr<cuda::Matmul> matmul) : mm_(std::move(matmul)) {
+  CudaBackend(std::unique_ptr<cuda::Matmul> matmul, bool attention_mma)
+      : mm_(std::move(matmul)), attention_mma_(attention_mma) {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     workspace_ = raw(cuda::Matmul::kWorkspaceBytes);
     partials_ = static_cast<double*>(raw(cuda::sum_squares_partials() * sizeof(double)));
@@ -223,7 +225,7 @@ class CudaBackend final : public Backend {
                          const AttentionShape& s) override {
     require_head_dim(s.head_dim);
     cuda::attention_forward(X(out), lse, X(qkv), key_mask, s,
-                            scratch(cuda::attention_forward_scratch(s)), stream_);
+                            scratch(cuda::attention_forward_scratch(s)), attention_mma_, stream_);
   }
   void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
                           const int32_t* key_mask, const AttentionShape& s) override {
@@ -346,6 +348,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<cuda::Matmul> mm_;
+  bool attention_mma_;  // attention_forward's kernel: attention_mma.cu's, or the WMMA one
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   double* partials_ = nullptr;
@@ -400,6 +403,19 @@ CudaStatus probe() {
   return s;
 }
 
+// The value of a choice the environment may make (the first of `allowed` when unset); any
+// other value is refused, naming the variable.
+std::string env_choice(const char* name, std::initializer_list<const char*> allowed) {
+  const char* set = std::getenv(name);
+  const std::string value = set != nullptr ? set : *allowed.begin();
+  std::string listed;
+  for (const char* a : allowed) {
+    if (value == a) return value;
+    listed += (listed.empty() ? "" : ", ") + std::string(a);
+  }
+  throw Error(std::string(name) + " must be one of " + listed + " (it is '" + value + "')");
+}
+
 }  // namespace
 
 CudaStatus cuda_status() {
@@ -411,14 +427,12 @@ std::unique_ptr<Backend> make_cuda_backend() {
   std::string why;
   std::unique_ptr<cuda::Matmul> matmul = cuda::Matmul::open(&why);
   if (!matmul) throw Error("--device cuda: " + why);
-  const char* gemv = std::getenv("SEARCHR1_GEMV");
-  const std::string choice = gemv != nullptr ? gemv : "auto";
-  if (choice == "on" || choice == "off") {
-    matmul->set_gemv(choice == "on" ? cuda::Matmul::Gemv::kAlways : cuda::Matmul::Gemv::kNever);
-  } else if (choice != "auto") {
-    throw Error("SEARCHR1_GEMV must be auto, on or off (it is '" + choice + "')");
+  const std::string gemv = env_choice("SEARCHR1_GEMV", {"auto", "on", "off"});
+  if (gemv != "auto") {
+    matmul->set_gemv(gemv == "on" ? cuda::Matmul::Gemv::kAlways : cuda::Matmul::Gemv::kNever);
   }
-  return std::make_unique<CudaBackend>(std::move(matmul));
+  const bool attention_mma = env_choice("SEARCHR1_ATTENTION", {"mma", "wmma"}) == "mma";
+  return std::make_unique<CudaBackend>(std::move(matmul), attention_mma);
 }
 
 }  // namespace sr1

@@ -1,0 +1,272 @@
+// The attention forward pass in FlashAttention-2's arrangement (Dao, "FlashAttention-2",
+// 2023, algorithm 1): each warp keeps its 16 query rows' scores, probabilities and output in
+// registers, as the fragments of the tensor cores' mma.sync.m16n8k16 (bf16 in, fp32
+// accumulate), so the online softmax runs on registers with two shuffles a row, and only the
+// key and value tiles pass through shared memory. attention.cu's WMMA kernel stores every
+// score tile to shared memory and walks its rows one at a time; SEARCHR1_ATTENTION=wmma still
+// runs it.
+//
+// Fragment layouts are PTX's for mma.m16n8k16 with .bf16 inputs (PTX ISA, "Matrix Fragments
+// for mma.m16n8k16"). With g = lane / 4 and t = lane % 4:
+//   A (16 x 16, row-major):  a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+//                            a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]
+//   B (16 x 8, k x n):       b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]
+//   C, D (16 x 8, fp32):     c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
+// Each register holds two bf16, the lower-numbered element in the low half. So S = Q K^T
+// takes its B from rows of K (k runs along the head dim), and the C fragments of two adjacent
+// 8-key tiles of P are, as they stand, the A fragment of P for O += P V, whose B comes from
+// rows of V^T: the value tile is stored transposed.
+//
+// The masking rules, spans and log-sum-exp are attention.cu's (see there and backend.h).
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cuda/attention_mma.h"
+#include "backend/cuda/reduce.cuh"
+
+namespace sr1::cuda {
+namespace {
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int HD>
+struct Tiles {
+  static constexpr int BQ = 64, BK = 64;  // query rows per block (16 per warp), keys per tile
+  static constexpr int kWarps = BQ / 16, kThreads = 32 * kWarps;
+  // Row strides (bf16) padded by 16 bytes: the fragment loads below then hit 32 distinct banks.
+  static constexpr int LDK = HD + 8, LDV = BK + 8;
+  static constexpr size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
+  static constexpr size_t kK = 0;                                        // K [BK][LDK]
+  static constexpr size_t kVt = align128(sizeof(bf16) * BK * LDK);       // V^T [HD][LDV]
+  static constexpr size_t kKeySpan = kVt + align128(sizeof(bf16) * HD * LDV);  // [BK]
+  static constexpr size_t kBytes = kKeySpan + align128(sizeof(int) * BK);
+};
+
+// D += A B for one 16 x 8 x 16 step.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two bf16 from 4-byte-aligned memory, as one register.
+__device__ __forceinline__ uint32_t load_pair(const bf16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// lo in the low half, as the fragments want it.
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+// The 4 lanes of a quad (same g) hold the same two rows: combine their values.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFullMask, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFullMask, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(kFullMask, v, 1);
+  return v + __shfl_xor_sync(kFullMask, v, 2);
+}
+
+// One block per (query tile, query head, sequence), as attention.cu's forward.
+template <int HD>
+__global__ void __launch_bounds__(Tiles<HD>::kThreads)
+    attention_forward_mma_kernel(bf16* out, float* lse, const bf16* qkv,
+                                 const int32_t* key_mask, const int32_t* span_begin,
+                                 const int32_t* span_end, int T, int NH, int NKV,
+                                 float scale_log2, bool causal) {
+  using C = Tiles<HD>;
+  constexpr int KS = HD / 16;    // k steps of Q K^T
+  constexpr int NT = C::BK / 8;  // 8-key tiles of S
+  constexpr int ND = HD / 8;     // 8-column tiles of O
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem + C::kK);
+  bf16* sVt = reinterpret_cast<bf16*>(smem + C::kVt);
+  int* sKeySpan = reinterpret_cast<int*>(smem + C::kKeySpan);
+
+  // Tiles further down the diagonal see more keys: launch them first.
+  const int q0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * C::BQ;
+  const int h = blockIdx.y, b = blockIdx.z, kv = h / (NH / NKV);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * HD;
+  const bf16* seq = qkv + static_cast<size_t>(b) * T * QKV;
+  const int32_t* mask = key_mask + static_cast<size_t>(b) * T;
+  const int32_t* lo = span_begin + static_cast<size_t>(b) * T;
+  const int32_t* hi = span_end + static_cast<size_t>(b) * T;
+
+  // This thread's two query rows (g and g + 8 of the warp's 16), their span (-2 past T: no
+  // key has it), and the warp's Q as A fragments for the whole kernel.
+  const int w0 = q0 + warp * 16;
+  int row[2], span[2];
+  uint32_t qa[KS][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row[r] = w0 + g + 8 * r;
+    span[r] = row[r] < T ? lo[row[r]] : -2;
+  }
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+      const int i = row[f % 2], col = kk * 16 + 2 * t + 8 * (f / 2);
+      qa[kk][f] = i < T ? load_pair(seq + i * QKV + h * HD + col) : 0u;
+    }
+  }
+
+  float o[ND][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's share of the sum
+
+  const int q_last = min(q0 + C::BQ, T) - 1;
+  const int key_end = causal ? q_last + 1 : hi[q_last];
+  for (int k0 = lo[q0] / C::BK * C::BK; k0 < key_end; k0 += C::BK) {
+    __syncthreads();  // every warp is done with the previous tiles
+    const bf16* keys = seq + (NH + kv) * HD;
+    const bf16* values = seq + (NH + NKV + kv) * HD;
+    for (int idx = threadIdx.x; idx < C::BK * (HD / 8); idx += C::kThreads) {
+      const int j = idx / (HD / 8), c = idx % (HD / 8) * 8;
+      uint4 kraw = make_uint4(0, 0, 0, 0), vraw = kraw;
+      if (k0 + j < T) {
+        kraw = *reinterpret_cast<const uint4*>(keys + (k0 + j) * QKV + c);
+        vraw = *reinterpret_cast<const uint4*>(values + (k0 + j) * QKV + c);
+      }
+      *reinterpret_cast<uint4*>(sK + j * C::LDK + c) = kraw;
+      bf16 v8[8];
+      memcpy(v8, &vraw, sizeof v8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sVt[(c + e) * C::LDV + j] = v8[e];
+    }
+    for (int j = threadIdx.x; j < C::BK; j += C::kThreads) {
+      sKeySpan[j] = k0 + j < T && mask[k0 + j] != 0 ? lo[k0 + j] : -1;
+    }
+    __syncthreads();
+    // Causal: a tile wholly after the warp's last row adds nothing to it.
+    if (causal && k0 > w0 + 15) continue;
+
+    // S = Q K^T, then the mask, in log2 units.
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      const bf16* krow = sK + (nt * 8 + g) * C::LDK + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        const uint32_t kb[2] = {load_pair(krow + kk * 16), load_pair(krow + kk * 16 + 8)};
+        mma16816(s[nt], qa[kk], kb);
+      }
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, jj = nt * 8 + 2 * t + e % 2, j = k0 + jj;
+        const bool valid = sKeySpan[jj] == span[r] && (!causal || j <= row[r]);
+        s[nt][e] = valid ? s[nt][e] * scale_log2 : -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], s[nt][e]);
+      }
+    }
+
+    // Online softmax. Until a row has seen a key its max is -inf, and exp2(-inf - -inf) would
+    // be NaN: measure from 0 instead (every p is 0 then, and so is the running O).
+    float m_ref[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
+      m_ref[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = exp2f(m[r] - m_ref[r]);
+      m[r] = m_new;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - m_ref[e / 2]);
+        sum[e / 2] += s[nt][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      o[nd][0] *= alpha[0];
+      o[nd][1] *= alpha[0];
+      o[nd][2] *= alpha[1];
+      o[nd][3] *= alpha[1];
+    }
+
+    // O += P V: the probabilities of key tiles 2kk and 2kk + 1 are the A fragment of step kk.
+#pragma unroll
+    for (int kk = 0; kk < C::BK / 16; ++kk) {
+      const uint32_t pa[4] = {pack_pair(s[2 * kk][0], s[2 * kk][1]),
+                              pack_pair(s[2 * kk][2], s[2 * kk][3]),
+                              pack_pair(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_pair(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int nd = 0; nd < ND; ++nd) {
+        const bf16* vrow = sVt + (nd * 8 + g) * C::LDV + kk * 16 + 2 * t;
+        const uint32_t vb[2] = {load_pair(vrow), load_pair(vrow + 8)};
+        mma16816(o[nd], pa, vb);
+      }
+    }
+  }
+
+  // A row that saw no key has l = 0 (and O = 0): its lse is -inf and its output zeros. lse is
+  // null when no backward pass follows.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float total = quad_sum(l[r]);
+    const int i = row[r];
+    if (i >= T) continue;
+    if (lse != nullptr && t == 0) {
+      lse[(static_cast<size_t>(b) * NH + h) * T + i] =
+          total > 0.0f ? (m[r] + log2f(total)) * kLn2 : -INFINITY;
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    bf16* dst = out + (static_cast<size_t>(b) * T + i) * NH * HD + h * HD + 2 * t;
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + nd * 8) =
+          __floats2bfloat162_rn(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+    }
+  }
+}
+
+template <int HD>
+void launch(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+            const int32_t* span_begin, const int32_t* span_end, const AttentionShape& s,
+            float scale_log2, cudaStream_t stream) {
+  using C = Tiles<HD>;
+  static_assert(C::kBytes <= 48 * 1024, "the tiles fit the default shared memory of a block");
+  const dim3 grid((s.T + C::BQ - 1) / C::BQ, s.num_heads, s.B);
+  attention_forward_mma_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
+      out, lse, qkv, key_mask, span_begin, span_end, s.T, s.num_heads, s.num_kv_heads,
+      scale_log2, s.causal);
+  check_launch("attention_forward_mma_kernel");
+}
+
+}  // namespace
+
+void attention_forward_mma(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
+                           const int32_t* span_begin, const int32_t* span_end,
+                           const AttentionShape& s, float scale_log2, cudaStream_t stream) {
+  switch (s.head_dim) {
+    case 16: return launch<16>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
+    case 32: return launch<32>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
+    case 64: return launch<64>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
+    case 128:
+      return launch<128>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
+  }
+}
+
+}  // namespace sr1::cuda
