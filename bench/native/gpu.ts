@@ -49,7 +49,7 @@ export interface GpuOptions {
   recompute: boolean;
   /** also profile one sft step and one score pass per shape (their tables printed) */
   profile: boolean;
-  /** also time our side with SEARCHR1_ATTENTION=wmma */
+  /** also time our side with SEARCHR1_ATTENTION=wmma (the WMMA attention kernels) */
   wmma: boolean;
   peakTflops?: number;
   python: string;
@@ -392,7 +392,7 @@ function report(
   ];
 
   if (o.wmma) {
-    lines.push("", "With SEARCHR1_ATTENTION=wmma (the WMMA forward attention), our side:", "");
+    lines.push("", "With SEARCHR1_ATTENTION=wmma (the WMMA attention kernels), our side:", "");
     for (const r of results) {
       for (const which of ["train", "score"] as const) {
         const { native, wmma } = r[which];

@@ -21,7 +21,7 @@
  *     --profile              then one more sft step and score pass per shape with
  *                            --profile: the device time of each backend operation
  *     --wmma                 also time our sft and score with SEARCHR1_ATTENTION=wmma
- *                            (the WMMA forward attention instead of attention_mma.cu's)
+ *                            (the WMMA attention kernels instead of attention_mma.cu's)
  *
  * Without --gpu:
  * For each model shape, bench/native/torch_step.py writes a seeded random fp32 Qwen2 folder

@@ -475,7 +475,7 @@ describe.runIf(GPU).each(CASES)("CUDA against the CPU: $name", (c) => {
       expectGrads(got, cpuGrad, weights);
     });
   }
-  // The forward attention above is attention_mma.cu's; the WMMA kernel stays selectable.
+  // The attention above is attention_mma.cu's; the WMMA kernels stay selectable.
   it("score and grad with SEARCHR1_ATTENTION=wmma", async () => {
     const wmma = { SEARCHR1_ATTENTION: "wmma" };
     expectScores(

@@ -1,7 +1,7 @@
 // Flash-style causal grouped-query attention on tensor cores: bf16 operands, fp32 accumulation,
 // tiles of keys processed with an online softmax so no T x T matrix ever reaches global memory.
-// The forward pass runs attention_mma.cu's kernel unless SEARCHR1_ATTENTION=wmma asks for the
-// one here.
+// Both passes run attention_mma.cu's kernels unless SEARCHR1_ATTENTION=wmma asks for the ones
+// here.
 // The forward kernel also runs bidirectionally (an encoder's attention: every query sees every
 // unmasked key); the backward kernels are causal only.
 //
@@ -632,7 +632,7 @@ size_t attention_backward_scratch(const AttentionShape& s) {
 
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
-                        void* scratch, cudaStream_t stream) {
+                        void* scratch, bool mma, cudaStream_t stream) {
   if (!s.causal) throw Error("attention_backward: bidirectional attention is forward only");
   if (s.B == 0 || s.T == 0) return;
   if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
@@ -650,11 +650,17 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
       delta, dout, out, N, s.T, s.num_heads, s.head_dim);
   check_launch("attention_delta_kernel");
 
-  switch (s.head_dim) {
-    case 16: backward_hd<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
-    case 32: backward_hd<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
-    case 64: backward_hd<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
-    case 128: backward_hd<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream); break;
+  if (mma) {
+    attention_backward_mma(dqkv, dq, dout, qkv, lse, delta, key_mask, spans.begin, spans.end, s,
+                           softmax_scale(s.head_dim), stream);
+  } else if (s.head_dim == 16) {
+    backward_hd<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
+  } else if (s.head_dim == 32) {
+    backward_hd<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
+  } else if (s.head_dim == 64) {
+    backward_hd<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
+  } else {
+    backward_hd<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
   }
 
   const size_t pairs = static_cast<size_t>(N) * QD / 2;

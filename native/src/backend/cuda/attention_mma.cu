@@ -1,10 +1,10 @@
-// The attention forward pass in FlashAttention-2's arrangement (Dao, "FlashAttention-2",
-// 2023, algorithm 1): each warp keeps its 16 query rows' scores, probabilities and output in
-// registers, as the fragments of the tensor cores' mma.sync.m16n8k16 (bf16 in, fp32
-// accumulate), so the online softmax runs on registers with two shuffles a row, and only the
-// key and value tiles pass through shared memory. attention.cu's WMMA kernel stores every
-// score tile to shared memory and walks its rows one at a time; SEARCHR1_ATTENTION=wmma still
-// runs it.
+// The attention passes in FlashAttention-2's arrangement (Dao, "FlashAttention-2", 2023,
+// algorithms 1 and 2) on the tensor cores' mma.sync.m16n8k16 (bf16 in, fp32 accumulate). In
+// the forward each warp keeps its 16 query rows' scores, probabilities and output in
+// registers, as mma fragments, so the online softmax runs on registers with two shuffles a
+// row, and only the key and value tiles pass through shared memory; the backward is below.
+// attention.cu's WMMA kernels store every score tile to shared memory and walk its rows one
+// at a time; SEARCHR1_ATTENTION=wmma still runs them.
 //
 // Fragment layouts are PTX's for mma.m16n8k16 with .bf16 inputs (PTX ISA, "Matrix Fragments
 // for mma.m16n8k16"). With g = lane / 4 and t = lane % 4:
@@ -30,6 +30,7 @@
 namespace sr1::cuda {
 namespace {
 
+constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 template <int HD>
@@ -255,6 +256,266 @@ void launch(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
   check_launch("attention_forward_mma_kernel");
 }
 
+// ---- backward ----
+
+// The backward pass in FlashAttention-2's arrangement (Dao 2023, algorithm 2): one block per
+// (key tile, kv head, sequence), as attention.cu's backward, each warp owning 16 keys. Per
+// query tile it computes S^T = K Q^T and dP^T = V dO^T with the keys as rows, so that P^T and
+// dS^T are, in registers, the A fragments of dV += P^T dO and dK += dS^T Q; dK and dV stay in
+// registers over every query tile and head of the group. dQ += dS K needs the queries as rows:
+// dS^T goes through shared memory, and each warp adds its share of the tile's dQ into the fp32
+// scratch with atomics. Q and dO are also stored transposed, the B operands of dK and dV.
+template <int HD>
+struct BwdTiles {
+  static constexpr int BK = 64, BQ = HD == 128 ? 32 : 64;  // keys per block, queries per tile
+  static constexpr int kWarps = BK / 16, kThreads = 32 * kWarps;
+  static constexpr int LDH = HD + 8, LDT = BQ + 8;  // row strides (bf16), as in Tiles
+  static constexpr size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
+  static constexpr size_t kK = 0;                                         // K [BK][LDH]
+  static constexpr size_t kV = kK + align128(sizeof(bf16) * BK * LDH);    // V [BK][LDH]
+  static constexpr size_t kQ = kV + align128(sizeof(bf16) * BK * LDH);    // Q [BQ][LDH]
+  static constexpr size_t kdO = kQ + align128(sizeof(bf16) * BQ * LDH);   // dO [BQ][LDH]
+  static constexpr size_t kQt = kdO + align128(sizeof(bf16) * BQ * LDH);  // Q^T [HD][LDT]
+  static constexpr size_t kdOt = kQt + align128(sizeof(bf16) * HD * LDT);  // dO^T [HD][LDT]
+  static constexpr size_t kdSt = kdOt + align128(sizeof(bf16) * HD * LDT);  // dS^T [BK][LDT]
+  static constexpr size_t kLse = kdSt + align128(sizeof(bf16) * BK * LDT);  // [BQ], log2 units
+  static constexpr size_t kDelta = kLse + align128(sizeof(float) * BQ);     // [BQ]
+  static constexpr size_t kSpan = kDelta + align128(sizeof(float) * BQ);    // [BQ]
+  static constexpr size_t kKeySpan = kSpan + align128(sizeof(int) * BQ);    // [BK]
+  static constexpr size_t kBytes = kKeySpan + align128(sizeof(int) * BK);
+};
+
+// Rows row0 .. row0 + ROWS - 1 (HD columns, zeros past T) of a head into a row-major tile and
+// its transpose.
+template <int ROWS, int HD, int LDH, int LDT, int THREADS>
+__device__ __forceinline__ void load_rows_both(bf16* dst, bf16* dst_t, const bf16* src,
+                                               size_t ld, int row0, int T) {
+  for (int idx = threadIdx.x; idx < ROWS * (HD / 8); idx += THREADS) {
+    const int r = idx / (HD / 8), c = idx % (HD / 8) * 8;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) raw = *reinterpret_cast<const uint4*>(src + (row0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(dst + r * LDH + c) = raw;
+    bf16 v8[8];
+    memcpy(v8, &raw, sizeof v8);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst_t[(c + e) * LDT + r] = v8[e];
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
+    attention_backward_mma_kernel(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv,
+                                  const float* lse, const float* delta, const int32_t* key_mask,
+                                  const int32_t* span_begin, const int32_t* span_end, int T,
+                                  int NH, int NKV, float scale, float scale_log2) {
+  using C = BwdTiles<HD>;
+  constexpr int KS = HD / 16;     // k steps over the head dim
+  constexpr int NT = C::BQ / 8;   // 8-query tiles of S^T
+  constexpr int QS = C::BQ / 16;  // k steps over the queries
+  constexpr int ND = HD / 8;      // 8-column tiles of dK, dV, dQ
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem + C::kK);
+  bf16* sV = reinterpret_cast<bf16*>(smem + C::kV);
+  bf16* sQ = reinterpret_cast<bf16*>(smem + C::kQ);
+  bf16* sdO = reinterpret_cast<bf16*>(smem + C::kdO);
+  bf16* sQt = reinterpret_cast<bf16*>(smem + C::kQt);
+  bf16* sdOt = reinterpret_cast<bf16*>(smem + C::kdOt);
+  bf16* sdSt = reinterpret_cast<bf16*>(smem + C::kdSt);
+  float* sLse = reinterpret_cast<float*>(smem + C::kLse);
+  float* sDelta = reinterpret_cast<float*>(smem + C::kDelta);
+  int* sSpan = reinterpret_cast<int*>(smem + C::kSpan);
+  int* sKeySpan = reinterpret_cast<int*>(smem + C::kKeySpan);
+
+  const int k0 = blockIdx.x * C::BK;
+  const int kv = blockIdx.y, b = blockIdx.z, group = NH / NKV;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int kw = warp * 16;  // the warp's first key within the tile
+  const size_t QKV = static_cast<size_t>(NH + 2 * NKV) * HD, OD = static_cast<size_t>(NH) * HD;
+  const bf16* seq = qkv + static_cast<size_t>(b) * T * QKV;
+  const bf16* seq_dout = dout + static_cast<size_t>(b) * T * OD;
+  const int32_t* mask = key_mask + static_cast<size_t>(b) * T;
+  const int32_t* lo = span_begin + static_cast<size_t>(b) * T;
+  const int32_t* hi = span_end + static_cast<size_t>(b) * T;
+  // Queries from this span end on belong to later spans than every key of the tile.
+  const int query_end = hi[min(k0 + C::BK, T) - 1];
+
+  for (int idx = threadIdx.x; idx < C::BK * (HD / 8); idx += C::kThreads) {
+    const int j = idx / (HD / 8), c = idx % (HD / 8) * 8;
+    uint4 kraw = make_uint4(0, 0, 0, 0), vraw = kraw;
+    if (k0 + j < T) {
+      kraw = *reinterpret_cast<const uint4*>(seq + (k0 + j) * QKV + (NH + kv) * HD + c);
+      vraw = *reinterpret_cast<const uint4*>(seq + (k0 + j) * QKV + (NH + NKV + kv) * HD + c);
+    }
+    *reinterpret_cast<uint4*>(sK + j * C::LDH + c) = kraw;
+    *reinterpret_cast<uint4*>(sV + j * C::LDH + c) = vraw;
+  }
+  bool any_key = false;
+  for (int j = threadIdx.x; j < C::BK; j += C::kThreads) {
+    sKeySpan[j] = k0 + j < T && mask[k0 + j] != 0 ? lo[k0 + j] : -1;
+    any_key |= sKeySpan[j] >= 0;
+  }
+
+  float dk[ND][4] = {}, dv[ND][4] = {};
+  // A tile of padding keys neither gets nor gives gradient: its dK and dV stay zero.
+  if (__syncthreads_or(any_key)) {
+    // This thread's two keys (g and g + 8 of the warp's 16), within the tile.
+    const int key[2] = {kw + g, kw + g + 8};
+    for (int h = kv * group; h < (kv + 1) * group; ++h) {
+      const float* row_lse = lse + (static_cast<size_t>(b) * NH + h) * T;
+      const float* row_delta = delta + (static_cast<size_t>(b) * NH + h) * T;
+      // Query tiles before the one holding key k0 lie wholly above the diagonal.
+      for (int q0 = k0 / C::BQ * C::BQ; q0 < query_end; q0 += C::BQ) {
+        __syncthreads();  // the previous tile's Q, dO and dS^T are no longer read
+        load_rows_both<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(sQ, sQt, seq + h * HD, QKV, q0,
+                                                               T);
+        load_rows_both<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(sdO, sdOt, seq_dout + h * HD,
+                                                               OD, q0, T);
+        for (int r = threadIdx.x; r < C::BQ; r += C::kThreads) {
+          const bool in = q0 + r < T;
+          sLse[r] = in ? row_lse[q0 + r] * kLog2e : 0.0f;
+          sDelta[r] = in ? row_delta[q0 + r] : 0.0f;
+          sSpan[r] = in ? lo[q0 + r] : -2;  // as in the forward
+        }
+        __syncthreads();
+
+        // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < KS; ++kk) {
+            const int col = kk * 16 + 2 * t;
+            const uint32_t ka[4] = {load_pair(sK + key[0] * C::LDH + col),
+                                    load_pair(sK + key[1] * C::LDH + col),
+                                    load_pair(sK + key[0] * C::LDH + col + 8),
+                                    load_pair(sK + key[1] * C::LDH + col + 8)};
+            const uint32_t va[4] = {load_pair(sV + key[0] * C::LDH + col),
+                                    load_pair(sV + key[1] * C::LDH + col),
+                                    load_pair(sV + key[0] * C::LDH + col + 8),
+                                    load_pair(sV + key[1] * C::LDH + col + 8)};
+            const bf16* q = sQ + (nt * 8 + g) * C::LDH + col;
+            const bf16* o = sdO + (nt * 8 + g) * C::LDH + col;
+            const uint32_t qb[2] = {load_pair(q), load_pair(q + 8)};
+            const uint32_t ob[2] = {load_pair(o), load_pair(o + 8)};
+            mma16816(s[nt], ka, qb);
+            mma16816(dp[nt], va, ob);
+          }
+        }
+
+        // P^T = exp(S^T * scale - lse) (0 where masked, as in the forward) and
+        // dS^T = P^T * (dP^T - delta) * scale, written to shared memory for dQ as well.
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int jj = key[e / 2], ii = nt * 8 + 2 * t + e % 2;
+            const bool valid = sKeySpan[jj] == sSpan[ii] && k0 + jj <= q0 + ii;
+            const float p = valid ? exp2f(s[nt][e] * scale_log2 - sLse[ii]) : 0.0f;
+            s[nt][e] = p;
+            dp[nt][e] = p * (dp[nt][e] - sDelta[ii]) * scale;
+          }
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            *reinterpret_cast<__nv_bfloat162*>(sdSt + key[r] * C::LDT + nt * 8 + 2 * t) =
+                __floats2bfloat162_rn(dp[nt][2 * r], dp[nt][2 * r + 1]);
+          }
+        }
+
+        // dV += P^T dO and dK += dS^T Q: query tiles 2qq and 2qq + 1 make the A fragments.
+#pragma unroll
+        for (int qq = 0; qq < QS; ++qq) {
+          const uint32_t pa[4] = {pack_pair(s[2 * qq][0], s[2 * qq][1]),
+                                  pack_pair(s[2 * qq][2], s[2 * qq][3]),
+                                  pack_pair(s[2 * qq + 1][0], s[2 * qq + 1][1]),
+                                  pack_pair(s[2 * qq + 1][2], s[2 * qq + 1][3])};
+          const uint32_t da[4] = {pack_pair(dp[2 * qq][0], dp[2 * qq][1]),
+                                  pack_pair(dp[2 * qq][2], dp[2 * qq][3]),
+                                  pack_pair(dp[2 * qq + 1][0], dp[2 * qq + 1][1]),
+                                  pack_pair(dp[2 * qq + 1][2], dp[2 * qq + 1][3])};
+#pragma unroll
+          for (int nd = 0; nd < ND; ++nd) {
+            const bf16* ot = sdOt + (nd * 8 + g) * C::LDT + qq * 16 + 2 * t;
+            const bf16* qt = sQt + (nd * 8 + g) * C::LDT + qq * 16 + 2 * t;
+            const uint32_t ob[2] = {load_pair(ot), load_pair(ot + 8)};
+            const uint32_t qb[2] = {load_pair(qt), load_pair(qt + 8)};
+            mma16816(dv[nd], pa, ob);
+            mma16816(dk[nd], da, qb);
+          }
+        }
+        __syncthreads();  // dS^T is complete
+
+        // dQ = dS K for this query tile, its 16 x 8 pieces dealt out to the warps. dS's A
+        // fragment and K's B fragment take their pairs from two rows of dS^T and of K.
+        for (int f = warp; f < QS * ND; f += C::kWarps) {
+          const int mt = f / ND, nd = f % ND;
+          float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int kk = 0; kk < C::BK / 16; ++kk) {
+            const auto pair_of = [](const bf16* p, int stride) {
+              __nv_bfloat162 v;
+              v.x = p[0];
+              v.y = p[stride];
+              uint32_t bits;
+              memcpy(&bits, &v, sizeof bits);
+              return bits;
+            };
+            const bf16* ds = sdSt + (kk * 16 + 2 * t) * C::LDT + mt * 16 + g;
+            const uint32_t a[4] = {pair_of(ds, C::LDT), pair_of(ds + 8, C::LDT),
+                                   pair_of(ds + 8 * C::LDT, C::LDT),
+                                   pair_of(ds + 8 * C::LDT + 8, C::LDT)};
+            const bf16* k = sK + (kk * 16 + 2 * t) * C::LDH + nd * 8 + g;
+            const uint32_t kb[2] = {pair_of(k, C::LDH), pair_of(k + 8 * C::LDH, C::LDH)};
+            mma16816(acc, a, kb);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = q0 + mt * 16 + g + 8 * (e / 2);
+            if (i < T) {
+              atomicAdd(dq + (static_cast<size_t>(b) * T + i) * OD + h * HD + nd * 8 + 2 * t + e % 2,
+                        acc[e]);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // Every key row of the tile is written, zeros included.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = k0 + kw + g + 8 * r;
+    if (j >= T) continue;
+    bf16* row = dqkv + (static_cast<size_t>(b) * T + j) * QKV;
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      const int c = nd * 8 + 2 * t;
+      *reinterpret_cast<__nv_bfloat162*>(row + (NH + kv) * HD + c) =
+          __floats2bfloat162_rn(dk[nd][2 * r], dk[nd][2 * r + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(row + (NH + NKV + kv) * HD + c) =
+          __floats2bfloat162_rn(dv[nd][2 * r], dv[nd][2 * r + 1]);
+    }
+  }
+}
+
+template <int HD>
+void launch_backward(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, const float* lse,
+                     const float* delta, const int32_t* key_mask, const int32_t* span_begin,
+                     const int32_t* span_end, const AttentionShape& s, float scale,
+                     cudaStream_t stream) {
+  using C = BwdTiles<HD>;
+  check(cudaFuncSetAttribute(attention_backward_mma_kernel<HD>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(C::kBytes)),
+        "attention_backward_mma shared memory");
+  const dim3 grid((s.T + C::BK - 1) / C::BK, s.num_kv_heads, s.B);
+  attention_backward_mma_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
+      dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end, s.T, s.num_heads,
+      s.num_kv_heads, scale, scale * kLog2e);
+  check_launch("attention_backward_mma_kernel");
+}
+
 }  // namespace
 
 void attention_forward_mma(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
@@ -266,6 +527,27 @@ void attention_forward_mma(bf16* out, float* lse, const bf16* qkv, const int32_t
     case 64: return launch<64>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
     case 128:
       return launch<128>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
+  }
+}
+
+
+void attention_backward_mma(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv,
+                            const float* lse, const float* delta, const int32_t* key_mask,
+                            const int32_t* span_begin, const int32_t* span_end,
+                            const AttentionShape& s, float scale, cudaStream_t stream) {
+  switch (s.head_dim) {
+    case 16:
+      return launch_backward<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end,
+                                 s, scale, stream);
+    case 32:
+      return launch_backward<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end,
+                                 s, scale, stream);
+    case 64:
+      return launch_backward<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end,
+                                 s, scale, stream);
+    case 128:
+      return launch_backward<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin,
+                                  span_end, s, scale, stream);
   }
 }
 

@@ -231,7 +231,8 @@ class CudaBackend final : public Backend {
                           const int32_t* key_mask, const AttentionShape& s) override {
     require_head_dim(s.head_dim);
     cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s,
-                             scratch(cuda::attention_backward_scratch(s)), stream_);
+                             scratch(cuda::attention_backward_scratch(s)), attention_mma_,
+                             stream_);
   }
   void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k, XPtr v, const int32_t* slots,
                      const PagedShape& s, float theta) override {
@@ -348,7 +349,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<cuda::Matmul> mm_;
-  bool attention_mma_;  // attention_forward's kernel: attention_mma.cu's, or the WMMA one
+  bool attention_mma_;  // the attention kernels: attention_mma.cu's, or the WMMA ones
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   double* partials_ = nullptr;

@@ -107,12 +107,13 @@ bool attention_supports(int head_dim);
 // Bytes of device scratch each call needs for this shape (the same buffer may serve both).
 size_t attention_forward_scratch(const AttentionShape& s);
 size_t attention_backward_scratch(const AttentionShape& s);
-// mma: attention_mma.cu's kernel (FlashAttention-2's arrangement); else the WMMA one here.
+// mma: attention_mma.cu's kernels (FlashAttention-2's arrangement); else the WMMA ones of
+// attention.cu.
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
                        const AttentionShape& s, void* scratch, bool mma, cudaStream_t stream);
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                         const float* lse, const int32_t* key_mask, const AttentionShape& s,
-                        void* scratch, cudaStream_t stream);
+                        void* scratch, bool mma, cudaStream_t stream);
 
 // ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape); head dims as
 // attention_supports ----
