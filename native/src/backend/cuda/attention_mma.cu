@@ -283,6 +283,7 @@ struct BwdTiles {
   static constexpr size_t kSpan = kDelta + align128(sizeof(float) * BQ);    // [BQ]
   static constexpr size_t kKeySpan = kSpan + align128(sizeof(int) * BQ);    // [BK]
   static constexpr size_t kBytes = kKeySpan + align128(sizeof(int) * BK);
+  static_assert(kBytes <= 160 * 1024, "backward tiles exceed an sm_80 block's shared memory");
 };
 
 // Rows row0 .. row0 + ROWS - 1 (HD columns, zeros past T) of a head into a row-major tile and
