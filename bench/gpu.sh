@@ -7,6 +7,8 @@
 #
 # Usage: bench/gpu.sh [options of `npm run bench:native -- --gpu`, e.g. --steps 10
 #                      --micro-batch-size 4 --recompute --python /path/to/python3]
+# GPU_PARTS picks the parts (default: all three, "tests native engine"), so that a machine
+# lent for a few minutes at a time can run them in separate calls.
 # Needs: nvidia-smi (the driver), node >= 20 and npm, cmake, g++, libopenblas-dev, nvcc
 # (the CUDA toolkit, to build the backend) and, for the comparisons, a Python with torch
 # built for CUDA and transformers (default: python3 on the PATH).
@@ -42,6 +44,12 @@ case "$info" in
 *) fail "searchr1-trainer cannot use the GPU (see 'reason' above); if it says the build has no CUDA backend, delete native/build and run this again" ;;
 esac
 
+parts="${GPU_PARTS:-tests native engine}"
+for part in $parts; do
+  case "$part" in tests | native | engine) ;; *) fail "GPU_PARTS: unknown part '$part' (tests, native, engine)" ;; esac
+done
+wants() { [[ " $parts " == *" $1 "* ]]; }
+
 # The benchmark runs even when a test fails, so one session on a GPU gives both reports.
 tests=0
 # cuda.test.ts: the training backend, grad --loss ppo and serve; engine/cuda.test.ts: the
@@ -49,11 +57,13 @@ tests=0
 # CPU; ranks.test.ts: NCCL (a communicator of one rank runs every call, ZeRO included);
 # index-cuda.test.ts: the dense index on the GPU.
 # profile.test.ts: --profile's tables (CUDA events).
-npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts test/native/ranks.test.ts \
-  test/retrieval/index-cuda.test.ts test/native/profile.test.ts || tests=$?
+if wants tests; then
+  npx vitest run test/native/cuda.test.ts test/engine/cuda.test.ts test/native/ranks.test.ts \
+    test/retrieval/index-cuda.test.ts test/native/profile.test.ts || tests=$?
+fi
 # Likewise each benchmark runs even when the one before it failed.
 benches=0
-npm run bench:native -- --gpu --wmma "$@" || benches=$?
+if wants native; then npm run bench:native -- --gpu --wmma "$@" || benches=$?; fi
 # bench:engine takes --python of these options (the others are bench:native's).
 engine_opts=()
 prev=""
@@ -62,6 +72,8 @@ for arg in "$@"; do
   case "$arg" in --python=*) engine_opts=("$arg") ;; esac
   prev="$arg"
 done
-npm run bench:engine -- --gpu --eager --cublas ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
+if wants engine; then
+  npm run bench:engine -- --gpu --eager --cublas ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
+fi
 [ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"
 [ "$benches" -eq 0 ] || fail "a GPU benchmark failed (see above)"
