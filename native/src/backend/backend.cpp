@@ -65,6 +65,11 @@ void Backend::add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr 
   rmsnorm_forward(out, rstd, sum, w, N, C, eps);
 }
 
+void Backend::matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C, int I) {
+  matmul_forward(gu, inp, w, {}, N, C, 2 * I);
+  swiglu_forward(act, gu, N, I);
+}
+
 void Backend::begin_capture() { throw Error(name() + " backend: no graphs (can_capture)"); }
 
 std::unique_ptr<DeviceGraph> Backend::end_capture() {

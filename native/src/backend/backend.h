@@ -203,6 +203,10 @@ class Backend {
                                   const int32_t* key_mask, const AttentionShape& s) = 0;
   // gu row = [gate (I) | up (I)]; out[N,I] = silu(gate) * up
   virtual void swiglu_forward(XPtr out, XPtr gu, int N, int I) = 0;
+  // matmul_forward into gu (w [2I, C], no bias), then swiglu_forward into act: the same values.
+  // CUDA may run both in one kernel for a few rows and leave gu unwritten, so gu is scratch
+  // here (the engine's layers; the trainer keeps gu for its backward and calls the two).
+  virtual void matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C, int I);
   virtual void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) = 0;
   // out = a + b (out may alias a)
   virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;

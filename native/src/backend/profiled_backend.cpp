@@ -157,6 +157,11 @@ void ProfiledBackend::swiglu_forward(XPtr out, XPtr gu, int N, int I) {
 void ProfiledBackend::swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) {
   timed("swiglu_backward", [&] { inner_->swiglu_backward(dgu, dout, gu, N, I); });
 }
+void ProfiledBackend::matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C,
+                                            int I) {
+  timed("matmul_swiglu_forward" + shape(C, 2 * I),
+        [&] { inner_->matmul_swiglu_forward(act, gu, inp, w, N, C, I); });
+}
 void ProfiledBackend::add(XPtr out, XPtr a, XPtr b, size_t n) {
   timed("add", [&] { inner_->add(out, a, b, n); });
 }

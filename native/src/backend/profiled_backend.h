@@ -74,6 +74,8 @@ class ProfiledBackend final : public Backend {
                           const int32_t* key_mask, const AttentionShape& s) override;
   void swiglu_forward(XPtr out, XPtr gu, int N, int I) override;
   void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) override;
+  void matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C,
+                             int I) override;
   void add(XPtr out, XPtr a, XPtr b, size_t n) override;
   void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k_cache, XPtr v_cache,
                      const int32_t* slots, const PagedShape& s, float theta) override;

@@ -126,8 +126,7 @@ void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const in
     be_.matmul_forward(b->h, b->att, P + lp.o_w, {}, N, c.q_dim(), H);
     be_.add_rmsnorm_forward(b->h, b->ln, b->rstd, b->h, b->x, P + lp.ln2, N, H,
                             c.rms_norm_eps);
-    be_.matmul_forward(b->gu, b->ln, P + lp.gu_w, {}, N, H, 2 * I);
-    be_.swiglu_forward(b->act, b->gu, N, I);
+    be_.matmul_swiglu_forward(b->act, b->gu, b->ln, P + lp.gu_w, N, H, I);
     be_.matmul_forward(b->x, b->act, P + lp.down_w, {}, N, I, H);  // x is free: h holds it
     if (l + 1 < c.num_layers) {
       be_.add_rmsnorm_forward(b->x, b->ln, b->rstd, b->x, b->h, P + layout_.layer(l + 1).ln1, N,

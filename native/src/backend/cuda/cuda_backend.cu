@@ -248,6 +248,12 @@ class CudaBackend final : public Backend {
   void swiglu_forward(XPtr out, XPtr gu, int N, int I) override {
     cuda::swiglu_forward(X(out), X(gu), N, I, stream_);
   }
+  void matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C,
+                             int I) override {
+    if (!mm_->forward_swiglu(X(act), X(gu), X(inp), X(w), N, C, I, workspace_, stream_)) {
+      Backend::matmul_swiglu_forward(act, gu, inp, w, N, C, I);
+    }
+  }
   void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) override {
     cuda::swiglu_backward(X(dgu), X(dout), X(gu), N, I, stream_);
   }

@@ -59,6 +59,10 @@ constexpr int kGemvRows = 8;
 bool gemv_fits(const bf16* inp, const bf16* w, int N, int C);
 void gemv(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
           cudaStream_t stream);
+// act[N,I] = silu(gate) * up of the product with w[2I,C] (gate rows, then up rows), without
+// writing the product; N, C and the pointers as gemv_fits.
+void gemv_swiglu(bf16* act, const bf16* inp, const bf16* w, int N, int C, int I,
+                 cudaStream_t stream);
 
 // ---- rmsnorm.cu ----
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C,

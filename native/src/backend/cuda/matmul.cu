@@ -312,6 +312,16 @@ void Matmul::forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias
   }
 }
 
+bool Matmul::forward_swiglu(bf16* act, bf16* gu, const bf16* inp, const bf16* w, int N, int C,
+                            int I, void* workspace, cudaStream_t stream) {
+  if (N == 0 || !gemv_fits(inp, w, N, C) ||
+      !gemv_faster(N, C, 2 * I, Operands{w, inp, gu, workspace, stream})) {
+    return false;
+  }
+  gemv_swiglu(act, inp, w, N, C, I, stream);
+  return true;
+}
+
 void Matmul::backward(bf16* dinp, float* dw, float* dbias, const bf16* dout, const bf16* inp,
                       const bf16* w, int N, int C, int OC, bool accumulate_dinp, void* workspace,
                       cudaStream_t stream) {

@@ -44,6 +44,11 @@ class Matmul {
   // N=16,384, 896 -> 1,152, Qwen2's qkv projection; 32 us at one row).
   void forward(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
                void* workspace, cudaStream_t stream);
+  // act[N,I] = silu(gate) * up of gu = inp[N,C] . w[2I,C]^T (swiglu_forward's rounding), in one
+  // gemv.cu kernel where gemv_faster says so for the product (then gu is left unwritten);
+  // otherwise false, and the caller runs the product into gu and SwiGLU after it.
+  bool forward_swiglu(bf16* act, bf16* gu, const bf16* inp, const bf16* w, int N, int C, int I,
+                      void* workspace, cudaStream_t stream);
   // dinp[N,C] = (or += with accumulate_dinp) dout[N,OC] . w[OC,C]; dw[OC,C] += dout^T . inp;
   // dbias[OC] += column sums of dout. dw and dbias are fp32. Any of dinp, dw, dbias may be null
   // to skip it.
