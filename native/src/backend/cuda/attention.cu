@@ -27,6 +27,7 @@
 #include <string>
 
 #include "backend/cuda/attention_mma.h"
+#include "backend/cuda/attention_tiles.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
 #include "util/error.h"
@@ -36,8 +37,6 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 // Dynamic shared memory budget of one block; sm_80 allows up to 163 KB.
 constexpr size_t kMaxSmemBytes = 160 * 1024;
 
@@ -50,8 +49,6 @@ using RowMajor = wmma::row_major;
 // A row-major tile read column-major is its transpose (K^T, P^T, dS^T below).
 using ColMajor = wmma::col_major;
 
-// Regions of shared memory start on 128-byte boundaries (WMMA pointers need 32).
-constexpr size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
 // Row strides (in elements) of shared tiles are padded by 16 bytes so that consecutive rows
 // start in different banks; they stay multiples of 16 bytes, as WMMA and uint4 access need.
@@ -430,12 +427,7 @@ __global__ void __launch_bounds__(Bwd<HD>::kThreads)
         __syncthreads();  // the previous query tile's Q, dO, P, dS and dQ are no longer read
         load_rows<C::BQ, HD, C::LDH, C::kThreads>(sQ, seq + h * HD, QKV, q0, T);
         load_rows<C::BQ, HD, C::LDH, C::kThreads>(sdO, seq_dout + h * HD, OD, q0, T);
-        for (int r = threadIdx.x; r < C::BQ; r += C::kThreads) {
-          const bool in = q0 + r < T;
-          sLse[r] = in ? row_lse[q0 + r] * kLog2e : 0.0f;
-          sDelta[r] = in ? row_delta[q0 + r] : 0.0f;
-          sSpan[r] = in ? lo[q0 + r] : -2;  // as in the forward
-        }
+        load_query_stats<C::BQ, C::kThreads>(sLse, sDelta, sSpan, row_lse, row_delta, lo, q0, T);
         __syncthreads();
 
         // S = Q K^T and dP = dO V^T, their 16x16 blocks dealt out to the warps.
@@ -566,15 +558,10 @@ template <int HD>
 void forward_hd(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask, Spans spans,
                 const AttentionShape& s, cudaStream_t stream) {
   using C = Fwd<HD>;
-  check(cudaFuncSetAttribute(attention_forward_kernel<HD>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(C::kBytes)),
-        "attention_forward shared memory");
-  const dim3 grid((s.T + C::BQ - 1) / C::BQ, s.num_heads, s.B);
-  attention_forward_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
-      out, lse, qkv, key_mask, spans.begin, spans.end, s.T, s.num_heads, s.num_kv_heads,
-      softmax_scale(HD) * kLog2e, s.causal);
-  check_launch("attention_forward_kernel");
+  launch_tiles(attention_forward_kernel<HD>, dim3((s.T + C::BQ - 1) / C::BQ, s.num_heads, s.B),
+               C::kThreads, C::kBytes, stream, "attention_forward_kernel", out, lse, qkv,
+               key_mask, spans.begin, spans.end, s.T, s.num_heads, s.num_kv_heads,
+               softmax_scale(HD) * kLog2e, s.causal);
 }
 
 template <int HD>
@@ -582,16 +569,12 @@ void backward_hd(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, const
                  const float* delta, const int32_t* key_mask, Spans spans,
                  const AttentionShape& s, cudaStream_t stream) {
   using C = Bwd<HD>;
-  check(cudaFuncSetAttribute(attention_backward_kernel<HD>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(C::kBytes)),
-        "attention_backward shared memory");
-  const dim3 grid((s.T + C::BK - 1) / C::BK, s.num_kv_heads, s.B);
   const float scale = softmax_scale(HD);
-  attention_backward_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
-      dqkv, dq, dout, qkv, lse, delta, key_mask, spans.begin, spans.end, s.T, s.num_heads,
-      s.num_kv_heads, scale, scale * kLog2e);
-  check_launch("attention_backward_kernel");
+  launch_tiles(attention_backward_kernel<HD>,
+               dim3((s.T + C::BK - 1) / C::BK, s.num_kv_heads, s.B), C::kThreads, C::kBytes,
+               stream, "attention_backward_kernel", dqkv, dq, dout, qkv, lse, delta, key_mask,
+               spans.begin, spans.end, s.T, s.num_heads, s.num_kv_heads, scale,
+               scale * kLog2e);
 }
 
 [[noreturn]] void unsupported(int hd) {

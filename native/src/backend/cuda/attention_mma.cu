@@ -25,13 +25,11 @@
 #include <cstring>
 
 #include "backend/cuda/attention_mma.h"
+#include "backend/cuda/attention_tiles.cuh"
 #include "backend/cuda/reduce.cuh"
 
 namespace sr1::cuda {
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 template <int HD>
 struct Tiles {
@@ -39,7 +37,6 @@ struct Tiles {
   static constexpr int kWarps = BQ / 16, kThreads = 32 * kWarps;
   // Row strides (bf16) padded by 16 bytes: the fragment loads below then hit 32 distinct banks.
   static constexpr int LDK = HD + 8, LDV = BK + 8;
-  static constexpr size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
   static constexpr size_t kK = 0;                                        // K [BK][LDK]
   static constexpr size_t kVt = align128(sizeof(bf16) * BK * LDK);       // V^T [HD][LDV]
   static constexpr size_t kKeySpan = kVt + align128(sizeof(bf16) * HD * LDV);  // [BK]
@@ -67,6 +64,16 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   uint32_t bits;
   memcpy(&bits, &v, sizeof bits);
   return bits;
+}
+
+// The A fragment of a 16 x 16 slice whose two 8-column halves are the C fragments lo and hi:
+// a product's result, as it stands, is the next product's operand (FlashAttention-2's P V).
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&lo)[4],
+                                       const float (&hi)[4]) {
+  a[0] = pack_pair(lo[0], lo[1]);
+  a[1] = pack_pair(lo[2], lo[3]);
+  a[2] = pack_pair(hi[0], hi[1]);
+  a[3] = pack_pair(hi[2], hi[3]);
 }
 
 // The 4 lanes of a quad (same g) hold the same two rows: combine their values.
@@ -209,10 +216,8 @@ __global__ void __launch_bounds__(Tiles<HD>::kThreads)
     // O += P V: the probabilities of key tiles 2kk and 2kk + 1 are the A fragment of step kk.
 #pragma unroll
     for (int kk = 0; kk < C::BK / 16; ++kk) {
-      const uint32_t pa[4] = {pack_pair(s[2 * kk][0], s[2 * kk][1]),
-                              pack_pair(s[2 * kk][2], s[2 * kk][3]),
-                              pack_pair(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_pair(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[4];
+      c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
       for (int nd = 0; nd < ND; ++nd) {
         const bf16* vrow = sVt + (nd * 8 + g) * C::LDV + kk * 16 + 2 * t;
@@ -270,7 +275,6 @@ struct BwdTiles {
   static constexpr int BK = 64, BQ = HD == 128 ? 32 : 64;  // keys per block, queries per tile
   static constexpr int kWarps = BK / 16, kThreads = 32 * kWarps;
   static constexpr int LDH = HD + 8, LDT = BQ + 8;  // row strides (bf16), as in Tiles
-  static constexpr size_t align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
   static constexpr size_t kK = 0;                                         // K [BK][LDH]
   static constexpr size_t kV = kK + align128(sizeof(bf16) * BK * LDH);    // V [BK][LDH]
   static constexpr size_t kQ = kV + align128(sizeof(bf16) * BK * LDH);    // Q [BQ][LDH]
@@ -371,12 +375,7 @@ __global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
                                                                T);
         load_rows_both<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(sdO, sdOt, seq_dout + h * HD,
                                                                OD, q0, T);
-        for (int r = threadIdx.x; r < C::BQ; r += C::kThreads) {
-          const bool in = q0 + r < T;
-          sLse[r] = in ? row_lse[q0 + r] * kLog2e : 0.0f;
-          sDelta[r] = in ? row_delta[q0 + r] : 0.0f;
-          sSpan[r] = in ? lo[q0 + r] : -2;  // as in the forward
-        }
+        load_query_stats<C::BQ, C::kThreads>(sLse, sDelta, sSpan, row_lse, row_delta, lo, q0, T);
         __syncthreads();
 
         // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys.
@@ -427,14 +426,9 @@ __global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
         // dV += P^T dO and dK += dS^T Q: query tiles 2qq and 2qq + 1 make the A fragments.
 #pragma unroll
         for (int qq = 0; qq < QS; ++qq) {
-          const uint32_t pa[4] = {pack_pair(s[2 * qq][0], s[2 * qq][1]),
-                                  pack_pair(s[2 * qq][2], s[2 * qq][3]),
-                                  pack_pair(s[2 * qq + 1][0], s[2 * qq + 1][1]),
-                                  pack_pair(s[2 * qq + 1][2], s[2 * qq + 1][3])};
-          const uint32_t da[4] = {pack_pair(dp[2 * qq][0], dp[2 * qq][1]),
-                                  pack_pair(dp[2 * qq][2], dp[2 * qq][3]),
-                                  pack_pair(dp[2 * qq + 1][0], dp[2 * qq + 1][1]),
-                                  pack_pair(dp[2 * qq + 1][2], dp[2 * qq + 1][3])};
+          uint32_t pa[4], da[4];
+          c_to_a(pa, s[2 * qq], s[2 * qq + 1]);
+          c_to_a(da, dp[2 * qq], dp[2 * qq + 1]);
 #pragma unroll
           for (int nd = 0; nd < ND; ++nd) {
             const bf16* ot = sdOt + (nd * 8 + g) * C::LDT + qq * 16 + 2 * t;
@@ -506,15 +500,11 @@ void launch_backward(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, c
                      const int32_t* span_end, const AttentionShape& s, float scale,
                      cudaStream_t stream) {
   using C = BwdTiles<HD>;
-  check(cudaFuncSetAttribute(attention_backward_mma_kernel<HD>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(C::kBytes)),
-        "attention_backward_mma shared memory");
-  const dim3 grid((s.T + C::BK - 1) / C::BK, s.num_kv_heads, s.B);
-  attention_backward_mma_kernel<HD><<<grid, C::kThreads, C::kBytes, stream>>>(
-      dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end, s.T, s.num_heads,
-      s.num_kv_heads, scale, scale * kLog2e);
-  check_launch("attention_backward_mma_kernel");
+  launch_tiles(attention_backward_mma_kernel<HD>,
+               dim3((s.T + C::BK - 1) / C::BK, s.num_kv_heads, s.B), C::kThreads, C::kBytes,
+               stream, "attention_backward_mma_kernel", dqkv, dq, dout, qkv, lse, delta,
+               key_mask, span_begin, span_end, s.T, s.num_heads, s.num_kv_heads, scale,
+               scale * kLog2e);
 }
 
 }  // namespace
