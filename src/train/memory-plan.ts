@@ -28,8 +28,8 @@ import type { TrainConfig } from "../config/schemas/train.js";
 
 /** ParamLayout::kAlign: each weight group starts at a multiple of it (floats). */
 export const PARAM_ALIGN = 128;
-/** RunOptions::logits_chunk, the trainer's default: predicted rows per head chunk. */
-export const LOGITS_CHUNK = 256;
+/** kCpuLogitsChunk / kGpuLogitsChunk (model/qwen2.h): the trainer's predicted rows per head chunk. */
+export const LOGITS_CHUNK: Record<Device, number> = { cpu: 256, cuda: 2048 };
 /** cuda::Matmul::kWorkspaceBytes: each CUDA process's cuBLASLt workspace. */
 export const CUDA_WORKSPACE = 32 * 2 ** 20;
 export const GiB = 2 ** 30;
@@ -141,13 +141,14 @@ export interface PassShape {
   recompute: boolean;
 }
 
-/** Bytes of Qwen2Model's activations for one pass (qwen2.cpp reserve()); x: compute bytes. */
-export function activationBytes(d: ModelDims, pass: PassShape, x: number): number {
+/** Bytes of Qwen2Model's activations for one pass on `device` (qwen2.cpp reserve()). */
+export function activationBytes(d: ModelDims, pass: PassShape, device: Device): number {
   const N = pass.tokens;
+  const x = device === "cuda" ? 2 : 4;
   const { hiddenSize: H, intermediateSize: I, vocabSize: V, layers: L, heads: NH } = d;
   const Q = NH * d.headDim;
   const QKV = (NH + 2 * d.kvHeads) * d.headDim;
-  const C = LOGITS_CHUNK;
+  const C = Math.max(1, Math.min(LOGITS_CHUNK[device], N)); // Qwen2Model::logits_rows
   const sets = pass.backward && !pass.recompute ? L : 1;
   // Compute-type buffers: every layer's input, the layer sets, the final norm, the head's
   // chunk and logits, the values row.
@@ -389,9 +390,13 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     forward: number,
     forwardName: string,
   ) => {
-    const on = activationBytes(m.dims, { tokens: train, backward: true, recompute: true }, x);
-    const off = activationBytes(m.dims, { tokens: train, backward: true, recompute: false }, x);
-    const fwd = activationBytes(m.dims, { tokens: forward, backward: false, recompute }, x);
+    const on = activationBytes(m.dims, { tokens: train, backward: true, recompute: true }, device);
+    const off = activationBytes(
+      m.dims,
+      { tokens: train, backward: true, recompute: false },
+      device,
+    );
+    const fwd = activationBytes(m.dims, { tokens: forward, backward: false, recompute }, device);
     const update = recompute ? on : off;
     const other = recompute ? off : on;
     const checkpointing = (yes: boolean) => `gradient checkpointing ${yes ? "on" : "off"}`;
@@ -431,7 +436,7 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     row(
       "reference",
       `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward)${note}`,
-      ...only(activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, x)),
+      ...only(activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, device)),
     );
   }
   if (input.critic) {

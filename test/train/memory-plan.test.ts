@@ -168,23 +168,32 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
 });
 
 describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () => {
-  // The small model, N = 10 tokens, fp32 (x = 4), logits chunk 256, Q 8, QKV 16:
-  // compute-type: layer inputs 3·10·8 = 240; per layer set 10·(3·8 + 16 + 8 + 3·16) = 960;
-  // final norm 80; head input 256·8 = 2048; logits 256·32 = 8192; values 10. Backward adds
-  // 960 + 2048. fp32: per set 10·(2 + 2 heads) = 40, then 30; backward 20. int32: 50.
+  // The small model, N = 10 tokens, fp32 (x = 4), logits chunk 256 cut to the 10 rows, Q 8,
+  // QKV 16: compute-type: layer inputs 3·10·8 = 240; per layer set 10·(3·8 + 16 + 8 + 3·16) =
+  // 960; final norm 80; head input 10·8 = 80; logits 10·32 = 320; values 10. Backward adds
+  // 960 + 80. fp32: per set 10·(2 + 2 heads) = 40, then 30; backward 20. int32: 50.
   it("a small model, forward and backward, with and without recompute", () => {
-    const forward = (240 + 960 + 80 + 2048 + 8192 + 10) * 4 + (40 + 30) * 4 + 50 * 4;
-    expect(activationBytes(SMALL.dims, { tokens: 10, backward: false, recompute: false }, 4)).toBe(
-      forward,
-    );
-    const recompute = forward + (960 + 2048) * 4 + 20 * 4;
-    expect(activationBytes(SMALL.dims, { tokens: 10, backward: true, recompute: true }, 4)).toBe(
-      recompute,
-    );
+    const forward = (240 + 960 + 80 + 80 + 320 + 10) * 4 + (40 + 30) * 4 + 50 * 4;
+    const cpu = (tokens: number, backward: boolean, recompute: boolean) =>
+      activationBytes(SMALL.dims, { tokens, backward, recompute }, "cpu");
+    expect(cpu(10, false, false)).toBe(forward);
+    const recompute = forward + (960 + 80) * 4 + 20 * 4;
+    expect(cpu(10, true, true)).toBe(recompute);
     // Without recompute every layer keeps its set: one more of 960 + 40.
-    expect(activationBytes(SMALL.dims, { tokens: 10, backward: true, recompute: false }, 4)).toBe(
-      recompute + (960 + 40) * 4,
-    );
+    expect(cpu(10, true, false)).toBe(recompute + (960 + 40) * 4);
+  });
+
+  // The head's chunk: the device's default, never more rows than the pass has.
+  it("logits chunks of 256 rows on the CPU and 2,048 on CUDA, cut to the pass's rows", () => {
+    const bytes = (tokens: number, device: "cpu" | "cuda") =>
+      activationBytes(SMALL.dims, { tokens, backward: false, recompute: false }, device);
+    const V = SMALL.dims.vocabSize;
+    const H = SMALL.dims.hiddenSize;
+    // One more token adds its own rows; past the chunk it no longer adds head rows.
+    const perToken = (device: "cpu" | "cuda", at: number) =>
+      bytes(at + 1, device) - bytes(at, device);
+    expect(perToken("cpu", 100) - perToken("cpu", 300)).toBe((V + H) * 4);
+    expect(perToken("cuda", 300) - perToken("cuda", 3000)).toBe((V + H) * 2);
   });
 
   // What the trainer really holds: score's peak, less the fp32 weights; sft's second step's,
@@ -221,7 +230,7 @@ describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () =>
     const fixture = readPlanModel(modelDir("untied"));
     const P = paramLayout(fixture, "lm").floats;
     const pass = (backward: boolean, recompute: boolean) =>
-      activationBytes(fixture.dims, { tokens: B * T, backward, recompute }, 4);
+      activationBytes(fixture.dims, { tokens: B * T, backward, recompute }, "cpu");
     const out = join(dir, "out.safetensors");
     const [scored] = trainer(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
     expect(Math.abs((scored ?? 0) - 4 * P - pass(false, false))).toBeLessThanOrEqual(524);
@@ -302,8 +311,8 @@ describe("the whole plan", () => {
   // moments 8 × 2688, gradients 4 × 2688; at stages 1 and 2 the buffer is padded to
   // 11 × 256 = 2816 floats and a shard is 1408; stage 2 holds no gradient during the
   // rollouts, and during the updates the shard and two buckets (the embeddings' 256 and a
-  // layer's 1024, wider than the final norm's 512 with the head and padding): 4 × 2688. Activations (the counts above, x = 2): the update 14538 × 2 + 90 × 4 + 50 × 4
-  // = 29636 (recompute), the log-prob pass 11530 × 2 + 70 × 4 + 50 × 4 = 23540, kept by the
+  // layer's 1024, wider than the final norm's 512 with the head and padding): 4 × 2688. Activations (the counts above, x = 2; the head's chunk of 2,048 rows cut to the 10): the update 2730 × 2 + 90 × 4 + 50 × 4
+  // = 6020 (recompute), the log-prob pass 1690 × 2 + 70 × 4 + 50 × 4 = 3860, kept by the
   // actor (the larger: the update's) and the reference, through the rollouts too. The
   // trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 × (8 + 2)
   // = 480. The engine: u × device = 2^29 in all: its weights, the buffers of its largest
@@ -339,17 +348,17 @@ describe("the whole plan", () => {
       ["actor", ...both(10752, 5632)],
       ["actor", ...both(21504, 11264)],
       ["actor", [10752, 11264, 0], [10752, 11264, 10752]],
-      ["actor", ...both(29636)],
+      ["actor", ...both(6020)],
       ["reference", ...both(5376)],
-      ["reference", ...both(23540)],
+      ["reference", ...both(3860)],
       ["trainer", ...both(MiB32 + 480)],
       ["engine", ...both(5376)],
       ["engine", ...both(KV)],
       ["engine", ...both(STEP)],
       ["engine", ...both(MiB32)],
     ]);
-    const trainer0 = 5376 + 10752 + 21504 + 10752 + 29636 + 5376 + 23540 + MiB32 + 480;
-    const trainer1 = 5632 + 5632 + 11264 + 11264 + 29636 + 5376 + 23540 + MiB32 + 480;
+    const trainer0 = 5376 + 10752 + 21504 + 10752 + 6020 + 5376 + 3860 + MiB32 + 480;
+    const trainer1 = 5632 + 5632 + 11264 + 11264 + 6020 + 5376 + 3860 + MiB32 + 480;
     const trainer2 = trainer1 - 11264 + 10752;
     const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer2 + 2 ** 29];
     // The log-probs hold what the updates do but the stage-2 gradients: the rollouts' sums.
@@ -379,7 +388,7 @@ describe("the whole plan", () => {
     for (const [a, b] of refs(kept).map((r, i) => [r, refs(off)[i]] as const)) {
       expect(b).toMatchObject({ rollout: [0, 0, 0], update: [0, 0, 0], logProbs: a.logProbs });
     }
-    const ref = 5376 + 23540; // its weights and its log-prob pass's activations
+    const ref = 5376 + 3860; // its weights and its log-prob pass's activations
     expect(off.totals.rollout).toEqual(kept.totals.rollout.map((t) => t - ref));
     expect(off.totals.update).toEqual(kept.totals.update.map((t) => t - ref));
     expect(off.totals.logProbs).toEqual(kept.totals.logProbs);

@@ -337,10 +337,17 @@ void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_
   write_model_weights(dir, out, max_shard_bytes);
 }
 
+int Qwen2Model::logits_rows(const RunOptions& opt, size_t N) const {
+  const int chunk = opt.logits_chunk > 0     ? opt.logits_chunk
+                    : be_.name() == "cuda" ? kGpuLogitsChunk
+                                           : kCpuLogitsChunk;
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(chunk, N)));
+}
+
 void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions& opt) {
   const size_t N = static_cast<size_t>(batch.B) * batch.T;
   const int sets = for_backward && !opt.recompute ? config_.num_layers : 1;
-  const int chunk = std::max(1, opt.logits_chunk);
+  const int chunk = logits_rows(opt, N);
   Activations* a = acts_.get();
   const bool fits = a != nullptr && N <= a->rows && sets <= a->sets && chunk <= a->chunk &&
                     (a->backward || !for_backward);

@@ -9,8 +9,9 @@ std::vector<OptionSpec> run_options(bool backward) {
   const RunOptions d;
   std::vector<OptionSpec> specs = {
       {"logits-chunk", "N",
-       "token rows per vocabulary-sized logits block (default " + std::to_string(d.logits_chunk) +
-           ")"},
+       "token rows per vocabulary-sized logits block (default " +
+           std::to_string(kCpuLogitsChunk) + " on the CPU, " + std::to_string(kGpuLogitsChunk) +
+           " on CUDA)"},
       {"temperature", "T",
        "divide the logits by T before the softmax, as verl does (default " +
            number_text(d.temperature) + ")"}};
