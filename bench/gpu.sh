@@ -7,8 +7,10 @@
 #
 # Usage: bench/gpu.sh [options of `npm run bench:native -- --gpu`, e.g. --steps 10
 #                      --micro-batch-size 4 --recompute --python /path/to/python3]
-# GPU_PARTS picks the parts (default: all three, "tests native engine"), so that a machine
-# lent for a few minutes at a time can run them in separate calls.
+# GPU_PARTS picks the parts (default: all four, "tests native engine profile"), so that a
+# machine lent for a few minutes at a time can run them in separate calls. profile: the
+# trainer's and the engine's device time per operation (bench:native and bench:engine with
+# --profile: the engine's table per workload, batch 1 apart from batch 256).
 # Needs: nvidia-smi (the driver), node >= 20 and npm, cmake, g++, libopenblas-dev, nvcc
 # (the CUDA toolkit, to build the backend) and, for the comparisons, a Python with torch
 # built for CUDA and transformers (default: python3 on the PATH).
@@ -44,9 +46,9 @@ case "$info" in
 *) fail "searchr1-trainer cannot use the GPU (see 'reason' above); if it says the build has no CUDA backend, delete native/build and run this again" ;;
 esac
 
-parts="${GPU_PARTS:-tests native engine}"
+parts="${GPU_PARTS:-tests native engine profile}"
 for part in $parts; do
-  case "$part" in tests | native | engine) ;; *) fail "GPU_PARTS: unknown part '$part' (tests, native, engine)" ;; esac
+  case "$part" in tests | native | engine | profile) ;; *) fail "GPU_PARTS: unknown part '$part' (tests, native, engine, profile)" ;; esac
 done
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
@@ -74,6 +76,10 @@ for arg in "$@"; do
 done
 if wants engine; then
   npm run bench:engine -- --gpu --eager --cublas ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
+fi
+if wants profile; then
+  npm run bench:native -- --gpu --profile --steps 1 "$@" || benches=$?
+  npm run bench:engine -- --gpu --profile --shapes 0.5b ${engine_opts[@]+"${engine_opts[@]}"} || benches=$?
 fi
 [ "$tests" -eq 0 ] || fail "the CUDA tests failed (see above)"
 [ "$benches" -eq 0 ] || fail "a GPU benchmark failed (see above)"

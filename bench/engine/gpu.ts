@@ -60,8 +60,10 @@
  * on gemv.cu's kernel for a few rows (the engine times the two per shape and keeps the faster;
  * this column shows what the kernel saves). *
  * --profile passes --profile to the engine (a device timer around every operation, which
- * slows it) and prints the engine's stderr, with its profile table, after it shuts down; it is
- * refused when the engine's --help does not list --profile.
+ * slows it), takes the engine's `profile` after each workload (the device time of each
+ * operation since the last one) and prints a table per workload: where a batch-1 decode step
+ * goes, apart from the batch-256 one; it is refused when the engine's --help does not list
+ * --profile.
  *
  * Exits 1 with a message when there is no usable GPU (`searchr1-trainer info`, and the
  * engine's `ready` event must say device cuda). The random models need torch and transformers
@@ -96,6 +98,8 @@ export interface EngineGpuOptions {
   cublas: boolean;
 }
 
+/** Operations shown per workload with --profile (the largest). */
+const PROFILE_ROWS = 12;
 /** The engines the decode workloads run on again, beside the default one, for a column each. */
 const VARIANTS = [
   { key: "eager", column: "eager ms", args: ["--enforce-eager"], env: {} },
@@ -167,6 +171,8 @@ interface Ours {
   hitRate: number;
   /** Mean nvidia-smi utilization.gpu over the workload, and the samples it is from. */
   util?: { mean: number; samples: number };
+  /** With --profile: the device time of each operation over the workload. */
+  profile?: { op: string; calls: number; ms: number }[];
 }
 
 /** One workload on theirs, or why there is none. */
@@ -188,8 +194,6 @@ interface ShapeResult {
   rows: { w: Workload; ours: Ours; variants: Partial<Record<Variant, Ours>>; theirs?: Theirs }[];
   util?: { mean: number; samples: number };
   attn?: string;
-  /** The engine's stderr, with --profile. */
-  profile?: string;
 }
 
 function fail(message: string, code = 1): never {
@@ -415,20 +419,24 @@ async function runOurs(
     theirs: false,
   };
   await runOurWorkload(engine, warm, "warm");
+  // The engine's `profile` returns the times since the last one: one per workload.
+  const profile = async () =>
+    o.profile ? ((await engine.control("profile")).ops as Ours["profile"]) : undefined;
+  await profile();
   const sampler = new UtilSampler(gpuIndex);
   const out: Ours[] = [];
   try {
     for (const [i, w] of ws.entries()) {
       log(`${shape.name}: searchr1-engine, ${w.name} ...`);
       const m = await runOurWorkload(engine, w, `w${i}`);
-      out.push({ ...m, util: sampler.mean(m.start, m.end) });
+      out.push({ ...m, util: sampler.mean(m.start, m.end), profile: await profile() });
     }
   } finally {
     sampler.stop();
   }
   const code = await engine.shutdown();
   if (code !== 0) log(`${shape.name}: searchr1-engine exited with ${code}`);
-  return { out, kvBlocks: ready.kv_blocks as number, stderr: engine.stderr };
+  return { out, kvBlocks: ready.kv_blocks as number };
 }
 
 // ---- their side ----
@@ -558,7 +566,6 @@ export async function engineGpuBench(o: EngineGpuOptions): Promise<void> {
           ),
         })),
         util: pooled(ours.out.map((m) => m.util)),
-        profile: o.profile ? ours.stderr : undefined,
       };
 
       if (torch.cuda) {
@@ -728,9 +735,30 @@ function report(
           ? "not measured (nvidia-smi gave no samples)."
           : `${fmt(r.util.mean, 1)} % (${r.util.samples} samples).`),
     );
-    if (r.profile !== undefined) {
-      lines.push("", `#### searchr1-engine --profile, ${r.shape.name} (its stderr)`, "");
-      lines.push(...r.profile.trimEnd().split("\n"));
+    for (const { w, ours } of r.rows) {
+      if (ours.profile === undefined) continue;
+      const total = ours.profile.reduce((t, p) => t + p.ms, 0);
+      lines.push(
+        "",
+        `#### searchr1-engine --profile, ${r.shape.name}, ${w.name}: ${fmt(total, 1)} ms of ` +
+          "device time",
+        "",
+        ...table(
+          [
+            ["operation", "calls", "ms", "µs a call", "share"],
+            ...ours.profile
+              .slice(0, PROFILE_ROWS)
+              .map((p) => [
+                p.op,
+                fmt(p.calls),
+                fmt(p.ms, 2),
+                fmt((1000 * p.ms) / Math.max(1, p.calls), 1),
+                `${fmt((100 * p.ms) / Math.max(total, 1e-9), 1)} %`,
+              ]),
+          ],
+          new Set([1, 2, 3, 4]),
+        ),
+      );
     }
   }
   if (warnings.length > 0) lines.push("", "WARNING:", ...warnings.map((w) => `  ${w}`));

@@ -104,6 +104,65 @@ describe("searchr1-engine --profile", () => {
     expect(calls(ops, "paged_attention")).toBe(3 * 8); // 3 layers
     expect(all).toBeLessThanOrEqual(wall);
   });
+
+  // The `profile` command (native/src/engine/PROTOCOL.md): the times since the last one, per
+  // operation, as JSON; the table starts afresh. Without --profile it is refused and the
+  // engine goes on serving.
+  for (const profiled of [true, false]) {
+    it(`the profile command ${profiled ? "returns the times since the last one" : "is refused without --profile"}`, async () => {
+      const engine = spawn(
+        nativeExecutable("searchr1-engine"),
+        [
+          ...["--model", join("test", "engine", "fixtures", "qwen-hd16"), ...CPU],
+          ...(profiled ? ["--profile"] : []),
+        ],
+        { env: { ...process.env, OMP_NUM_THREADS: "2" } },
+      );
+      const exited = new Promise<number | null>((resolve) => engine.on("close", resolve));
+      const lines = createInterface({ input: engine.stdout })[Symbol.asyncIterator]();
+      const next = async (match: string) => {
+        for (;;) {
+          const { value, done } = await lines.next();
+          if (done) throw new Error(`the engine ended before ${match}`);
+          if ((value as string).includes(match)) return JSON.parse(value as string);
+        }
+      };
+      const generate = (rid: string) =>
+        engine.stdin.write(
+          `${JSON.stringify({
+            ...{ op: "generate", rid, input_ids: [1, 2, 3, 4, 5], max_new_tokens: 4 },
+            ...{ temperature: 0, top_p: 1, top_k: -1, min_p: 0, seed: 1 },
+            ...{ stop_token_ids: [], ignore_eos: true },
+          })}\n`,
+        );
+      const profile = (id: number) => {
+        engine.stdin.write(`${JSON.stringify({ op: "profile", id })}\n`);
+        return next(`"id":${id}`);
+      };
+      generate("a");
+      await next('"ev":"done"');
+      const first = await profile(1);
+      if (profiled) {
+        type Op = { op: string; calls: number; ms: number };
+        const ops = first.ops as Op[];
+        expect(first.ok).toBe(true);
+        expect(ops.find((o) => o.op === "sample_tokens")?.calls).toBe(4);
+        expect(ops.find((o) => o.op === "paged_attention")?.calls).toBe(3 * 4);
+        const sum = ops.reduce((t, o) => t + o.ms, 0);
+        expect(first.device_ms).toBeCloseTo(sum, 6);
+        expect((await profile(2)).ops).toEqual([]); // started afresh
+      } else {
+        expect(first).toMatchObject({
+          ok: false,
+          message: "this engine was started without --profile",
+        });
+      }
+      generate("b"); // still serving
+      await next('"ev":"done"');
+      engine.stdin.end(`${JSON.stringify({ op: "shutdown" })}\n`);
+      expect(await exited).toBe(0);
+    });
+  }
 });
 
 describe("searchr1-trainer serve --profile: the profile command", () => {

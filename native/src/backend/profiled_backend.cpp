@@ -53,6 +53,18 @@ std::vector<ProfiledBackend::OpTime> ProfiledBackend::times() const {
   return rows;
 }
 
+json::Value ProfiledBackend::take_times() {
+  json::Value ops = json::Value::array();
+  double device_ms = 0;
+  for (const OpTime& t : times()) {
+    ops.push(json::Value::object({{"op", t.op}, {"calls", static_cast<int64_t>(t.calls)},
+                                  {"ms", t.ms}}));
+    device_ms += t.ms;
+  }
+  restart();
+  return json::Value::object({{"ops", ops}, {"device_ms", device_ms}});
+}
+
 std::string ProfiledBackend::report(double wall_ms) const {
   const std::vector<OpTime> rows = times();
   double device_ms = 0;

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "util/json.h"
+#include "util/json.h"
 
 namespace sr1 {
 
@@ -27,6 +29,9 @@ class ProfiledBackend final : public Backend {
   std::vector<OpTime> times() const;
   // Forgets the operations timed so far (model loading), so the table covers what follows.
   void restart();
+  // times() as {"ops": [{"op", "calls", "ms"}, ...], "device_ms": their sum}, then restart():
+  // the `profile` command of searchr1-trainer serve and of searchr1-engine.
+  json::Value take_times();
   // Time per operation so far, largest first, as a table; `wall_ms` (the host's time over
   // the same work, when the caller measured it) adds the share of it the device was busy.
   std::string report(double wall_ms = 0) const;

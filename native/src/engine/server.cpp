@@ -1,5 +1,6 @@
 #include "engine/server.h"
 
+#include "backend/profiled_backend.h"
 #include "engine/protocol.h"
 #include "util/error.h"
 
@@ -55,6 +56,17 @@ bool EngineServer::handle(const std::string& line) {
     r.set("ok", true);
     r.set("weight_version", version());
     emit_(r.dump());
+  } else if (op == "profile") {
+    auto* profiled = dynamic_cast<ProfiledBackend*>(&model_.be());
+    if (profiled == nullptr) {
+      reply(cmd, false, "this engine was started without --profile");
+    } else {
+      json::Value r = profiled->take_times();
+      r.set("ev", "reply");
+      r.set("id", id_of(cmd));
+      r.set("ok", true);
+      emit_(r.dump());
+    }
   } else if (op == "shutdown") {
     abort_all();
     return false;
