@@ -51,21 +51,14 @@ bool EngineServer::handle(const std::string& line) {
     reply(cmd, ok, ok ? (release ? "KV cache released" : "KV cache resumed") : why);
   } else if (op == "stats") {
     json::Value r = stats_object(engine_.stats());
-    r.set("ev", "reply");
-    r.set("id", id_of(cmd));
-    r.set("ok", true);
     r.set("weight_version", version());
-    emit_(r.dump());
+    reply_with(cmd, r);
   } else if (op == "profile") {
     auto* profiled = dynamic_cast<ProfiledBackend*>(&model_.be());
     if (profiled == nullptr) {
       reply(cmd, false, "this engine was started without --profile");
     } else {
-      json::Value r = profiled->take_times();
-      r.set("ev", "reply");
-      r.set("id", id_of(cmd));
-      r.set("ok", true);
-      emit_(r.dump());
+      reply_with(cmd, profiled->take_times());
     }
   } else if (op == "shutdown") {
     abort_all();
@@ -116,6 +109,13 @@ void EngineServer::maybe_finish_update() {
 void EngineServer::reply(const json::Value& cmd, bool ok, const std::string& message) {
   emit_(json::Value::object({{"ev", "reply"}, {"id", id_of(cmd)}, {"ok", ok}, {"message", message}})
             .dump());
+}
+
+void EngineServer::reply_with(const json::Value& cmd, json::Value fields) {
+  fields.set("ev", "reply");
+  fields.set("id", id_of(cmd));
+  fields.set("ok", true);
+  emit_(fields.dump());
 }
 
 void EngineServer::start_update(const json::Value& cmd) {

@@ -33,6 +33,8 @@ class EngineServer {
  private:
   void maybe_finish_update();
   void reply(const json::Value& cmd, bool ok, const std::string& message);
+  // A successful reply to `cmd` carrying `fields` (stats, profile).
+  void reply_with(const json::Value& cmd, json::Value fields);
   void start_update(const json::Value& cmd);
 
   Qwen2Model& model_;

@@ -72,21 +72,6 @@ __device__ __forceinline__ void mma_steps(FragC& acc, const bf16* a, int lda, in
   }
 }
 
-// Copies rows row0 .. row0 + ROWS - 1 of one head (HD columns) into a shared tile with row
-// stride LD, in 16-byte chunks. `src` points at row 0 of the sequence, at the head's first
-// column, and `ld` is the global row stride. Rows at or past T are zero-filled.
-template <int ROWS, int HD, int LD, int THREADS>
-__device__ __forceinline__ void load_rows(bf16* dst, const bf16* src, size_t ld, int row0,
-                                          int T) {
-  constexpr int kChunks = HD / 8;  // 8 bf16 per 16 bytes
-  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += THREADS) {
-    const int r = idx / kChunks, c = idx % kChunks * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * ld + c);
-    *reinterpret_cast<uint4*>(dst + r * LD + c) = v;
-  }
-}
-
 // ---- spans ----
 
 __device__ __forceinline__ int highest_lane(unsigned bits) {
@@ -577,9 +562,6 @@ void backward_hd(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, const
                scale * kLog2e);
 }
 
-[[noreturn]] void unsupported(int hd) {
-  throw Error("attention: no CUDA kernel for head_dim " + std::to_string(hd));
-}
 
 }  // namespace
 
@@ -592,19 +574,16 @@ size_t attention_forward_scratch(const AttentionShape& s) { return spans_bytes(s
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
                        const AttentionShape& s, void* scratch, bool mma, cudaStream_t stream) {
   if (s.B == 0 || s.T == 0) return;
-  if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
+  if (!attention_supports(s.head_dim)) no_kernel_for(s.head_dim);
   require_aligned(qkv, "qkv");
   const Spans spans = find_spans(scratch, key_mask, s, stream);
   if (mma) {
     return attention_forward_mma(out, lse, qkv, key_mask, spans.begin, spans.end, s,
                                  softmax_scale(s.head_dim) * kLog2e, stream);
   }
-  switch (s.head_dim) {
-    case 16: return forward_hd<16>(out, lse, qkv, key_mask, spans, s, stream);
-    case 32: return forward_hd<32>(out, lse, qkv, key_mask, spans, s, stream);
-    case 64: return forward_hd<64>(out, lse, qkv, key_mask, spans, s, stream);
-    case 128: return forward_hd<128>(out, lse, qkv, key_mask, spans, s, stream);
-  }
+  with_head_dim(s.head_dim, [&](auto hd) {
+    forward_hd<decltype(hd)::value>(out, lse, qkv, key_mask, spans, s, stream);
+  });
 }
 
 // The spans, then dq [B*T, NH*hd] and delta [B, NH, T] in fp32.
@@ -618,7 +597,7 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
                         void* scratch, bool mma, cudaStream_t stream) {
   if (!s.causal) throw Error("attention_backward: bidirectional attention is forward only");
   if (s.B == 0 || s.T == 0) return;
-  if (!attention_supports(s.head_dim)) unsupported(s.head_dim);
+  if (!attention_supports(s.head_dim)) no_kernel_for(s.head_dim);
   require_aligned(qkv, "qkv");
   require_aligned(dout, "dout");
   const int N = s.B * s.T, QD = s.num_heads * s.head_dim;
@@ -636,14 +615,11 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   if (mma) {
     attention_backward_mma(dqkv, dq, dout, qkv, lse, delta, key_mask, spans.begin, spans.end, s,
                            softmax_scale(s.head_dim), stream);
-  } else if (s.head_dim == 16) {
-    backward_hd<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
-  } else if (s.head_dim == 32) {
-    backward_hd<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
-  } else if (s.head_dim == 64) {
-    backward_hd<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
   } else {
-    backward_hd<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s, stream);
+    with_head_dim(s.head_dim, [&](auto hd) {
+      backward_hd<decltype(hd)::value>(dqkv, dq, dout, qkv, lse, delta, key_mask, spans, s,
+                                       stream);
+    });
   }
 
   const size_t pairs = static_cast<size_t>(N) * QD / 2;

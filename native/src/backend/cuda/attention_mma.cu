@@ -140,19 +140,8 @@ __global__ void __launch_bounds__(Tiles<HD>::kThreads)
     __syncthreads();  // every warp is done with the previous tiles
     const bf16* keys = seq + (NH + kv) * HD;
     const bf16* values = seq + (NH + NKV + kv) * HD;
-    for (int idx = threadIdx.x; idx < C::BK * (HD / 8); idx += C::kThreads) {
-      const int j = idx / (HD / 8), c = idx % (HD / 8) * 8;
-      uint4 kraw = make_uint4(0, 0, 0, 0), vraw = kraw;
-      if (k0 + j < T) {
-        kraw = *reinterpret_cast<const uint4*>(keys + (k0 + j) * QKV + c);
-        vraw = *reinterpret_cast<const uint4*>(values + (k0 + j) * QKV + c);
-      }
-      *reinterpret_cast<uint4*>(sK + j * C::LDK + c) = kraw;
-      bf16 v8[8];
-      memcpy(v8, &vraw, sizeof v8);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sVt[(c + e) * C::LDV + j] = v8[e];
-    }
+    load_rows<C::BK, HD, C::LDK, C::kThreads>(sK, keys, QKV, k0, T);
+    load_rows_transposed<C::BK, HD, 0, C::LDV, C::kThreads>(nullptr, sVt, values, QKV, k0, T);
     for (int j = threadIdx.x; j < C::BK; j += C::kThreads) {
       sKeySpan[j] = k0 + j < T && mask[k0 + j] != 0 ? lo[k0 + j] : -1;
     }
@@ -290,23 +279,6 @@ struct BwdTiles {
   static_assert(kBytes <= 160 * 1024, "backward tiles exceed an sm_80 block's shared memory");
 };
 
-// Rows row0 .. row0 + ROWS - 1 (HD columns, zeros past T) of a head into a row-major tile and
-// its transpose.
-template <int ROWS, int HD, int LDH, int LDT, int THREADS>
-__device__ __forceinline__ void load_rows_both(bf16* dst, bf16* dst_t, const bf16* src,
-                                               size_t ld, int row0, int T) {
-  for (int idx = threadIdx.x; idx < ROWS * (HD / 8); idx += THREADS) {
-    const int r = idx / (HD / 8), c = idx % (HD / 8) * 8;
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) raw = *reinterpret_cast<const uint4*>(src + (row0 + r) * ld + c);
-    *reinterpret_cast<uint4*>(dst + r * LDH + c) = raw;
-    bf16 v8[8];
-    memcpy(v8, &raw, sizeof v8);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dst_t[(c + e) * LDT + r] = v8[e];
-  }
-}
-
 template <int HD>
 __global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
     attention_backward_mma_kernel(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv,
@@ -344,16 +316,8 @@ __global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
   // Queries from this span end on belong to later spans than every key of the tile.
   const int query_end = hi[min(k0 + C::BK, T) - 1];
 
-  for (int idx = threadIdx.x; idx < C::BK * (HD / 8); idx += C::kThreads) {
-    const int j = idx / (HD / 8), c = idx % (HD / 8) * 8;
-    uint4 kraw = make_uint4(0, 0, 0, 0), vraw = kraw;
-    if (k0 + j < T) {
-      kraw = *reinterpret_cast<const uint4*>(seq + (k0 + j) * QKV + (NH + kv) * HD + c);
-      vraw = *reinterpret_cast<const uint4*>(seq + (k0 + j) * QKV + (NH + NKV + kv) * HD + c);
-    }
-    *reinterpret_cast<uint4*>(sK + j * C::LDH + c) = kraw;
-    *reinterpret_cast<uint4*>(sV + j * C::LDH + c) = vraw;
-  }
+  load_rows<C::BK, HD, C::LDH, C::kThreads>(sK, seq + (NH + kv) * HD, QKV, k0, T);
+  load_rows<C::BK, HD, C::LDH, C::kThreads>(sV, seq + (NH + NKV + kv) * HD, QKV, k0, T);
   bool any_key = false;
   for (int j = threadIdx.x; j < C::BK; j += C::kThreads) {
     sKeySpan[j] = k0 + j < T && mask[k0 + j] != 0 ? lo[k0 + j] : -1;
@@ -371,10 +335,10 @@ __global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
       // Query tiles before the one holding key k0 lie wholly above the diagonal.
       for (int q0 = k0 / C::BQ * C::BQ; q0 < query_end; q0 += C::BQ) {
         __syncthreads();  // the previous tile's Q, dO and dS^T are no longer read
-        load_rows_both<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(sQ, sQt, seq + h * HD, QKV, q0,
-                                                               T);
-        load_rows_both<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(sdO, sdOt, seq_dout + h * HD,
-                                                               OD, q0, T);
+        load_rows_transposed<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(sQ, sQt, seq + h * HD,
+                                                                     QKV, q0, T);
+        load_rows_transposed<C::BQ, HD, C::LDH, C::LDT, C::kThreads>(
+            sdO, sdOt, seq_dout + h * HD, OD, q0, T);
         load_query_stats<C::BQ, C::kThreads>(sLse, sDelta, sSpan, row_lse, row_delta, lo, q0, T);
         __syncthreads();
 
@@ -468,8 +432,8 @@ __global__ void __launch_bounds__(BwdTiles<HD>::kThreads)
           for (int e = 0; e < 4; ++e) {
             const int i = q0 + mt * 16 + g + 8 * (e / 2);
             if (i < T) {
-              atomicAdd(dq + (static_cast<size_t>(b) * T + i) * OD + h * HD + nd * 8 + 2 * t + e % 2,
-                        acc[e]);
+              const size_t at = (static_cast<size_t>(b) * T + i) * OD + h * HD + nd * 8 + 2 * t;
+              atomicAdd(dq + at + e % 2, acc[e]);
             }
           }
         }
@@ -512,34 +476,20 @@ void launch_backward(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv, c
 void attention_forward_mma(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
                            const int32_t* span_begin, const int32_t* span_end,
                            const AttentionShape& s, float scale_log2, cudaStream_t stream) {
-  switch (s.head_dim) {
-    case 16: return launch<16>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
-    case 32: return launch<32>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
-    case 64: return launch<64>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
-    case 128:
-      return launch<128>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2, stream);
-  }
+  with_head_dim(s.head_dim, [&](auto hd) {
+    launch<decltype(hd)::value>(out, lse, qkv, key_mask, span_begin, span_end, s, scale_log2,
+                                stream);
+  });
 }
-
 
 void attention_backward_mma(bf16* dqkv, float* dq, const bf16* dout, const bf16* qkv,
                             const float* lse, const float* delta, const int32_t* key_mask,
                             const int32_t* span_begin, const int32_t* span_end,
                             const AttentionShape& s, float scale, cudaStream_t stream) {
-  switch (s.head_dim) {
-    case 16:
-      return launch_backward<16>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end,
-                                 s, scale, stream);
-    case 32:
-      return launch_backward<32>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end,
-                                 s, scale, stream);
-    case 64:
-      return launch_backward<64>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin, span_end,
-                                 s, scale, stream);
-    case 128:
-      return launch_backward<128>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin,
-                                  span_end, s, scale, stream);
-  }
+  with_head_dim(s.head_dim, [&](auto hd) {
+    launch_backward<decltype(hd)::value>(dqkv, dq, dout, qkv, lse, delta, key_mask, span_begin,
+                                         span_end, s, scale, stream);
+  });
 }
 
 }  // namespace sr1::cuda

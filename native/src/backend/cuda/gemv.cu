@@ -123,7 +123,9 @@ void with_rows(int N, const F& f) {
   }
 }
 
-unsigned blocks_for(int features) { return static_cast<unsigned>((features + kWarps - 1) / kWarps); }
+unsigned blocks_for(int features) {
+  return static_cast<unsigned>((features + kWarps - 1) / kWarps);
+}
 
 }  // namespace
 
