@@ -55,10 +55,13 @@
  *
  * --eager runs the decode workloads again on a second engine process with --enforce-eager (every
  * step op by op, no CUDA graphs) after its own warm-up, and shows its ms per step beside.
-
- * --cublas does the same on an engine with SEARCHR1_GEMV=off: every product on cuBLASLt, none
- * on gemv.cu's kernel for a few rows (the engine times the two per shape and keeps the faster;
- * this column shows what the kernel saves). *
+ *
+ * --opt-in does the same on one engine per opt-in CUDA path, not yet run on a GPU and off by
+ * default (docs/gpu-status.md), a column each: SEARCHR1_GEMV=auto (gemv.cu's kernel where
+ * it beats cuBLASLt on a product of up to 8 rows), SEARCHR1_FUSED_DECODE=on with it (the fused
+ * decode kernels, the gate/up GEMV ending in SwiGLU), SEARCHR1_MATMUL_TUNING=on (cuBLASLt's
+ * candidates timed) and SEARCHR1_FILTERED_SAMPLING=device (which changes only the top-p row).
+ *
  * --profile passes --profile to the engine (a device timer around every operation, which
  * slows it), takes the engine's `profile` after each workload (the device time of each
  * operation since the last one) and prints a table per workload: where a batch-1 decode step
@@ -94,16 +97,38 @@ export interface EngineGpuOptions {
   profile: boolean;
   /** also run the decode workloads with --enforce-eager */
   eager: boolean;
-  /** also run the decode workloads with SEARCHR1_GEMV=off */
-  cublas: boolean;
+  /** also run the decode workloads with each opt-in CUDA path */
+  optIn: boolean;
 }
 
 /** Operations shown per workload with --profile (the largest). */
 const PROFILE_ROWS = 12;
-/** The engines the decode workloads run on again, beside the default one, for a column each. */
+/** The engines the decode workloads run on again, beside the default one, for a column each;
+ * `option` is the one that asks for it. */
 const VARIANTS = [
-  { key: "eager", column: "eager ms", args: ["--enforce-eager"], env: {} },
-  { key: "cublas", column: "cuBLASLt ms", args: [], env: { SEARCHR1_GEMV: "off" } },
+  { key: "eager", option: "eager", column: "eager ms", args: ["--enforce-eager"], env: {} },
+  { key: "gemv", option: "optIn", column: "GEMV ms", args: [], env: { SEARCHR1_GEMV: "auto" } },
+  {
+    key: "fused",
+    option: "optIn",
+    column: "fused ms",
+    args: [],
+    env: { SEARCHR1_FUSED_DECODE: "on", SEARCHR1_GEMV: "auto" },
+  },
+  {
+    key: "tuned",
+    option: "optIn",
+    column: "tuned ms",
+    args: [],
+    env: { SEARCHR1_MATMUL_TUNING: "on" },
+  },
+  {
+    key: "device",
+    option: "optIn",
+    column: "device filter ms",
+    args: [],
+    env: { SEARCHR1_FILTERED_SAMPLING: "device" },
+  },
 ] as const;
 type Variant = (typeof VARIANTS)[number]["key"];
 
@@ -541,7 +566,7 @@ export async function engineGpuBench(o: EngineGpuOptions): Promise<void> {
       const ours = await runOurs(exe, model, shape, ws, o, gpuIndex);
       const decodes = ws.filter((w) => w.kind === "decode");
       const variants: Partial<Record<Variant, Ours[]>> = {};
-      for (const v of VARIANTS.filter((x) => o[x.key])) {
+      for (const v of VARIANTS.filter((x) => o[x.option])) {
         const run = await runOurs(
           exe,
           model,
@@ -674,7 +699,7 @@ function report(
         "ours ms",
         "ours tok/s",
         "GPU util",
-        ...VARIANTS.filter((v) => o[v.key]).map((v) => v.column),
+        ...VARIANTS.filter((v) => o[v.option]).map((v) => v.column),
         "transformers ms",
         "transformers tok/s",
         "speed ×",
@@ -700,7 +725,7 @@ function report(
         fmt(oursMs, 2),
         fmt(oursRate, 0),
         ours.util === undefined ? "–" : `${fmt(ours.util.mean, 0)} %`,
-        ...VARIANTS.filter((v) => o[v.key]).map((v) => {
+        ...VARIANTS.filter((v) => o[v.option]).map((v) => {
           const run = variants[v.key];
           return run === undefined ? "–" : fmt(figures(w, run)[0] as number, 2);
         }),

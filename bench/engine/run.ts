@@ -15,8 +15,9 @@
  *                   prints that table; refused when this build's engine has no --profile
  *     --eager       also runs the decode workloads on an engine with --enforce-eager (no
  *                   CUDA graphs) and shows its step times beside
- *     --cublas      likewise with SEARCHR1_GEMV=off (cuBLASLt for every product, none on the
- *                   GEMV kernel for a few rows)
+ *     --opt-in      likewise on one engine per opt-in CUDA path (SEARCHR1_GEMV=auto,
+ *                   SEARCHR1_FUSED_DECODE=on, SEARCHR1_MATMUL_TUNING=on,
+ *                   SEARCHR1_FILTERED_SAMPLING=device), a column each
  *
  * Without --gpu:
  * Shapes (random fp32 weights written by bench/engine/hf_generate.py `make` with
@@ -118,7 +119,7 @@ const { values: opts } = parseArgs({
     gpu: { type: "boolean", default: false },
     profile: { type: "boolean", default: false },
     eager: { type: "boolean", default: false },
-    cublas: { type: "boolean", default: false },
+    "opt-in": { type: "boolean", default: false },
   },
 });
 
@@ -586,10 +587,10 @@ if (opts.gpu) {
     keep: opts.keep,
     profile: opts.profile,
     eager: opts.eager,
-    cublas: opts.cublas,
+    optIn: opts["opt-in"],
   });
 } else {
-  for (const gpuOnly of ["profile", "eager", "cublas"] as const) {
+  for (const gpuOnly of ["profile", "eager", "opt-in"] as const) {
     if (opts[gpuOnly]) {
       console.error(`bench:engine: --${gpuOnly} needs --gpu`);
       process.exit(2);

@@ -49,8 +49,8 @@ export interface GpuOptions {
   recompute: boolean;
   /** also profile one sft step and one score pass per shape (their tables printed) */
   profile: boolean;
-  /** also time our side with SEARCHR1_ATTENTION=wmma (the WMMA attention kernels) */
-  wmma: boolean;
+  /** also time our side with each opt-in CUDA path (OPT_INS) */
+  optIn: boolean;
   peakTflops?: number;
   python: string;
 }
@@ -68,6 +68,18 @@ const SHAPES: Shape[] = [
     tied: true,
   },
 ];
+/** The trainer's opt-in CUDA paths, not yet run on a GPU and off by default
+ * (docs/gpu-status.md): --opt-in times our side again with each. */
+const OPT_INS = [
+  { name: "mma", env: { SEARCHR1_ATTENTION: "mma" }, what: "attention_mma.cu's attention" },
+  {
+    name: "tuned",
+    env: { SEARCHR1_MATMUL_TUNING: "on" },
+    what: "cuBLASLt's candidates timed",
+  },
+] as const;
+type OptIn = (typeof OPT_INS)[number]["name"];
+
 const BATCH = 8;
 const SEQ = 2048;
 /** Step-1 loss / grad norm differences above this (relative) mean not the same computation:
@@ -112,8 +124,8 @@ type Run = { lines: Timed[]; median: number; peakMb: number } | { error: string 
 interface Result {
   shape: Shape;
   params: number;
-  train: { native: Run; torch?: Run; wmma?: Run };
-  score: { native: Run; torch?: Run; wmma?: Run };
+  train: { native: Run; torch?: Run; optIn: Partial<Record<OptIn, Run>> };
+  score: { native: Run; torch?: Run; optIn: Partial<Record<OptIn, Run>> };
 }
 
 function fail(message: string, code = 1): never {
@@ -246,9 +258,15 @@ export function gpuBench(o: GpuOptions): void {
       const nativeTrain = nativeRun(sftArgs, "searchr1-trainer sft", metrics);
       log(`${shape.name}: searchr1-trainer score, ${steps} passes ...`);
       const nativeScore = nativeRun(scoreArgs, "searchr1-trainer score");
-      const wmma = { SEARCHR1_ATTENTION: "wmma" };
-      const wmmaTrain = o.wmma ? nativeRun(sftArgs, "sft (wmma)", metrics, wmma) : undefined;
-      const wmmaScore = o.wmma ? nativeRun(scoreArgs, "score (wmma)", undefined, wmma) : undefined;
+      const optIn: Record<"train" | "score", Partial<Record<OptIn, Run>>> = {
+        train: {},
+        score: {},
+      };
+      for (const v of o.optIn ? OPT_INS : []) {
+        log(`${shape.name}: searchr1-trainer sft and score with ${v.what} ...`);
+        optIn.train[v.name] = nativeRun(sftArgs, `sft (${v.name})`, metrics, v.env);
+        optIn.score[v.name] = nativeRun(scoreArgs, `score (${v.name})`, undefined, v.env);
+      }
       if (o.profile) {
         // Separate runs, so that the events around every operation do not touch the timings
         // above. Device time per operation does not count the host's first-call set-up.
@@ -275,8 +293,8 @@ export function gpuBench(o: GpuOptions): void {
       const result: Result = {
         shape,
         params,
-        train: { native: nativeTrain, wmma: wmmaTrain },
-        score: { native: nativeScore, wmma: wmmaScore },
+        train: { native: nativeTrain, optIn: optIn.train },
+        score: { native: nativeScore, optIn: optIn.score },
       };
       if (torch.cuda) {
         log(`${shape.name}: torch_gpu.py train, ${steps} steps ...`);
@@ -391,21 +409,21 @@ function report(
     ...table(rows("score", 1 / 3), right),
   ];
 
-  if (o.wmma) {
-    lines.push("", "With SEARCHR1_ATTENTION=wmma (the WMMA attention kernels), our side:", "");
+  for (const v of o.optIn ? OPT_INS : []) {
+    const env = Object.entries(v.env).map(([k, x]) => `${k}=${x}`);
+    lines.push("", `With ${env.join(" ")} (${v.what}, opt-in), our side:`, "");
     for (const r of results) {
       for (const which of ["train", "score"] as const) {
-        const { native, wmma } = r[which];
-        const figures = (run: Run | undefined) =>
-          run === undefined || "error" in run
-            ? (run?.error ?? "not run")
-            : `${run.median.toFixed(3)} s`;
+        const { native, optIn } = r[which];
+        const run = optIn[v.name];
+        const figures = (x: Run | undefined) =>
+          x === undefined || "error" in x ? (x?.error ?? "not run") : `${x.median.toFixed(3)} s`;
         const ratio =
-          wmma === undefined || "error" in wmma || "error" in native
+          run === undefined || "error" in run || "error" in native
             ? ""
-            : ` (mma is ${(wmma.median / native.median).toFixed(2)}× as fast)`;
+            : ` (${(native.median / run.median).toFixed(2)}× the default's speed)`;
         lines.push(
-          `- ${r.shape.name} ${which}: wmma ${figures(wmma)}, mma ${figures(native)}${ratio}`,
+          `- ${r.shape.name} ${which}: ${v.name} ${figures(run)}, default ${figures(native)}${ratio}`,
         );
       }
     }

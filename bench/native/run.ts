@@ -20,8 +20,8 @@
  *     --peak-tflops X        the GPU's dense bf16 peak for MFU (known: H100, H200, A100)
  *     --profile              then one more sft step and score pass per shape with
  *                            --profile: the device time of each backend operation
- *     --wmma                 also time our sft and score with SEARCHR1_ATTENTION=wmma
- *                            (the WMMA attention kernels instead of attention_mma.cu's)
+ *     --opt-in               also time our sft and score with each opt-in CUDA path
+ *                            (SEARCHR1_ATTENTION=mma, SEARCHR1_MATMUL_TUNING=on)
  *
  * Without --gpu:
  * For each model shape, bench/native/torch_step.py writes a seeded random fp32 Qwen2 folder
@@ -63,7 +63,7 @@ const { values: opts } = parseArgs({
     "micro-batch-size": { type: "string" },
     recompute: { type: "boolean", default: false },
     profile: { type: "boolean", default: false },
-    wmma: { type: "boolean", default: false },
+    "opt-in": { type: "boolean", default: false },
     "peak-tflops": { type: "string" },
     rl: { type: "boolean", default: false },
     seq: { type: "string" },
@@ -353,7 +353,7 @@ if (opts.gpu) {
         : positiveInt("micro-batch-size", opts["micro-batch-size"], 0),
     recompute: opts.recompute,
     profile: opts.profile,
-    wmma: opts.wmma,
+    optIn: opts["opt-in"],
     peakTflops: positiveNumber("peak-tflops", opts["peak-tflops"]),
     python: opts.python ?? "python3",
   });
@@ -363,7 +363,7 @@ if (opts.gpu) {
     "recompute",
     "peak-tflops",
     "profile",
-    "wmma",
+    "opt-in",
   ] as const) {
     if (opts[gpuOnly]) {
       console.error(`bench:native: --${gpuOnly} needs --gpu`);

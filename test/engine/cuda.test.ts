@@ -49,6 +49,20 @@ const HEAD_DIM_REFUSAL = (hd: number): string =>
   "the CUDA attention kernels support head_dim 16, 32, 64 and 128; " +
   `this model has head_dim ${hd} (use --device cpu)`;
 const NEW_TOKENS = 24;
+/**
+ * The engine's opt-in CUDA paths (native/src/backend/cuda/cuda_backend.cu), each off by
+ * default until a GPU run confirms it: gemv.cu's kernel for products of up to 8 rows, forced
+ * (on) and timed against cuBLASLt (auto); the fused decode kernels (add_rmsnorm_forward, the
+ * cache store in the rotary kernel) with the gate/up product on cuBLASLt, and with it on
+ * gemv.cu's kernel ending in SwiGLU; cuBLASLt's candidates timed.
+ */
+const ENGINE_OPT_INS: Record<string, string>[] = [
+  { SEARCHR1_GEMV: "on" },
+  { SEARCHR1_GEMV: "auto" },
+  { SEARCHR1_FUSED_DECODE: "on" },
+  { SEARCHR1_FUSED_DECODE: "on", SEARCHR1_GEMV: "on" },
+  { SEARCHR1_MATMUL_TUNING: "on" },
+];
 
 interface Done {
   rid: string;
@@ -416,24 +430,35 @@ describe.runIf(GPU).each(CUDA_MODELS)("%s: the engine on CUDA against the CPU", 
     await checkAgainstCpu(dir, cpu, best, outs, names);
   }, 120_000);
 
-  // Products of up to 8 rows (every decode step here) pick gemv.cu's kernel or cuBLASLt by
-  // timing them; each path is forced once, so that both are checked whichever wins.
-  for (const gemv of ["on", "off"]) {
-    it(`with SEARCHR1_GEMV=${gemv}: the CPU's tokens but near-ties, bf16 log-probs`, async () => {
-      const forced = new EngineProcess(dir, "cuda", [], { SEARCHR1_GEMV: gemv });
-      expect(await forced.ready).toMatchObject({ device: "cuda" });
+  // The tests above take the defaults, the paths that have passed on a GPU: every product on
+  // cuBLASLt (its heuristic's first choice), the residual add and the norm, the rotary
+  // embedding and the cache store, the gate/up product and SwiGLU each a kernel of their own.
+  // Each opt-in path, not yet run on a GPU (docs/gpu-status.md), runs the same prompts alone
+  // and batched (decode steps of 1 and of 6-7 rows padded to 8, graphs replayed).
+  for (const env of ENGINE_OPT_INS) {
+    const label = Object.entries(env)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ");
+    it(`with ${label}: the CPU's tokens but near-ties, bf16 log-probs`, async () => {
+      const opted = new EngineProcess(dir, "cuda", [], env);
+      expect(await opted.ready).toMatchObject({ device: "cuda", graphs: true });
       const outs: Generated[] = [];
-      for (const c of cases) outs.push(await forced.generate(c.prompt_ids));
-      outs.push(...(await Promise.all(cases.map((c) => forced.generate(c.prompt_ids)))));
-      expect(await forced.close(), forced.stderr).toBe(0);
+      for (const c of cases) outs.push(await opted.generate(c.prompt_ids));
+      outs.push(...(await Promise.all(cases.map((c) => opted.generate(c.prompt_ids)))));
+      expect(await opted.close(), opted.stderr).toBe(0);
       await checkAgainstCpu(dir, cpu, best, outs, [...names, ...names]);
     }, 120_000);
   }
 
-  it("refuses a SEARCHR1_GEMV other than auto, on or off, naming it", async () => {
-    const bad = new EngineProcess(dir, "cuda", [], { SEARCHR1_GEMV: "fast" });
+  // Each variable's first value is the default (native/src/backend/cuda/cuda_backend.cu).
+  it.each([
+    ["SEARCHR1_GEMV", "off, auto, on"],
+    ["SEARCHR1_FUSED_DECODE", "off, on"],
+    ["SEARCHR1_FILTERED_SAMPLING", "host, device"],
+  ])("refuses a %s other than %s, naming it", async (name, values) => {
+    const bad = new EngineProcess(dir, "cuda", [], { [name]: "fast" });
     expect(await bad.exited).not.toBe(0);
-    expect(bad.stderr).toContain("SEARCHR1_GEMV must be one of auto, on, off (it is 'fast')");
+    expect(bad.stderr).toContain(`${name} must be one of ${values} (it is 'fast')`);
   });
 
   it("release_memory frees the KV cache on the GPU, resume_memory takes it again: the tokens of before", async () => {
@@ -510,11 +535,18 @@ describe.runIf(GPU)("sampling on the GPU (qwen-hd16, temperature 0.7)", () => {
   });
 });
 
-// Top-k, top-p and min-p on the GPU (native/src/backend/cuda/sampling.cu's filtered kernel:
-// the most probable tokens selected, sorted and cut on the device, as backend/sample_row.cpp
-// cuts them on the CPU). qwen-hd16's 451 tokens all fit its 1024 candidates, so every row is
-// finished on the device here; a row whose cut falls past them (a flat distribution over
-// Qwen's 151,936 tokens) is left to the host's sample_row, the CPU path tested above.
+// Top-k, top-p and min-p on a CUDA engine, two ways. By default each filtered row's logits
+// come to the host, where backend/sample_row.cpp cuts and draws as on the CPU. With
+// SEARCHR1_FILTERED_SAMPLING=device (opt-in: not yet run on a GPU) native/src/backend/cuda/
+// sampling.cu's filtered kernel selects, sorts and cuts the most probable tokens on the
+// device; qwen-hd16's 451 tokens all fit its 1024 candidates, so every row is finished on the
+// device here (a row whose cut falls past them, a flat distribution over Qwen's 151,936
+// tokens, is left to the host's sample_row, the default path).
+const SAMPLING_MODES: { name: string; env: Record<string, string> }[] = [
+  { name: "on the host (the default)", env: {} },
+  { name: "on the device", env: { SEARCHR1_FILTERED_SAMPLING: "device" } },
+];
+
 describe.runIf(GPU)("filtered sampling on the GPU (qwen-hd16, temperature 1.3)", () => {
   const model = "qwen-hd16";
   const prompt = (greedy().cases.find((c) => c.model === model) as GreedyCase).prompt_ids;
@@ -526,13 +558,14 @@ describe.runIf(GPU)("filtered sampling on the GPU (qwen-hd16, temperature 1.3)",
     { top_k: 40, top_p: 0.8, min_p: 0.05 },
   ];
   let cpu: EngineProcess;
-  let gpu: EngineProcess;
-  const drawn: { gpu: Generated[]; cpu: Generated[] }[] = [];
+  let gpus: EngineProcess[];
+  /** By filter: the CPU's draws, and each sampling mode's. */
+  const drawn: { gpu: Generated[][]; cpu: Generated[] }[] = [];
 
   beforeAll(async () => {
     cpu = new EngineProcess(modelDir(model), "cpu");
-    gpu = new EngineProcess(modelDir(model), "cuda");
-    await Promise.all([cpu.ready, gpu.ready]);
+    gpus = SAMPLING_MODES.map((m) => new EngineProcess(modelDir(model), "cuda", [], m.env));
+    await Promise.all([cpu.ready, ...gpus.map((g) => g.ready)]);
     for (const filter of FILTERS) {
       const draw = (e: EngineProcess) =>
         Promise.all(
@@ -540,19 +573,24 @@ describe.runIf(GPU)("filtered sampling on the GPU (qwen-hd16, temperature 1.3)",
             e.generate(prompt, 1, { temperature: 1.3, seed, ...filter }),
           ),
         );
-      const [g, c] = await Promise.all([draw(gpu), draw(cpu)]);
-      drawn.push({ gpu: g, cpu: c });
+      const [c, ...g] = await Promise.all([draw(cpu), ...gpus.map(draw)]);
+      drawn.push({ gpu: g, cpu: c as Generated[] });
     }
-  }, 240_000);
+  }, 360_000);
 
   afterAll(async () => {
-    for (const e of [cpu, gpu]) if (e) expect(await e.close(), e.stderr).toBe(0);
+    for (const e of [cpu, ...(gpus ?? [])]) if (e) expect(await e.close(), e.stderr).toBe(0);
   });
 
-  it.each(FILTERS.map((f, i) => [JSON.stringify(f), i] as const))(
-    "%s: the draws fit the kept tokens' renormalised probabilities (chi-square), the cut the CPU's",
-    (_name, i) => {
-      const { gpu: onGpu, cpu: onCpu } = drawn[i] as { gpu: Generated[]; cpu: Generated[] };
+  it.each(
+    SAMPLING_MODES.flatMap((m, mode) =>
+      FILTERS.map((f, i) => [m.name, JSON.stringify(f), mode, i] as const),
+    ),
+  )(
+    "%s, %s: the draws fit the kept tokens' renormalised probabilities (chi-square), the cut the CPU's",
+    (_mode, _name, mode, i) => {
+      const { gpu, cpu: onCpu } = drawn[i] as { gpu: Generated[][]; cpu: Generated[] };
+      const onGpu = gpu[mode] as Generated[];
       const filter = FILTERS[i] as { top_k?: number };
       // The kept tokens are the ones drawn (2000 draws over a few dozen): each one's
       // probability is exp of its whole-vocabulary log-prob, renormalised over them.

@@ -11,12 +11,17 @@ export interface Run {
   stderr: string;
 }
 
-/** Runs `searchr1-index <args>` on two threads and returns its exit code and output. */
-export function runIndex(args: string[], timeoutMs = 120_000): Run {
+/** Runs `searchr1-index <args>` on two threads (and `env` added to the environment) and
+ * returns its exit code and output. */
+export function runIndex(
+  args: string[],
+  timeoutMs = 120_000,
+  env: Record<string, string> = {},
+): Run {
   const r = spawnSync(INDEX_EXE, args, {
     encoding: "utf8",
     timeout: timeoutMs,
-    env: { ...process.env, OMP_NUM_THREADS: "2" },
+    env: { ...process.env, OMP_NUM_THREADS: "2", ...env },
   });
   return { code: r.status, stdout: r.stdout, stderr: r.stderr };
 }

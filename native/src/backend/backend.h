@@ -204,15 +204,17 @@ class Backend {
   // gu row = [gate (I) | up (I)]; out[N,I] = silu(gate) * up
   virtual void swiglu_forward(XPtr out, XPtr gu, int N, int I) = 0;
   // matmul_forward into gu (w [2I, C], no bias), then swiglu_forward into act: the same values.
-  // CUDA may run both in one kernel for a few rows and leave gu unwritten, so gu is scratch
-  // here (the engine's layers; the trainer keeps gu for its backward and calls the two).
+  // CUDA may run both in one kernel for a few rows and leave gu unwritten
+  // (SEARCHR1_FUSED_DECODE=on), so gu is scratch here (the engine's layers; the trainer keeps
+  // gu for its backward and calls the two).
   virtual void matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C, int I);
   virtual void swiglu_backward(XPtr dgu, XPtr dout, XPtr gu, int N, int I) = 0;
   // out = a + b (out may alias a)
   virtual void add(XPtr out, XPtr a, XPtr b, size_t n) = 0;
   // sum = a + b (sum may alias a), then out = rmsnorm_forward of sum: a residual add and the
-  // norm after it (the engine's layers). The same values as the two calls; CUDA does both in
-  // one kernel (a decode step's small kernels cost more than their arithmetic).
+  // norm after it (the engine's layers). The same values as the two calls; CUDA may do both in
+  // one kernel (SEARCHR1_FUSED_DECODE=on: a decode step's small kernels cost more than their
+  // arithmetic).
   virtual void add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w,
                                    int N, int C, float eps);
   // x *= s, in place (the language-model head's 1/temperature)

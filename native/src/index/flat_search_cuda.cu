@@ -12,22 +12,20 @@
 //   4. the running list sorted best first (sort_keys_kernel) and downloaded; the host
 //      merges the shards' lists and decodes them (merge_shards).
 //
-// Keys. A (score, row) pair travels as one uint64 that orders as the result must: the high
-// 32 bits are the score's bits turned into an unsigned integer of the same order (for L2
-// the negated distance, so that larger is always better), the low 32 bits 0xFFFFFFFF - id,
+// Keys. A (score, row) pair travels as one uint64 that orders as the result must
+// (topk.cuh's id_key): the high 32 bits are the score's bits turned into an unsigned
+// integer of the same order (for L2 the negated distance, so that larger is always
+// better), the low 32 bits 0xFFFFFFFF - id,
 // so that of two equal scores the lower id is the larger key. Ids are unique, so keys are;
 // key 0 is "no row" (an empty place; no real row's key is 0). The k largest keys are the
 // exact top k, the lowest ids kept of rows tied at the k-th place; and as the order is
 // total, the top k of a union is the top k of its parts' top k: tiles, blocks and shards
 // merge exactly.
 //
-// Selection (select_top): a radix select over the 64-bit keys, a byte per pass from the
-// top. A pass counts, in a shared-memory histogram, the next byte of the keys that match the
-// prefix chosen so far; the byte at which the count of larger keys reaches the number still
-// needed joins the prefix. It stops when the keys with the prefix are exactly the ones
-// needed (within the 4 score bytes unless scores tie; sooner for small k). A last pass
-// writes the keys above the prefix and the needed number equal to it. Each pass reads the
-// keys again (a tile of scores stays in cache): no memory per key, and correct for any k.
+// Selection (select_top): backend/cuda/topk.cuh's radix select over the 64-bit keys, which
+// stops within the 4 score bytes unless scores tie (sooner for small k); a last pass writes
+// the keys above the prefix and the needed number equal to it. Each pass reads the keys
+// again (a tile of scores stays in cache): no memory per key, and correct for any k.
 //
 // Sizes. The score matrix of a block holds at most kScoreBytes (256 MiB): block rows =
 // 256 MiB / (4 nq), between 256 and kMaxBlockRows (1M), so that one query still scans 1M
@@ -49,13 +47,13 @@
 #include "backend/cuda/cublaslt_api.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/topk.cuh"
 
 namespace sr1 {
 namespace {
 
 using cuda::check;
 using cuda::check_launch;
-using cuda::kFullMask;
 
 constexpr int kThreads = 256;                          // per block of the selection kernels
 constexpr int kQueryBatch = 1024;                      // queries per pass over the rows
@@ -123,46 +121,14 @@ void row_norms(float* norms, const T* x, int64_t rows, int d, cudaStream_t strea
 __device__ __forceinline__ uint64_t make_key(float better, uint32_t id) {
   uint32_t u = __float_as_uint(better);
   if ((u << 1) == 0) u = 0;
-  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // negative floats order backwards
-  return (uint64_t(u) << 32) | (0xFFFFFFFFu - id);
+  return cuda::id_key(cuda::ordered_bits(__uint_as_float(u)), id);
 }
 
 // State of one block's select_top, in shared memory.
 struct Select {
-  unsigned hist[256];
-  uint64_t prefix, mask;  // the key bits chosen so far, and which bits they are
-  int need;               // keys still to take among those that match the prefix
-  int done;
-  int above, equal;       // write cursors of the last pass
+  cuda::RadixSelect<uint64_t> radix;
+  int above, equal;  // write cursors of the last pass
 };
-
-// Warp 0's part of a pass: the byte b, from 255 down, at which the keys with larger bytes
-// stop being enough, joins the prefix. Lane l holds bins 255-8l down to 248-8l; a scan over
-// the lanes finds the one lane whose bins reach `need`.
-__device__ void choose_byte(Select& s, int shift) {
-  const int lane = threadIdx.x;
-  unsigned count[8], sum = 0;
-  for (int j = 0; j < 8; j++) {
-    count[j] = s.hist[255 - 8 * lane - j];
-    sum += count[j];
-  }
-  unsigned upto = sum;  // keys in this lane's bins and the lanes before
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned t = __shfl_up_sync(kFullMask, upto, o);
-    if (lane >= o) upto += t;
-  }
-  const unsigned need = static_cast<unsigned>(s.need), before = upto - sum;
-  __syncwarp();  // every lane has read s.need before one lane writes it
-  if (before < need && need <= upto) {  // exactly one lane: the bins hold at least `need`
-    unsigned above = before;
-    int j = 0;
-    while (above + count[j] < need) above += count[j++];
-    s.prefix |= uint64_t(255 - 8 * lane - j) << shift;
-    s.mask |= uint64_t(0xff) << shift;
-    s.need = static_cast<int>(need - above);
-    s.done = count[j] == need - above || shift == 0;
-  }
-}
 
 // Writes the k largest of the keys key(0 .. n-1) to out[0, k) in no particular order, and
 // key 0 to the places beyond n. Called by every thread of a block of kThreads.
@@ -170,42 +136,14 @@ template <typename KeyFn>
 __device__ void select_top(const KeyFn& key, int n, int k, uint64_t* out, Select& s) {
   const int want = min(n, k);
   if (threadIdx.x == 0) {
-    s.prefix = 0;
-    s.mask = 0;
-    s.need = want;
-    s.done = want == 0;
     s.above = 0;
     s.equal = 0;
   }
-  __syncthreads();
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    if (s.done) break;  // the same for every thread: written before the last barrier
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) s.hist[i] = 0;
-    __syncthreads();
-    const uint64_t prefix = s.prefix, mask = s.mask;
-    for (int at = 0; at < n; at += blockDim.x) {  // the same trip count for every thread
-      const int i = at + threadIdx.x;
-      const uint64_t v = i < n ? key(i) : 0;
-      const bool match = i < n && (v & mask) == prefix;
-      const unsigned byte = static_cast<unsigned>(v >> shift) & 0xffu;
-      // Lanes with the same byte add their count once: scores of near neighbours share
-      // their leading bytes, and one shared counter hit by 32 lanes would serialise.
-      const unsigned active = __ballot_sync(kFullMask, match);
-      if (match) {
-        const unsigned peers = __match_any_sync(active, byte);
-        if (static_cast<int>(threadIdx.x % 32) == __ffs(peers) - 1) {
-          atomicAdd(&s.hist[byte], static_cast<unsigned>(__popc(peers)));
-        }
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) choose_byte(s, shift);
-    __syncthreads();
-  }
+  cuda::radix_select(key, n, want, s.radix);
   // The keys above the prefix are want - need in number; of those equal to it (one key,
   // or copies of key 0) `need` are taken.
-  const uint64_t prefix = s.prefix, mask = s.mask;
-  const int need = s.need, above = want - need;
+  const uint64_t prefix = s.radix.prefix, mask = s.radix.mask;
+  const int need = s.radix.need, above = want - need;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const uint64_t v = key(i), bits = v & mask;
     if (bits > prefix) {
@@ -266,22 +204,7 @@ __global__ void sort_keys_kernel(uint64_t* keys, int k, int p) {
   uint64_t* row = keys + size_t(blockIdx.x) * k;
   for (int i = threadIdx.x; i < p; i += blockDim.x) v[i] = i < k ? row[i] : 0;
   __syncthreads();
-  for (int size = 2; size <= p; size <<= 1) {
-    for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < p; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j > i) {  // each pair once; the halves of `size` runs go opposite ways
-          const bool descending = (i & size) == 0;
-          const uint64_t a = v[i], b = v[j];
-          if (descending ? a < b : a > b) {
-            v[i] = b;
-            v[j] = a;
-          }
-        }
-      }
-      __syncthreads();
-    }
-  }
+  cuda::sort_descending(v, p);
   for (int i = threadIdx.x; i < k; i += blockDim.x) row[i] = v[i];
 }
 
@@ -293,8 +216,6 @@ float key_score(uint64_t key, Metric metric) {
   std::memcpy(&f, &u, sizeof f);
   return metric == Metric::L2 ? 0.0f - f : f;
 }
-
-int64_t key_id(uint64_t key) { return 0xFFFFFFFFu - static_cast<uint32_t>(key); }
 
 // ---------------------------------------------------------------------------------------
 // Host side
@@ -811,7 +732,7 @@ void CudaFlat::merge_shards(int nq, int k, int64_t* ids, float* scores) const {
       }
       if (key == 0) break;  // only empty places are left: -1 and the worst score already
       head[best]++;
-      id[found] = key_id(key);
+      id[found] = cuda::key_id(key);
       score[found] = key_score(key, metric_);
     }
     if (metric_ == Metric::L2) continue;

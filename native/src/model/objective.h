@@ -15,7 +15,8 @@ class TokenObjective {
   virtual bool uses_entropy() const { return false; }
   // Whether L depends on the token at position `index` at all. The head skips the others
   // (an RL loss reads only response tokens: the prompt's rows cost the vocabulary-sized
-  // matmuls for nothing) unless the caller asked for every log-prob.
+  // matmuls for nothing); when the caller asks for every log-prob, the others get theirs
+  // after, with no backward pass.
   virtual bool wants(int32_t index) const { return true; }
   // For n predicted tokens at positions index[r] (b * T + t of the batch) with their current
   // logprob[r] and entropy[r], fills coef[r] and, when uses_entropy(), ent_coef[r].

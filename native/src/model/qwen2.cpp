@@ -50,7 +50,6 @@ Qwen2Model::~Qwen2Model() {
   if (!weights_.null() && weights_.p != params_) be_.release(weights_.p);
   if (params_ != nullptr) be_.release(params_);
   if (grads_ != nullptr) be_.release(grads_);
-  set_gradient_sink(nullptr);
 }
 
 std::unique_ptr<Qwen2Model> Qwen2Model::load(const std::string& dir, Backend& backend,
@@ -231,16 +230,6 @@ size_t Qwen2Model::grad_bytes() const { return grads_ != nullptr ? capacity_ * s
 
 void Qwen2Model::zero_grad() { be_.zero(grads(), capacity_); }
 
-void Qwen2Model::set_gradient_sink(GradientSink* sink) {
-  sink_ = sink;
-  if (sink != nullptr) return;
-  be_.synchronize();
-  for (float** p : {&bucket_, &embed_grad_}) {
-    if (*p != nullptr) be_.release(*p);
-    *p = nullptr;
-  }
-}
-
 std::vector<std::pair<size_t, size_t>> Qwen2Model::gradient_regions() const {
   const int L = config_.num_layers;
   const auto layer_begin = [&](int l) { return l < L ? layout_.layer(l).ln1 : layout_.norm(); };
@@ -250,48 +239,38 @@ std::vector<std::pair<size_t, size_t>> Qwen2Model::gradient_regions() const {
   return out;
 }
 
-size_t Qwen2Model::bucket_bytes() const {
-  if (sink_ == nullptr) return 0;
-  size_t widest = 0;
-  const auto regions = gradient_regions();
-  for (size_t r = 0; r + 1 < regions.size(); r++) {
-    widest = std::max(widest, regions[r].second - regions[r].first);
-  }
-  return (widest + regions.back().second) * sizeof(float);
-}
-
 void Qwen2Model::begin_pass() {
   if (sink_ == nullptr) {
     grads();
     return;
   }
   const auto regions = gradient_regions();
-  const size_t embed = regions.back().second;
-  if (bucket_ == nullptr) {
-    bucket_ = be_.alloc(bucket_bytes() / sizeof(float) - embed);
-    embed_grad_ = be_.alloc(embed);
-  }
-  be_.zero(embed_grad_, embed);
+  embed_grad_ = sink_->open(regions.back().first, regions.back().second);
   open_region(regions.front().first, regions.front().second);
 }
 
 void Qwen2Model::open_region(size_t begin, size_t end) {
-  bucket_begin_ = begin;
-  bucket_n_ = end - begin;
-  be_.zero(bucket_, bucket_n_);
+  region_begin_ = begin;
+  region_end_ = end;
+  region_grad_ = sink_->open(begin, end);
 }
 
-void Qwen2Model::close_region() { sink_->take(bucket_, bucket_begin_, bucket_n_); }
+void Qwen2Model::close_region() { sink_->close(region_grad_, region_begin_, region_end_); }
+
+void Qwen2Model::close_embeddings() {
+  const auto [begin, end] = gradient_regions().back();
+  sink_->close(embed_grad_, begin, end);
+}
 
 float* Qwen2Model::grad(size_t offset) {
   if (sink_ == nullptr) return grads_ + offset;
   const size_t embed = config_.num_layers > 0 ? layout_.layer(0).ln1 : layout_.norm();
   if (offset < embed) return embed_grad_ + offset;
-  if (offset < bucket_begin_ || offset >= bucket_begin_ + bucket_n_) {
+  if (offset < region_begin_ || offset >= region_end_) {
     throw Error("gradient of parameter " + std::to_string(offset) +
                 " outside the open region (a bug)");
   }
-  return bucket_ + (offset - bucket_begin_);
+  return region_grad_ + (offset - region_begin_);
 }
 
 void Qwen2Model::empty_pass() {
@@ -301,7 +280,7 @@ void Qwen2Model::empty_pass() {
     if (r > 0) open_region(regions[r].first, regions[r].second);
     close_region();
   }
-  sink_->take(embed_grad_, 0, regions.back().second);
+  close_embeddings();
 }
 
 void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_shard_bytes,
@@ -469,18 +448,28 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective*
                       float* logprobs, float* entropy) {
   Activations& a = *acts_;
   const int H = config_.hidden_size, V = config_.vocab_size, N = batch.B * batch.T;
-  // The hidden state at t-1 predicts token t.
+  // The hidden state at t-1 predicts token t. The rows the objective wants (all of them
+  // without one) come first, in chunks of their own, and alone go through the backward
+  // pass; the others follow, forward only, when logprobs asks for every log-prob. So the
+  // gradient's bits do not depend on that request (`grad --loss ppo` is update_actor's):
+  // a BLAS may round a row differently among other rows (OpenBLAS's Haswell sgemm does).
   std::vector<int32_t> rows, targets, out_index;
+  std::vector<int32_t> rest_rows, rest_targets, rest_index;
   for (int b = 0; b < batch.B; b++) {
     for (int t = 1; t < batch.T; t++) {
       if (!batch.predicted(b, t)) continue;
       const int i = b * batch.T + t;
-      if (objective != nullptr && logprobs == nullptr && !objective->wants(i)) continue;
-      rows.push_back(i - 1);
-      targets.push_back(batch.ids[i]);
-      out_index.push_back(i);
+      const bool wanted = objective == nullptr || objective->wants(i);
+      if (!wanted && logprobs == nullptr) continue;
+      (wanted ? rows : rest_rows).push_back(i - 1);
+      (wanted ? targets : rest_targets).push_back(batch.ids[i]);
+      (wanted ? out_index : rest_index).push_back(i);
     }
   }
+  const int n_backward = static_cast<int>(rows.size());
+  rows.insert(rows.end(), rest_rows.begin(), rest_rows.end());
+  targets.insert(targets.end(), rest_targets.begin(), rest_targets.end());
+  out_index.insert(out_index.end(), rest_index.begin(), rest_index.end());
   const int n = static_cast<int>(rows.size());
   if (n > 0) {
     be_.upload_i32(a.head_rows, rows.data(), n);
@@ -490,13 +479,14 @@ void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective*
   const float inv_t = 1.0f / opt.temperature;
   if (objective != nullptr) be_.zero_x(a.dlnf, static_cast<size_t>(N) * H);
   std::vector<float> lp(a.chunk), ent(a.chunk), coef(a.chunk), ent_coef(a.chunk);
-  for (int c0 = 0; c0 < n; c0 += a.chunk) {
-    const int c = std::min(a.chunk, n - c0);
+  // No chunk holds rows from both sides of n_backward.
+  for (int c0 = 0, c = 0; c0 < n; c0 += c) {
+    c = std::min(a.chunk, (c0 < n_backward ? n_backward : n) - c0);
     be_.gather_rows(a.head_in, a.lnf, a.head_rows + c0, c, H);
     be_.matmul_forward(a.logits, a.head_in, W, {}, c, H, V);
     if (opt.temperature != 1.0f) be_.scale(a.logits, inv_t, static_cast<size_t>(c) * V);
     be_.logprob_forward(a.logprob + c0, a.entropy + c0, a.logits, a.targets + c0, c, V);
-    if (objective == nullptr) continue;
+    if (objective == nullptr || c0 >= n_backward) continue;
     // The objective's coefficients come from this chunk's own log-probs (PPO's ratios).
     // They are derivatives with respect to logits / T, so each carries the 1/T of the
     // scaling back to the logits.
@@ -639,7 +629,7 @@ void Qwen2Model::trunk_backward(const Batch& batch, const RunOptions& opt) {
     if (sink_ != nullptr) close_region();
   }
   be_.embedding_backward(grad(layout_.embed()), a.dres, a.ids, N, H);
-  if (sink_ != nullptr) sink_->take(embed_grad_, 0, regions.back().second);
+  if (sink_ != nullptr) close_embeddings();
 }
 
 }  // namespace sr1

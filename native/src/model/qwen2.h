@@ -31,7 +31,7 @@ struct RunOptions {
 // The head's chunk when RunOptions::logits_chunk is 0. Each chunk's weight-gradient product
 // reads and writes the whole fp32 gradient of the vocabulary x hidden matrix (544 MB for
 // Qwen2.5-0.5B), so on a GPU fewer, larger chunks pay: an H200 took 0.275 s a 0.5B step of
-// 8 x 2,048 tokens in chunks of 256 rows and 0.251 s in one of 16,384 (README: Performance).
+// 8 x 2,048 tokens in chunks of 256 rows and 0.251 s in one of 16,384 (docs/performance.md).
 // A chunk of 2,048 rows holds 0.6 GB of bf16 logits at a vocabulary of 152k.
 constexpr int kCpuLogitsChunk = 256, kGpuLogitsChunk = 2048;
 
@@ -123,25 +123,27 @@ class Qwen2Model {
 
   // Where the backward passes put their gradients: by default the whole buffer grads(),
   // which they add to. With a sink (ZeRO stage 2's bucketed reduction, train/learner.h) a
-  // pass instead computes one region of the parameters at a time into a zeroed bucket of the
-  // model's own and hands it to the sink as soon as that region's gradient is complete: the
-  // final norm and the head, then each layer from the last, then the embeddings (a bucket
-  // of their own, open for the whole pass, as a tied head adds to them first). So no
-  // whole-model gradient is held: DeepSpeed's reduce_bucket_size, one layer wide.
+  // pass instead computes one region of the parameters at a time (gradient_regions()) into
+  // a zeroed buffer the sink lends it, and gives the region back as soon as its gradient is
+  // complete. So no whole-model gradient is held.
   class GradientSink {
    public:
     virtual ~GradientSink() = default;
-    // The gradient of params [begin, begin + n) from one pass, on the device; the sink may
-    // change it (a collective in place) but not keep it.
-    virtual void take(float* grad, size_t begin, size_t n) = 0;
+    // A zeroed device buffer of end - begin floats for the gradient of params [begin, end).
+    virtual float* open(size_t begin, size_t end) = 0;
+    // The region's gradient from one pass is complete in `grad` (open's buffer); the sink
+    // may change it (a collective in place) but the model no longer reads it.
+    virtual void close(float* grad, size_t begin, size_t end) = 0;
   };
-  // Null: back to grads(); the buckets are freed.
-  void set_gradient_sink(GradientSink* sink);
+  // Null: back to grads().
+  void set_gradient_sink(GradientSink* sink) { sink_ = sink; }
+  // The regions a pass hands a sink, in order, as [begin, end) of the flat buffer: the final
+  // norm and the head, then each layer from the last, each open alone; then the embeddings,
+  // open for the whole pass, as a tied head adds to them first.
+  std::vector<std::pair<size_t, size_t>> gradient_regions() const;
   // Hands the sink zeros for every region, in a pass's order: a pass without rows, so that
   // a rank with fewer micro-batches than the others still meets them in every collective.
   void empty_pass();
-  // Device bytes of the sink's buckets (allocated by the first pass; 0 without a sink).
-  size_t bucket_bytes() const;
 
   // One step of the inference engine: runs the step's new tokens through the model,
   // storing their keys and values in `cache` and attending over each sequence's cached
@@ -186,15 +188,14 @@ class Qwen2Model {
                     PagedKvCache& cache);
   void layer_backward(int l, int acts);
   // Where a backward pass adds the gradient of the parameter at `offset`: grads(), or the
-  // sink's bucket that holds it.
+  // sink's buffer for the region that holds it.
   float* grad(size_t offset);
-  // With a sink: the buckets allocated, the embeddings' zeroed and the first region (final
-  // norm and head) opened; without, grads() allocated.
+  // With a sink: the embeddings' region and the first (final norm and head) opened;
+  // without, grads() allocated.
   void begin_pass();
-  // The regions a pass hands a sink, in order: [begin, end) of the flat buffer.
-  std::vector<std::pair<size_t, size_t>> gradient_regions() const;
   void open_region(size_t begin, size_t end);
   void close_region();
+  void close_embeddings();
   // Runs the head over the predicted rows: log-probs (and entropies) out, and with an
   // objective the gradient into grads and the final norm's output gradient.
   void head(const Batch& batch, const RunOptions& opt, TokenObjective* objective,
@@ -209,9 +210,11 @@ class Qwen2Model {
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;
   GradientSink* sink_ = nullptr;
-  float* bucket_ = nullptr;      // the open region's gradient, one layer (or the head) wide
-  float* embed_grad_ = nullptr;  // the embeddings' gradient during a pass
-  size_t bucket_begin_ = 0, bucket_n_ = 0;
+  // During a pass with a sink, the buffers it lent: the embeddings' region's, and the open
+  // region's, [region_begin_, region_end_).
+  float* embed_grad_ = nullptr;
+  float* region_grad_ = nullptr;
+  size_t region_begin_ = 0, region_end_ = 0;
   std::vector<unsigned char> host_weights_;  // the compute copy, while to_host() holds it
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<PagedBuffers> paged_;

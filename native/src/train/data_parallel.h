@@ -1,13 +1,14 @@
-// How the data-parallel ranks of a run (dist/comm.h) share the work of a batch. Every rank
-// reads the same batch file and takes its rows by one deterministic rule, so no rank is told
-// which rows are its own and all agree without a message: the rows go to the ranks balanced
-// by real tokens, longest first, each to the rank with the fewest tokens so far (ties: the
-// lower rank; rows of equal length: the earlier row first). A rank keeps its rows in the
-// batch's order. With one rank these are the one-rank functions of minibatch.h, unchanged.
+// How the data-parallel ranks of a run (collective/comm.h) share the work of a batch. Every
+// rank reads the same batch file and takes its rows by one deterministic rule, so no rank is
+// told which rows are its own and all agree without a message: the rows go to the ranks
+// balanced by real tokens, longest first, each to the rank with the fewest tokens so far
+// (ties: the lower rank; rows of equal length: the earlier row first). A rank keeps its rows
+// in the batch's order. With one rank these are the one-rank functions of minibatch.h,
+// unchanged.
 #pragma once
 #include <vector>
 
-#include "dist/comm.h"
+#include "collective/comm.h"
 #include "model/batch.h"
 #include "train/minibatch.h"
 

@@ -40,6 +40,7 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
       stage_(zero_stage),
       offset_(0),
       shard_(shard_of(model, comm, zero_stage)),
+      buckets_(model.be(), model.gradient_regions()),
       optimizer_(model.be(), shard_, adamw),
       schedule_(schedule),
       rng_(seed) {
@@ -78,12 +79,13 @@ void Learner::zero_grad(const std::string& what) {
   be.zero(grad_shard_, shard_);
 }
 
+float* Learner::open(size_t begin, size_t end) { return buckets_.open(begin, end); }
+
 // Each part of the region that lies in rank r's shard is summed onto rank r, which adds it
 // to its gradient shard. The ranks hand over the same regions in the same order.
-void Learner::take(float* grad, size_t begin, size_t n) {
+void Learner::close(float* grad, size_t begin, size_t end) {
   Backend& be = model_.be();
   be.synchronize();  // the pass has written the region
-  const size_t end = begin + n;
   for (size_t r = begin / shard_; r < static_cast<size_t>(comm_.size()) && r * shard_ < end;
        r++) {
     const size_t lo = std::max(begin, r * shard_), hi = std::min(end, (r + 1) * shard_);
@@ -146,6 +148,7 @@ double Learner::step(float* lr, const std::string& what) {
 void Learner::end_update() {
   if (stage_ != 2) return;
   model_.release_grads();
+  buckets_.release();
   if (grad_shard_ != nullptr) {
     model_.be().synchronize();
     model_.be().release(grad_shard_);
@@ -271,7 +274,7 @@ Learner::Memory Learner::memory() const {
   m.weights = model_.weight_bytes();
   m.masters = model_.master_bytes() + (masters_ != nullptr ? shard_ * sizeof(float) : 0);
   m.optimizer = 2 * shard_ * sizeof(float);
-  m.gradients = bucketed() ? shard_ * sizeof(float) + model_.bucket_bytes()
+  m.gradients = bucketed() ? shard_ * sizeof(float) + buckets_.bytes()
                           : model_.buffer_capacity() * sizeof(float);
   m.gradients_between = stage_ == 2 ? 0 : m.gradients;
   return m;

@@ -1,8 +1,9 @@
 // A model being trained by an RL run (the actor, or the critic): its AdamW state, learning
 // rate schedule and the generator that shuffles its mini-batches, which a checkpoint saves
 // and restores so that a resumed run continues bit-exactly; and the communicator of its
-// data-parallel ranks (dist/comm.h), over which each step first sums the ranks' gradients,
-// so that every rank takes the same step (the generator, seeded alike, shuffles alike).
+// data-parallel ranks (collective/comm.h), over which each step first sums the ranks'
+// gradients, so that every rank takes the same step (the generator, seeded alike, shuffles
+// alike).
 //
 // ZeRO (DeepSpeed's stages; `zero_stage` of SERVE.md's load): from stage 1 on, the fp32
 // master weights and both AdamW moments are cut into one shard per rank. The model's flat
@@ -11,13 +12,14 @@
 // every shard the same size (the last one's tail is zero padding that stays zero). A step:
 //  - stage 1: the whole gradient is summed over the ranks (all-reduce), as at stage 0;
 //  - stage 2 (DeepSpeed's, with its reduction during the backward): no rank holds the whole
-//    gradient. Each backward pass hands its gradient over one region at a time (the head,
-//    each layer, the embeddings: Qwen2Model::GradientSink), and each part of a region goes
-//    to the rank whose shard holds it (reduce), which adds it to its fp32 gradient shard. So a
-//    rank holds its shard and the buckets (the embeddings' and one region's), and nothing
-//    between updates. The ranks meet once per pass, so every rank makes as many passes as
-//    the one with the most micro-batches (for_each_pass); the sums come in another order than stage 0's (each
-//    micro-batch over the ranks, then over the micro-batches), equal up to float rounding.
+//    gradient. Each backward pass computes its gradient one region at a time (the head,
+//    each layer, the embeddings: Qwen2Model::GradientSink) into the learner's buckets
+//    (train/gradient_buckets.h), and each part of a region goes to the rank whose shard
+//    holds it (reduce), which adds it to its fp32 gradient shard. So a rank holds its shard
+//    and the buckets during an update, and nothing between updates. The ranks meet once per
+//    pass, so every rank makes as many passes as the one with the most micro-batches
+//    (for_each_pass); the sums come in another order than stage 0's (each micro-batch over
+//    the ranks, then over the micro-batches), equal up to float rounding.
 //    With one rank and no library (LocalComm) the whole gradient accumulates, freed when the
 //    update ends;
 // then the global gradient norm is the square root of the ranks' summed squared shard norms,
@@ -32,9 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
+#include "collective/comm.h"
 #include "model/qwen2.h"
 #include "train/adamw.h"
+#include "train/gradient_buckets.h"
 #include "train/schedule.h"
 
 namespace sr1 {
@@ -65,7 +68,7 @@ class Learner : private Qwen2Model::GradientSink {
   // schedule's rate; returns the gradient norm before clipping and sets *lr. `what` names the
   // update in a failed collective's message ("update_actor").
   double step(float* lr, const std::string& what);
-  // After an update's last step: at stage 2 the gradient buffer goes.
+  // After an update's last step: at stage 2 the gradient buffer (or shard and buckets) goes.
   void end_update();
 
   // Checkpoints have one layout at every stage and number of ranks, one rank's: the whole
@@ -116,7 +119,8 @@ class Learner : private Qwen2Model::GradientSink {
   std::vector<float> read_masters(const std::string& weights_dir) const;
   // Stage 2 over several ranks: the passes' gradients go to the ranks region by region.
   bool bucketed() const { return stage_ == 2 && !comm_.local(); }
-  void take(float* grad, size_t begin, size_t n) override;
+  float* open(size_t begin, size_t end) override;
+  void close(float* grad, size_t begin, size_t end) override;
 
   Qwen2Model& model_;
   Comm& comm_;
@@ -124,6 +128,7 @@ class Learner : private Qwen2Model::GradientSink {
   size_t offset_, shard_;  // this rank's range of the flat buffers (stage 0: all of them)
   float* masters_ = nullptr;  // this shard's fp32 masters, where the model holds none
   float* grad_shard_ = nullptr;  // bucketed: this shard's summed gradient during an update
+  GradientBuckets buckets_;      // bucketed: what the passes compute their regions into
   std::string pass_what_;        // bucketed: the update the passes belong to
   AdamW optimizer_;
   LrSchedule schedule_;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "dist/comm.h"
+#include "collective/comm.h"
 #include "model/qwen2.h"
 #include "train/learner.h"
 #include "util/json_fields.h"

@@ -1,7 +1,7 @@
 // Flash-style causal grouped-query attention on tensor cores: bf16 operands, fp32 accumulation,
 // tiles of keys processed with an online softmax so no T x T matrix ever reaches global memory.
-// Both passes run attention_mma.cu's kernels unless SEARCHR1_ATTENTION=wmma asks for the ones
-// here.
+// Both passes run the kernels here (the ones that ran on the H200) unless SEARCHR1_ATTENTION=mma
+// asks for attention_mma.cu's, which have not run on a GPU yet (docs/gpu-status.md).
 // The forward kernel also runs bidirectionally (an encoder's attention: every query sees every
 // unmasked key); the backward kernels are causal only.
 //

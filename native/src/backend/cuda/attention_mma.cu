@@ -4,7 +4,8 @@
 // registers, as mma fragments, so the online softmax runs on registers with two shuffles a
 // row, and only the key and value tiles pass through shared memory; the backward is below.
 // attention.cu's WMMA kernels store every score tile to shared memory and walk its rows one
-// at a time; SEARCHR1_ATTENTION=wmma still runs them.
+// at a time. These kernels have not run on a GPU yet, so they are opt-in
+// (SEARCHR1_ATTENTION=mma); the WMMA ones, which ran on the H200, are the default.
 //
 // Fragment layouts are PTX's for mma.m16n8k16 with .bf16 inputs (PTX ISA, "Matrix Fragments
 // for mma.m16n8k16"). With g = lane / 4 and t = lane % 4:

@@ -1,5 +1,5 @@
 // The attention passes of attention_mma.cu, which attention.cu's attention_forward and
-// attention_backward run (unless SEARCHR1_ATTENTION=wmma) once they have found the spans.
+// attention_backward run with SEARCHR1_ATTENTION=mma once they have found the spans.
 #pragma once
 #include "backend/cuda/kernels.h"
 

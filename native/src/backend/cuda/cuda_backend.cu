@@ -2,6 +2,10 @@
 // master weights, gradients and AdamW state. Matmuls go through cuBLASLt (loaded at run
 // time, matmul.h), everything else through our own kernels (kernels.h). All work is queued
 // on one stream; the host waits only where a value comes back (download, sum_squares).
+//
+// By default every operation runs a path that has passed on a GPU; each newer kernel is
+// opt-in through an environment variable until a GPU run confirms it (make_cuda_backend;
+// docs/gpu-status.md says what ran where and when).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -98,10 +102,19 @@ class CudaTimer final : public DeviceTimer {
 
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+// The opt-in kernels the environment turned on (make_cuda_backend); all off by default.
+struct OptIn {
+  bool attention_mma = false;  // attention_mma.cu's attention instead of the WMMA kernels
+  // The engine's fused decode kernels: add_rmsnorm_forward in one kernel, the keys and values
+  // stored by the rotary kernel, and the gate/up GEMV ending in SwiGLU.
+  bool fused_decode = false;
+  bool device_filter = false;  // top-k/top-p/min-p cut and drawn on the device
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::unique_ptr<cuda::Matmul> matmul, bool attention_mma)
-      : mm_(std::move(matmul)), attention_mma_(attention_mma) {
+  CudaBackend(std::unique_ptr<cuda::Matmul> matmul, OptIn opt_in)
+      : mm_(std::move(matmul)), opt_in_(opt_in) {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     workspace_ = raw(cuda::Matmul::kWorkspaceBytes);
     partials_ = static_cast<double*>(raw(cuda::sum_squares_partials() * sizeof(double)));
@@ -225,18 +238,24 @@ class CudaBackend final : public Backend {
                          const AttentionShape& s) override {
     require_head_dim(s.head_dim);
     cuda::attention_forward(X(out), lse, X(qkv), key_mask, s,
-                            scratch(cuda::attention_forward_scratch(s)), attention_mma_, stream_);
+                            scratch(cuda::attention_forward_scratch(s)), opt_in_.attention_mma,
+                            stream_);
   }
   void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
                           const int32_t* key_mask, const AttentionShape& s) override {
     require_head_dim(s.head_dim);
     cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s,
-                             scratch(cuda::attention_backward_scratch(s)), attention_mma_,
-                             stream_);
+                             scratch(cuda::attention_backward_scratch(s)),
+                             opt_in_.attention_mma, stream_);
   }
   void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k, XPtr v, const int32_t* slots,
                      const PagedShape& s, float theta) override {
     const AttentionShape rows{1, s.rows, s.num_heads, s.num_kv_heads, s.head_dim};
+    if (!opt_in_.fused_decode) {
+      cuda::rope(X(qkv), pos, rows, theta, 1.0f, stream_);
+      cuda::kv_store(X(k), X(v), X(qkv), slots, s, stream_);
+      return;
+    }
     const cuda::KvStore store{X(k), X(v), slots, s.block_size};
     cuda::rope(X(qkv), pos, rows, theta, 1.0f, stream_, &store);
   }
@@ -250,7 +269,8 @@ class CudaBackend final : public Backend {
   }
   void matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w, int N, int C,
                              int I) override {
-    if (!mm_->forward_swiglu(X(act), X(gu), X(inp), X(w), N, C, I, workspace_, stream_)) {
+    if (!opt_in_.fused_decode ||
+        !mm_->forward_swiglu(X(act), X(gu), X(inp), X(w), N, C, I, workspace_, stream_)) {
       Backend::matmul_swiglu_forward(act, gu, inp, w, N, C, I);
     }
   }
@@ -262,6 +282,10 @@ class CudaBackend final : public Backend {
   }
   void add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w, int N,
                            int C, float eps) override {
+    if (!opt_in_.fused_decode) {
+      Backend::add_rmsnorm_forward(sum, out, rstd, a, b, w, N, C, eps);
+      return;
+    }
     cuda::add_rmsnorm_forward(X(sum), X(out), rstd, X(a), X(b), X(w), N, C, eps, stream_);
   }
   void scale(XPtr x, float s, size_t n) override { cuda::scale(X(x), s, n, stream_); }
@@ -287,7 +311,9 @@ class CudaBackend final : public Backend {
                         int V) override {
     cuda::logprob_backward(X(logits), targets, coef, ent_coef, n, V, stream_);
   }
-  // The rows go up and the draws come back with the step's one wait for the GPU.
+  // The rows go up and the draws come back with the step's one wait for the GPU. Unless
+  // SEARCHR1_FILTERED_SAMPLING=device, filtered rows are left undone (token -1), which
+  // Backend::sample_tokens allows: the caller samples them on the host from their logits.
   void sample_tokens(TokenDraw* out, XPtr logits, const SampleRow* rows, int n,
                      int V) override {
     if (n == 0) return;
@@ -302,12 +328,14 @@ class CudaBackend final : public Backend {
       sample_out_ = static_cast<TokenDraw*>(raw(static_cast<size_t>(n) * sizeof(TokenDraw)));
       sample_capacity_ = n;
     }
-    check(cudaMemcpyAsync(sample_rows_, rows, static_cast<size_t>(n) * sizeof(SampleRow),
+    const SampleRow* device = opt_in_.device_filter ? rows : unfiltered(rows, n, V);
+    check(cudaMemcpyAsync(sample_rows_, device, static_cast<size_t>(n) * sizeof(SampleRow),
                           cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync");
     cuda::sample_tokens(sample_out_, X(logits), sample_rows_, n, V,
                         scratch(cuda::sample_tokens_scratch(n)), stream_);
     copy(out, sample_out_, static_cast<size_t>(n) * sizeof(TokenDraw), cudaMemcpyDeviceToHost);
+    if (!opt_in_.device_filter) leave_filtered_undone(out, rows, n, V);
   }
   double sum_squares(const float* x, size_t n) override {
     return cuda::sum_squares(x, n, partials_, stream_);
@@ -336,6 +364,23 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  // rows with each filtered one made greedy (in unfiltered_rows_), so that the device's
+  // filtered kernel, not yet run on a GPU, finds no row to cut: it returns at once.
+  const SampleRow* unfiltered(const SampleRow* rows, int n, int V) {
+    unfiltered_rows_.assign(rows, rows + n);
+    for (SampleRow& row : unfiltered_rows_) {
+      if (row.filtered(V)) row = SampleRow{};
+    }
+    return unfiltered_rows_.data();
+  }
+
+  // Marks the draws of filtered rows undone (their greedy tokens from unfiltered dropped).
+  static void leave_filtered_undone(TokenDraw* out, const SampleRow* rows, int n, int V) {
+    for (int r = 0; r < n; r++) {
+      if (rows[r].filtered(V)) out[r].token = -1;
+    }
+  }
+
   void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "cudaMemcpyAsync");
     synchronize();
@@ -355,7 +400,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<cuda::Matmul> mm_;
-  bool attention_mma_;  // the attention kernels: attention_mma.cu's, or the WMMA ones
+  OptIn opt_in_;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   double* partials_ = nullptr;
@@ -364,6 +409,7 @@ class CudaBackend final : public Backend {
   SampleRow* sample_rows_ = nullptr;  // sample_tokens' rows and draws on the device
   TokenDraw* sample_out_ = nullptr;
   int sample_capacity_ = 0;
+  std::vector<SampleRow> unfiltered_rows_;  // sample_tokens' rows, filtered ones made greedy
 };
 
 // Why the runtime found no device, in words a user can act on.
@@ -430,16 +476,22 @@ CudaStatus cuda_status() {
   return status;
 }
 
+// Each variable's first value is its default: the path that has passed on a GPU; the others
+// are opt-in until a GPU run (the CUDA tests and bench/gpu.sh, which run both) confirms them.
 std::unique_ptr<Backend> make_cuda_backend() {
   std::string why;
   std::unique_ptr<cuda::Matmul> matmul = cuda::Matmul::open(&why);
   if (!matmul) throw Error("--device cuda: " + why);
-  const std::string gemv = env_choice("SEARCHR1_GEMV", {"auto", "on", "off"});
-  if (gemv != "auto") {
-    matmul->set_gemv(gemv == "on" ? cuda::Matmul::Gemv::kAlways : cuda::Matmul::Gemv::kNever);
-  }
-  const bool attention_mma = env_choice("SEARCHR1_ATTENTION", {"mma", "wmma"}) == "mma";
-  return std::make_unique<CudaBackend>(std::move(matmul), attention_mma);
+  const std::string gemv = env_choice("SEARCHR1_GEMV", {"off", "auto", "on"});
+  matmul->set_gemv(gemv == "off"    ? cuda::Matmul::Gemv::kNever
+                   : gemv == "auto" ? cuda::Matmul::Gemv::kTimed
+                                    : cuda::Matmul::Gemv::kAlways);
+  matmul->set_tuning(env_choice("SEARCHR1_MATMUL_TUNING", {"off", "on"}) == "on");
+  OptIn opt_in;
+  opt_in.attention_mma = env_choice("SEARCHR1_ATTENTION", {"wmma", "mma"}) == "mma";
+  opt_in.fused_decode = env_choice("SEARCHR1_FUSED_DECODE", {"off", "on"}) == "on";
+  opt_in.device_filter = env_choice("SEARCHR1_FILTERED_SAMPLING", {"host", "device"}) == "device";
+  return std::make_unique<CudaBackend>(std::move(matmul), opt_in);
 }
 
 }  // namespace sr1

@@ -115,8 +115,9 @@ __global__ void f32_to_bf16_kernel(bf16* dst, const float* src, size_t n) {
 // RopeTable does (IEEE fp32 division even under --use_fast_math; pow in double rounded to
 // float, which is what powf returns for the head dims and thetas models use), and cos/sin
 // are taken in double like the reference.
-// With a cache (store.k non-null), the thread also writes its pair of each rotated key head
-// and of each value head to the row's slot.
+// With a cache (store.k non-null: the engine's SEARCHR1_FUSED_DECODE=on, not yet run on a
+// GPU), the thread also writes its pair of each rotated key head and of each value head to
+// the row's slot.
 __global__ void rope_kernel(bf16* qkv, const int32_t* pos, int N, int hd, int num_heads,
                             int num_kv_heads, float theta, float sign, KvStore store) {
   const int half = hd / 2;

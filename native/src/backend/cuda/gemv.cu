@@ -5,8 +5,9 @@
 // every one of the N input rows is multiplied with it while it is in registers. cuBLASLt's
 // kernels are tiled for many rows; with the BIAS epilogue its qkv projection (896 -> 1,152)
 // took 32 us at one row on an H200, where its 2 MB of weights take under 1 us to read. Which
-// of the two is faster at a few rows has not been measured yet, so Matmul::forward times both
-// on a shape's first call and keeps the faster.
+// of the two is faster at a few rows has not been measured yet, and these kernels have not
+// run on a GPU: cuBLASLt stays the default, SEARCHR1_GEMV=auto has Matmul::forward time both
+// on a shape's first call and keep the faster, SEARCHR1_GEMV=on always runs these.
 //
 // fp32 accumulation; each row's sum is taken in the same order whatever N is, so a sequence's
 // result does not depend on the other rows of its step. The product is rounded to bf16 before

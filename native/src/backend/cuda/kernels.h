@@ -40,7 +40,8 @@ void scatter_rows(bf16* out, const bf16* in, const int32_t* rows, int n, int C,
 // dst = round-to-nearest-even bf16 of src
 void f32_to_bf16(bf16* dst, const float* src, size_t n, cudaStream_t stream);
 // Where rope also stores each row's rotated keys and its values: the engine's paged cache
-// (layout: PagedShape), row n at slot slots[n].
+// (layout: PagedShape), row n at slot slots[n] (SEARCHR1_FUSED_DECODE=on; else kv_store
+// after rope).
 struct KvStore {
   bf16 *k, *v;
   const int32_t* slots;
@@ -60,7 +61,7 @@ bool gemv_fits(const bf16* inp, const bf16* w, int N, int C);
 void gemv(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int N, int C, int OC,
           cudaStream_t stream);
 // act[N,I] = silu(gate) * up of the product with w[2I,C] (gate rows, then up rows), without
-// writing the product; N, C and the pointers as gemv_fits.
+// writing the product; N, C and the pointers as gemv_fits (SEARCHR1_FUSED_DECODE=on).
 void gemv_swiglu(bf16* act, const bf16* inp, const bf16* w, int N, int C, int I,
                  cudaStream_t stream);
 
@@ -68,6 +69,7 @@ void gemv_swiglu(bf16* act, const bf16* inp, const bf16* w, int N, int C, int I,
 void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C,
                      float eps, cudaStream_t stream);
 // sum = a + b (rounded to bf16, as add), then out = rmsnorm_forward of sum; sum may alias a
+// (one kernel, SEARCHR1_FUSED_DECODE=on; else the backend runs add and rmsnorm_forward)
 void add_rmsnorm_forward(bf16* sum, bf16* out, float* rstd, const bf16* a, const bf16* b,
                          const bf16* w, int N, int C, float eps, cudaStream_t stream);
 // dinp += ..., dw += ... (fp32)
@@ -111,8 +113,9 @@ bool attention_supports(int head_dim);
 // Bytes of device scratch each call needs for this shape (the same buffer may serve both).
 size_t attention_forward_scratch(const AttentionShape& s);
 size_t attention_backward_scratch(const AttentionShape& s);
-// mma: attention_mma.cu's kernels (FlashAttention-2's arrangement); else the WMMA ones of
-// attention.cu.
+// mma: attention_mma.cu's kernels (FlashAttention-2's arrangement; SEARCHR1_ATTENTION=mma,
+// not yet run on a GPU); else the WMMA ones of attention.cu (the default, which ran on the
+// H200).
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
                        const AttentionShape& s, void* scratch, bool mma, cudaStream_t stream);
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
@@ -121,6 +124,9 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
 
 // ---- paged.cu: the inference engine's paged KV cache (layout: PagedShape); head dims as
 // attention_supports ----
+// Copies the k and v heads of each fused qkv row (after rope) to the cache at slots[r].
+void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
+              cudaStream_t stream);
 void paged_attention(bf16* out, const bf16* qkv, const bf16* k, const bf16* v,
                      const int32_t* block_tables, const int32_t* seq, const int32_t* pos,
                      const PagedShape& s, cudaStream_t stream);

@@ -1,7 +1,8 @@
 // Finds and opens one of NVIDIA's libraries at run time, as cuBLASLt (cublaslt_loader.cpp)
-// and NCCL (dist/nccl_comm.cpp) are opened: so that one build runs with whichever release the
-// machine has, and the build needs neither the library nor its headers. Where it looks, in
-// order (the first file that loads and has every function the caller needs wins):
+// and NCCL (collective/nccl_comm.cpp) are opened: so that one build runs with whichever
+// release the machine has, and the build needs neither the library nor its headers. Where
+// it looks, in order (the first file that loads and has every function the caller needs
+// wins):
 //  1. $<env>: the library file itself, or a folder that holds it;
 //  2. the pip wheels under $VIRTUAL_ENV and then $CONDA_PREFIX:
 //     lib/python3*/site-packages/nvidia/<wheel>/lib for each of `wheels`; then $CONDA_PREFIX/lib;

@@ -2,7 +2,8 @@
 // matrix with ld K, so each product below is computed as its transpose.
 //   forward   out^T[OC,N] = w^T . inp^T    A = w (C x OC, op T), B = inp (C x N), k = C;
 //             then add_bias_kernel adds bias[output feature] to every row of out. Up to
-//             kGemvRows rows may go to gemv.cu instead (Matmul::gemv_faster).
+//             kGemvRows rows may go to gemv.cu instead (SEARCHR1_GEMV=auto or on:
+//             Matmul::gemv_faster).
 //   dinp      dinp^T[C,N] = w . dout^T      A = w (C x OC), B = dout (OC x N), k = OC
 //   dw        dw^T[C,OC] = inp^T . dout     A = inp (C x N), B = dout (OC x N, op T), k = N;
 //             fp32 C = D = dw with beta 1 accumulates.
@@ -205,20 +206,22 @@ const Matmul::Plan& Matmul::plan(const Key& key, const Operands& run) {
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d, sizeof key.align_d);
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d, sizeof key.align_d);
 
+  // One candidate, the heuristic's first choice, unless this forward product is tuned.
   constexpr int kCandidates = 8;
+  const bool tune = tuning_ && key.kind == Kind::kForward;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int returned = 0;
   check_lt(api_.cublasLtMatmulAlgoGetHeuristic(handle_, p->desc.handle, p->a.handle,
                                                p->b.handle, p->d.handle, p->d.handle,
-                                               pref.handle, kCandidates, results, &returned),
+                                               pref.handle, tune ? kCandidates : 1, results,
+                                               &returned),
            "cublasLtMatmulAlgoGetHeuristic", key);
   if (returned == 0) {
     throw Error("cuBLASLt has no algorithm for matmul " + describe(key) +
                 " (operand alignments in bytes: A " + std::to_string(key.align_a) + ", B " +
                 std::to_string(key.align_b) + ", D " + std::to_string(key.align_d) + ")");
   }
-  p->algo =
-      key.kind == Kind::kForward ? tuned(key, *p, results, returned, run) : results[0].algo;
+  p->algo = tune ? tuned(key, *p, results, returned, run) : results[0].algo;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 

@@ -32,11 +32,15 @@ class Matmul {
 
   const std::string& library() const { return library_; }  // the file that was loaded
 
-  // How products of up to kGemvRows rows pick gemv.cu or cuBLASLt: timed per shape (the
-  // default), or always one of them ($SEARCHR1_GEMV=on|off, which the CUDA tests use to run
-  // each path).
-  enum class Gemv { kTimed, kAlways, kNever };
+  // How products of up to kGemvRows rows pick gemv.cu or cuBLASLt ($SEARCHR1_GEMV): always
+  // cuBLASLt (off, the default: the path that has run on a GPU), timed per shape (auto), or
+  // always gemv.cu (on). gemv.cu has not run on a GPU yet (docs/gpu-status.md); the CUDA
+  // tests run each choice.
+  enum class Gemv { kNever, kTimed, kAlways };
   void set_gemv(Gemv choice) { gemv_ = choice; }
+  // Whether forward products time cuBLASLt's heuristic candidates (tuned) instead of taking
+  // its first choice, as the GPU runs so far did ($SEARCHR1_MATMUL_TUNING=on|off).
+  void set_tuning(bool on) { tuning_ = on; }
 
   // out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC] when bias != nullptr). The bias is added by
   // a kernel after the product, not by cuBLASLt's BIAS epilogue: with it the heuristic chose
@@ -86,8 +90,9 @@ class Matmul {
   // overwrites, so candidates may run on the call's own operands), timed once per Key with
   // N rounded up to a power of two and reused, where cuBLASLt accepts it, for the other N
   // of that range. With the heuristic's first choice alone, the qkv projection ran 10-40x
-  // below the other projections' rate on an H200 (README: Performance); the tuned choice has
-  // not run on a GPU yet.
+  // below the other projections' rate in an H200's profile (commit 7c89cf4); the tuned
+  // choice has not run on a GPU yet (docs/gpu-status.md), so it is taken only with
+  // set_tuning(true).
   cublasLtMatmulAlgo_t tuned(const Key& key, const Plan& p,
                              const cublasLtMatmulHeuristicResult_t* candidates, int count,
                              const Operands& run);
@@ -107,7 +112,8 @@ class Matmul {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // by Key with N rounded up to a power of two
   std::map<std::tuple<int, int, int>, bool> gemv_faster_;  // by (N, C, OC)
-  Gemv gemv_ = Gemv::kTimed;
+  Gemv gemv_ = Gemv::kNever;
+  bool tuning_ = false;
 };
 
 }  // namespace sr1::cuda

@@ -1,7 +1,7 @@
-// The inference engine's attention on the GPU: decode and prefill rows over their sequence's
-// blocks of the paged KV cache (a block of warps per (row, query head), online softmax over
-// tiles of keys, fp32 arithmetic). The rows' keys and values reach the cache with their
-// rotary embedding (rope in elementwise.cu).
+// The inference engine's paged KV cache on the GPU: storing each new row's keys and values
+// into its cache slot (kv_store; with SEARCHR1_FUSED_DECODE=on, rope in elementwise.cu stores
+// them instead), and decode/prefill attention over a sequence's cached blocks (a block of
+// warps per (row, query head), online softmax over tiles of keys, fp32 arithmetic).
 // Layouts as PagedShape in backend.h; the CPU twin is in cpu_backend.cpp.
 #include <cuda_bf16.h>
 
@@ -23,6 +23,24 @@ static_assert(kMaxHeadDim >= 128, "paged attention must cover attention_supports
 // Warps of one (row, head); each takes tiles of 32 keys in turn, one key per lane.
 constexpr int kWarps = 4;
 constexpr int kTile = 32;
+
+// One thread per element of a row's k and v heads: copied to the row's slot. The kernel that
+// ran on the H200 (docs/gpu-status.md), kept while the fused store in rope is opt-in.
+__global__ void kv_store_kernel(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots,
+                                PagedShape s) {
+  const size_t per_row = static_cast<size_t>(s.num_kv_heads) * s.head_dim;
+  const size_t total = per_row * s.rows;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int r = static_cast<int>(i / per_row);
+    const int g = static_cast<int>(i % per_row) / s.head_dim;
+    const int d = static_cast<int>(i % s.head_dim);
+    const bf16* row = qkv + static_cast<size_t>(r) * s.qkv_dim();
+    const size_t at = s.cache_offset(slots[r] / s.block_size, g, slots[r] % s.block_size) + d;
+    k[at] = row[(s.num_heads + g) * s.head_dim + d];
+    v[at] = row[(s.num_heads + s.num_kv_heads + g) * s.head_dim + d];
+  }
+}
 
 // q . k over head_dim (a multiple of 8): k read 16 bytes at a time, q (scaled) from shared
 // memory, where every lane reads the same address.
@@ -110,6 +128,15 @@ __global__ __launch_bounds__(32 * kWarps) void paged_attention_kernel(
 }
 
 }  // namespace
+
+void kv_store(bf16* k, bf16* v, const bf16* qkv, const int32_t* slots, const PagedShape& s,
+              cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(s.rows) * s.num_kv_heads * s.head_dim;
+  if (total == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 65536));
+  kv_store_kernel<<<blocks, 256, 0, stream>>>(k, v, qkv, slots, s);
+  check_launch("kv_store");
+}
 
 void paged_attention(bf16* out, const bf16* qkv, const bf16* k, const bf16* v,
                      const int32_t* block_tables, const int32_t* seq, const int32_t* pos,

@@ -1,5 +1,6 @@
-// RMSNorm forward (alone, or after a residual add) and backward: out = w * (x * rstd),
-// rstd = 1/sqrt(mean(x^2) + eps) per row, with fp32 statistics over bf16 activations.
+// RMSNorm forward (alone, or after a residual add: add_rmsnorm_forward, the engine's with
+// SEARCHR1_FUSED_DECODE=on) and backward: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps)
+// per row, with fp32 statistics over bf16 activations.
 #include <algorithm>
 
 #include "backend/cuda/kernels.h"

@@ -10,13 +10,14 @@
 //           the mass before it, and the run where the sum passes the draw picks the token.
 //   filtered a block per row with top-k, top-p or min-p (which draw skips): the CPU's rule
 //           over the row's kCandidates most probable tokens. It finds the kCandidates-th
-//           largest logit by radix selection on the logits' order-keeping 32-bit keys (4
-//           passes of 8 bits through a 256-bin histogram), gathers every token at or above it
-//           into shared memory, sorts them by logit then id (a bitonic sort of 64-bit keys),
-//           and walks them as the CPU does: the mass before each against top_p, min_p times
-//           the first, top_k. Where the cut is not reached among them and top_k would allow
-//           more (a flat distribution), or too many tokens tie at the selected logit, the row
-//           is left to the host (token -1), which samples it from the whole row.
+//           largest logit by radix selection on the logits' order-keeping 32-bit keys (at
+//           most 4 passes of 8 bits: topk.cuh), gathers every token at or above it into
+//           shared memory, sorts them by logit then id (topk.cuh's bitonic sort of 64-bit
+//           keys), and walks them as the CPU does: the mass before each against top_p,
+//           min_p times the first, top_k. Where the cut is not reached among them and top_k
+//           would allow more (a flat distribution), or too many tokens tie at the selected
+//           logit, the row is left to the host (token -1), which samples it from the whole
+//           row.
 // The same arithmetic in fp64 as the CPU reference (backend/sample_row.cpp); only the order
 // of the sums differs.
 #include <climits>
@@ -25,6 +26,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/topk.cuh"
 
 namespace sr1::cuda {
 namespace {
@@ -252,20 +254,13 @@ __global__ __launch_bounds__(kDrawThreads) void draw_kernel(TokenDraw* out, cons
   }
 }
 
-// A float's bits, mapped so that unsigned order is the floats' order.
-__device__ __forceinline__ unsigned order_key(float x) {
-  const unsigned u = __float_as_uint(x);
-  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
-}
-
 __global__ __launch_bounds__(kFilterThreads) void filtered_kernel(TokenDraw* out,
                                                                    const Slice* slices,
                                                                    const bf16* logits,
                                                                    const SampleRow* rows, int V) {
-  __shared__ unsigned hist[256];
-  __shared__ unsigned long long sorted[kCandidateCap];  // (~key << 32) | id, ascending
-  __shared__ double q[kCandidates];                     // their probabilities, in that order
-  __shared__ unsigned prefix_s, want_s;
+  __shared__ RadixSelect<unsigned> select;
+  __shared__ uint64_t sorted[kCandidateCap];  // id_key(logit's key, id), descending
+  __shared__ double q[kCandidates];           // their probabilities, in that order
   __shared__ int gathered_s;
   __shared__ double mx_s, log_sum_s;
   const int r = blockIdx.x;
@@ -280,51 +275,25 @@ __global__ __launch_bounds__(kFilterThreads) void filtered_kernel(TokenDraw* out
     if (threadIdx.x == 0) {
       mx_s = stats.mx;
       log_sum_s = stats.log_sum;
-      prefix_s = 0;
     }
   }
   const int k_cap = row.top_k > 0 ? min(row.top_k, V) : V;
   const int K = min(k_cap, kCandidates);
-  if (threadIdx.x == 0) want_s = static_cast<unsigned>(K);
 
-  // Select: the K-th largest key, 8 bits at a time from the top.
-  unsigned mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    const unsigned prefix = prefix_s;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-      const unsigned key = order_key(__bfloat162float(z[v]));
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned want = want_s;
-      unsigned above = 0;
-      int b = 255;
-      for (; b > 0; b--) {
-        if (above + hist[b] >= want) break;
-        above += hist[b];
-      }
-      want_s = want - above;
-      prefix_s = prefix | (static_cast<unsigned>(b) << shift);
-    }
-    mask |= 255u << shift;
-    __syncthreads();
-  }
+  // Select the K-th largest logit.
+  const auto logit_key = [&](int v) { return ordered_bits(__bfloat162float(z[v])); };
+  radix_select(logit_key, V, K, select);
 
-  // Gather every token at or above it.
-  const unsigned threshold = prefix_s;
-  for (int i = threadIdx.x; i < kCandidateCap; i += blockDim.x) sorted[i] = ULLONG_MAX;
+  // Gather every token at or above it: those whose key reaches the selected bits.
+  const unsigned prefix = select.prefix, mask = select.mask;
+  for (int i = threadIdx.x; i < kCandidateCap; i += blockDim.x) sorted[i] = 0;
   if (threadIdx.x == 0) gathered_s = 0;
   __syncthreads();
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    const unsigned key = order_key(__bfloat162float(z[v]));
-    if (key < threshold) continue;
+    const unsigned key = logit_key(v);
+    if ((key & mask) < prefix) continue;
     const int at = atomicAdd(&gathered_s, 1);
-    if (at < kCandidateCap) {
-      sorted[at] = (static_cast<unsigned long long>(~key) << 32) | static_cast<unsigned>(v);
-    }
+    if (at < kCandidateCap) sorted[at] = id_key(key, static_cast<uint32_t>(v));
   }
   __syncthreads();
   if (gathered_s > kCandidateCap) {  // ties at the selected logit beyond the buffer
@@ -332,23 +301,10 @@ __global__ __launch_bounds__(kFilterThreads) void filtered_kernel(TokenDraw* out
     return;
   }
 
-  // Sort: by logit, largest first, then by id.
-  for (int size = 2; size <= kCandidateCap; size <<= 1) {
-    for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < kCandidateCap; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j <= i) continue;
-        const unsigned long long a = sorted[i], b = sorted[j];
-        if ((a > b) == ((i & size) == 0)) {
-          sorted[i] = b;
-          sorted[j] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
+  // Sort: by logit, largest first, then by id (the empty places, key 0, last).
+  sort_descending(sorted, kCandidateCap);
   const double mx = mx_s, log_sum = log_sum_s;
-  const auto id_at = [&](int i) { return static_cast<int>(sorted[i] & 0xffffffffu); };
+  const auto id_at = [&](int i) { return static_cast<int>(key_id(sorted[i])); };
   if (static_cast<int>(threadIdx.x) < K) {
     q[threadIdx.x] = exp(scaled(z, id_at(threadIdx.x), inv_t) - mx - log_sum);
   }

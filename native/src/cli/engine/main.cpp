@@ -1,12 +1,11 @@
 // searchr1-engine: the native inference engine behind `searchr1 serve-engine`. It reads
 // commands from stdin and writes events to stdout, one JSON object per line; the protocol
-// is in engine/PROTOCOL.md, its commands are handled by engine/server.h. Here: the options,
-// sizing the KV cache, and the loop that feeds stdin to the server.
+// is in engine/PROTOCOL.md, its commands are handled by engine/server.h, and the KV cache is
+// sized by engine/kv_budget.h. Here: the options and the loop that feeds stdin to the server.
 #include <omp.h>
 #include <poll.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +15,7 @@
 
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "engine/kv_budget.h"
 #include "engine/server.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -79,50 +79,6 @@ int read_max_positions(const std::string& dir) {
   return static_cast<int>(v->as_int());
 }
 
-// The cache gets --kv-cache-mb; or on a GPU with --gpu-memory-utilization U, what is left of
-// U × the GPU's memory once the engine's weights and the buffers of its largest step
-// (`step_bytes`) are counted (vLLM's gpu_memory_utilization: the trainer on the same GPU
-// keeps the rest); or by default a share of the memory left after them (a quarter on the
-// CPU, which the rest of the machine shares; 80 % of a GPU's). Without --kv-cache-mb, no
-// more than --max-running sequences of full context use.
-int kv_blocks_for(const Args& args, const Backend& backend, const ModelConfig& config,
-                  int context, int max_running, int block_size, size_t step_bytes) {
-  const size_t per_block = PagedKvCache::bytes_per_block(config, block_size, backend.x_elem());
-  size_t bytes;
-  if (args.has("kv-cache-mb")) {
-    bytes = static_cast<size_t>(args.number("kv-cache-mb", 0) * 1024 * 1024);
-  } else {
-    const size_t full = static_cast<size_t>(max_running) *
-                        ((context + block_size - 1) / block_size + 1) * per_block;
-    const double share = backend.name() == "cpu" ? 0.25 : 0.8;
-    const size_t free = backend.free_bytes();
-    bytes = static_cast<size_t>(share * static_cast<double>(free - std::min(free, step_bytes)));
-    if (backend.name() != "cpu" && args.has("gpu-memory-utilization")) {
-      const double u = args.number("gpu-memory-utilization", 0.8);
-      if (!(u > 0 && u <= 1)) throw UsageError("--gpu-memory-utilization must be in (0, 1]");
-      const double budget = u * static_cast<double>(backend.total_bytes());
-      const double taken = static_cast<double>(backend.live_bytes() + step_bytes);
-      const double left = budget - taken;
-      if (left < static_cast<double>(per_block)) {
-        throw UsageError("--gpu-memory-utilization " + std::to_string(u) + ": " +
-                         std::to_string(static_cast<long long>(budget / (1 << 20))) +
-                         " MiB of the GPU leave no room for a KV cache after the weights and "
-                         "the buffers of a step (" +
-                         std::to_string(static_cast<long long>(taken) >> 20) +
-                         " MiB); raise it, or lower --chunk-tokens");
-      }
-      bytes = std::min(static_cast<size_t>(left), free);
-    }
-    bytes = std::min(bytes, full);
-  }
-  const size_t blocks = bytes / per_block;
-  if (blocks < 1) {
-    throw UsageError("--kv-cache-mb: too small for one block of " + std::to_string(block_size) +
-                     " tokens (" + std::to_string(per_block) + " bytes)");
-  }
-  return static_cast<int>(std::min<size_t>(blocks, 1 << 30));
-}
-
 void emit(const std::string& line) {
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fputc('\n', stdout);
@@ -181,8 +137,16 @@ int run(const std::vector<std::string>& argv) {
   opt.graphs = !args.flag("enforce-eager");
   constexpr int kBlockSize = 16;
   const size_t step_bytes = Engine::largest_step_bytes(*model, opt, kBlockSize);
-  const int blocks = kv_blocks_for(args, *backend, model->config(), opt.context_length,
-                                   opt.max_running, kBlockSize, step_bytes);
+  KvBudget budget;
+  if (args.has("kv-cache-mb")) budget.cache_mb = args.number("kv-cache-mb", 0);
+  if (args.has("gpu-memory-utilization")) {
+    budget.gpu_memory_utilization = args.number("gpu-memory-utilization", 0);
+  }
+  budget.context = opt.context_length;
+  budget.max_running = opt.max_running;
+  budget.block_size = kBlockSize;
+  budget.step_bytes = step_bytes;
+  const int blocks = kv_blocks_for(budget, *backend, model->config());
   const std::vector<int32_t> eos = read_eos_ids(dir);
   Engine engine(*model, blocks, kBlockSize, eos, opt);
   EngineServer server(*model, engine, emit);

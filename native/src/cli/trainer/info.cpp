@@ -5,7 +5,7 @@
 #include "backend/backend.h"
 #include "cli/common.h"
 #include "cli/trainer/commands.h"
-#include "dist/comm.h"
+#include "collective/comm.h"
 #include "util/json.h"
 
 namespace sr1 {

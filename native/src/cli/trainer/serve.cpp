@@ -6,7 +6,7 @@
 #include "cli/common.h"
 #include "cli/trainer/commands.h"
 #include "cli/trainer/options.h"
-#include "dist/comm.h"
+#include "collective/comm.h"
 #include "train/session.h"
 
 namespace sr1 {

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "dist/comm.h"
+#include "collective/comm.h"
 #include "util/error.h"
 
 namespace sr1 {

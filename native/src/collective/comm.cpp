@@ -1,9 +1,9 @@
-#include "dist/comm.h"
+#include "collective/comm.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "dist/comm_impl.h"
+#include "collective/comm_impl.h"
 #include "util/error.h"
 
 namespace sr1 {

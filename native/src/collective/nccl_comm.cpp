@@ -24,8 +24,8 @@
 #include <type_traits>
 
 #include "backend/cuda/library_search.h"
-#include "dist/comm_impl.h"
-#include "dist/nccl_api.h"
+#include "collective/comm_impl.h"
+#include "collective/nccl_api.h"
 
 namespace sr1 {
 namespace nccl {

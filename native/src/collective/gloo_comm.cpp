@@ -18,7 +18,7 @@
 #include <csignal>
 #include <memory>
 
-#include "dist/comm_impl.h"
+#include "collective/comm_impl.h"
 
 namespace sr1 {
 namespace {
