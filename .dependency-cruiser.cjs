@@ -6,10 +6,11 @@ const FLOORS = [
   ["src/runtime"], // processes, files, errors, progress, HTTP plumbing
   ["src/config", "src/tensors", "src/text", "src/rl"], // schemas, safetensors, tokenizers, RL math
   ["src/command", "src/data", "src/reward", "src/hub", "src/ckpt", "src/trainer", "src/nodes"],
+  ["src/tracking", "src/planning"], // a run's metrics and trackers; its memory plan (over trainer/)
   ["src/engine", "src/retrieval"], // clients and servers of the engine and the retriever
   ["src/agent"], // the search rollout over an engine and a retriever
   ["src/eval"],
-  ["src/train"],
+  ["src/train"], // the controller of one run: steps, validation, checkpoints
   ["src/world"], // the quickstart's invented world: generators
   ["src/quickstart"], // the quickstart's pipeline
   ["commands"], // one file per command

@@ -1,9 +1,9 @@
 import type { Command } from "commander";
 import { defineCommand } from "../src/command/define.js";
 import { trainSpec } from "../src/config/schemas/train.js";
+import { dryRunText } from "../src/planning/dry-run.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { createProgress } from "../src/runtime/progress.js";
-import { dryRunText } from "../src/train/dry-run.js";
 import { runNode } from "../src/train/nodes.js";
 import { runDirOf, runTrain } from "../src/train/run.js";
 import { trainView } from "../src/train/view.js";
@@ -38,7 +38,7 @@ export function register(program: Command): Command {
     run: async (config) => {
       // The memory plan of one device, then nothing else.
       if (config.trainer.dry_run) {
-        process.stdout.write(dryRunText(config));
+        process.stdout.write(await dryRunText(config));
         return;
       }
       // Node k > 0 of several: it serves node 0's ranks and replicas until the run is over.
@@ -54,12 +54,12 @@ export function register(program: Command): Command {
       const tty = process.stderr.isTTY === true;
       const view = trainView(createProgress(), tty);
       try {
-        const dir = await withInterrupt(
+        const { dir, wrote } = await withInterrupt(
           (signal) => runTrain(config, view, signal),
           `interrupted; the checkpoints in ${runDirOf(config)} are intact: run the same command to resume`,
         );
         view.finish();
-        process.stdout.write(`done: ${dir} (metrics.jsonl, plots/, global_step_*/)\n`);
+        process.stdout.write(`done: ${dir}${wrote.length ? ` (${wrote.join(", ")})` : ""}\n`);
       } finally {
         view.finish();
       }

@@ -422,6 +422,18 @@ const INPUTS: Input[] = [
       }
     },
   },
+  // config --from-script: Search-R1's script as a clone of its repository holds it.
+  {
+    when: /--from-script Search-R1\/scripts\/nq_hotpotqa\/v0\.2\/train_grpo\.sh\b/,
+    make: (d) => {
+      const dir = join(d, "Search-R1", "scripts", "nq_hotpotqa", "v0.2");
+      mkdirSync(dir, { recursive: true });
+      cpSync(
+        join(PACKAGE, "test", "train", "fixtures", "search-r1", "v0.2-train_grpo.sh"),
+        join(dir, "train_grpo.sh"),
+      );
+    },
+  },
   // config: a train config of the user's own, with the one key that has no default.
   {
     when: /--config run\.yaml\b/,

@@ -108,5 +108,6 @@ export function resolveFromCli<S extends CommandConfigSpec>(
     overrides,
     env: process.env,
     flagNames,
+    warn: (line) => process.stderr.write(`${line}\n`),
   }) as ReturnType<S["schema"]["parse"]>;
 }

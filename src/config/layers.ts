@@ -7,7 +7,8 @@ export type Origin =
   | { kind: "env"; name: string }
   | { kind: "flag"; flag: string }
   | { kind: "argument"; name: string }
-  | { kind: "override"; text: string };
+  | { kind: "override"; text: string }
+  | { kind: "defaults"; name: string };
 
 export interface Layer {
   values: Record<string, unknown>;
@@ -32,6 +33,8 @@ export function formatOrigin(origin: Origin | undefined): string {
       return `argument <${origin.name}>`;
     case "override":
       return `override ${origin.text}`;
+    case "defaults":
+      return `default of ${origin.name}`;
   }
 }
 

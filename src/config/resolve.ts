@@ -14,6 +14,12 @@ import {
 } from "./layers.js";
 import { leafPaths, nodeAt, objectShape, typeName } from "./schema-walk.js";
 import { siblingKeys, suggestKey } from "./suggest.js";
+import {
+  translateLayer,
+  type VerlDialect,
+  verlDefaultsLayer,
+  verlEnvWarnings,
+} from "./verl-layers.js";
 import { loadConfigFile } from "./yaml-file.js";
 
 /** What the config layer knows about one command. */
@@ -28,6 +34,8 @@ export interface CommandConfigSpec<S extends z.ZodType = z.ZodType> {
    * key is read by the command.
    */
   compat?: Record<string, string>;
+  /** Present: verl's and Search-R1's key names are read too (verl-keys.ts). */
+  verl?: VerlDialect;
 }
 
 /** A value given on the command line, before coercion. */
@@ -46,6 +54,8 @@ export interface ResolveInput {
   env?: Record<string, string | undefined>;
   /** key → flag that sets it, to tell the user how to fix a missing key. */
   flagNames?: Record<string, string>;
+  /** Where the warnings go (a verl key with no effect here); none: dropped. */
+  warn?: (line: string) => void;
 }
 
 const OVERRIDE_RE = /^\+{0,2}([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)=([\s\S]*)$/;
@@ -147,13 +157,22 @@ function missingKeys(
 }
 
 function buildLayers(spec: CommandConfigSpec, input: ResolveInput): Layer[] {
-  // One coercion rule for every source: YAML values are read by the schema as flags are.
-  const layers: Layer[] = (input.configFile ? loadConfigFile(input.configFile) : []).map(
-    (layer) => ({
-      ...layer,
-      values: coerceValue(layer.values, spec.schema) as Record<string, unknown>,
-    }),
-  );
+  const files = input.configFile ? loadConfigFile(input.configFile) : [];
+  const overrides = emptyLayer();
+  for (const text of input.overrides ?? []) {
+    const m = OVERRIDE_RE.exec(text);
+    if (!m) throw new UsageError(`override "${text}": expected key.path=value`);
+    setValue(overrides, (m[1] as string).split("."), m[2] as string, { kind: "override", text });
+  }
+  const { layers: named, defaults } = inOwnNames(spec, [...files, overrides], input);
+  // One coercion rule for every source: YAML values and override text are read by the schema
+  // as flags are.
+  const coerced = (layer: Layer): Layer => ({
+    ...layer,
+    values: coerceValue(layer.values, spec.schema) as Record<string, unknown>,
+  });
+  const fileLayers = named.slice(0, files.length).map(coerced);
+  const overrideLayer = coercedText(named[files.length] as Layer, spec.schema);
   const coerceAt = (key: string[], raw: unknown) =>
     typeof raw === "string"
       ? coerce(raw, nodeAt(spec.schema, key))
@@ -171,14 +190,50 @@ function buildLayers(spec: CommandConfigSpec, input: ResolveInput): Layer[] {
     const path = key.split(".");
     setValue(cli, path, coerceAt(path, value), origin);
   }
-  const overrides = emptyLayer();
-  for (const text of input.overrides ?? []) {
-    const m = OVERRIDE_RE.exec(text);
-    if (!m) throw new UsageError(`override "${text}": expected key.path=value`);
-    const path = (m[1] as string).split(".");
-    setValue(overrides, path, coerceAt(path, m[2] as string), { kind: "override", text });
+  return [...(defaults ? [coerced(defaults)] : []), ...fileLayers, env, cli, overrideLayer];
+}
+
+/** Override text read by the schema at its key, as a flag's is; typed values are kept. */
+function coercedText(layer: Layer, schema: z.ZodType): Layer {
+  const out = emptyLayer();
+  for (const [dotted, origin] of layer.origins) {
+    const path = dotted.split(".");
+    const raw = getPath(layer.values, path);
+    if (raw === undefined) continue;
+    const node = nodeAt(schema, path);
+    setValue(
+      out,
+      path,
+      typeof raw === "string" ? coerce(raw, node) : coerceValue(raw, node),
+      origin,
+    );
   }
-  return [...layers, env, cli, overrides];
+  return out;
+}
+
+/**
+ * The layers in this command's key names (verl-layers.ts) when it reads verl's, with the
+ * Search-R1 defaults to put under them when any of verl's names was used.
+ */
+function inOwnNames(
+  spec: CommandConfigSpec,
+  layers: Layer[],
+  input: ResolveInput,
+): { layers: Layer[]; defaults: Layer | null } {
+  if (!spec.verl) return { layers, defaults: null };
+  const warned = new Set<string>();
+  // Once per key, though a script may give one twice.
+  const warn = (line: string, key: string) => {
+    if (warned.has(key)) return;
+    warned.add(key);
+    input.warn?.(line);
+  };
+  for (const line of verlEnvWarnings(input.env ?? {})) input.warn?.(line);
+  const dialect = spec.verl;
+  const translated = layers.map((l) => translateLayer(spec.schema, dialect, l, warn));
+  const named = translated.map((t) => t.layer);
+  const usedVerl = translated.some((t) => t.usedVerl);
+  return { layers: named, defaults: usedVerl ? verlDefaultsLayer(spec.schema, named) : null };
 }
 
 function displayKey(path: readonly PropertyKey[]): string {

@@ -188,6 +188,25 @@ export class HubClient {
     );
   }
 
+  /** A small file's text (a model's config.json), from where metadata() says it lives. */
+  async readText(repo: RepoRef, filePath: string, signal?: AbortSignal): Promise<string> {
+    const { location } = await this.metadata(repo, filePath, signal);
+    return withRetries(
+      async () => {
+        const res = await this.http.get(location, {
+          headers: this.headers(location, { "accept-encoding": "identity" }),
+          signal,
+          followRedirect: true,
+        });
+        if (res.statusCode !== 200) throw statusError(res);
+        return res.body;
+      },
+      this.options,
+      signal,
+      this.announce(filePath),
+    );
+  }
+
   /**
    * Opens bytes [start, end) of a file; resolves once the status is known so the caller
    * can read the body. Redirects from here on are followed (storage hosts may add some).

@@ -4,7 +4,7 @@ import { stemmer } from "stemmer";
  * The English analyzer of Pyserini/Anserini's default BM25 index (DefaultEnglishAnalyzer):
  * Unicode word tokenisation (UAX #29), possessive 's removal, lower case, Lucene's 33
  * English stop words, Porter stemming. Where this differs from Lucene is listed in the
- * README ("BM25 and Lucene").
+ * manual (docs/commands/build-index.md, "Differences from Lucene's scores").
  */
 
 // biome-ignore format: one list, as Lucene prints it

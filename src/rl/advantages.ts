@@ -1,7 +1,7 @@
 // One step's rewards-to-advantages for the train controller: scores on the last token, the
 // optional in-reward KL, then the chosen estimator. This is where the masks are chosen, each
 // as Search-R1 chose it with state masking on (apply_kl_penalty and compute_advantage in
-// Search-R1 verl/trainer/ppo/ray_trainer.py; README "Which tokens count"):
+// Search-R1 verl/trainer/ppo/ray_trainer.py; docs/rl-algorithms.md, "Which tokens count"):
 //   - KL in the reward: loss mask (Search-R1's info_mask: retrieved tokens pay no KL).
 //   - score position, GAE steps, GAE/REINFORCE++ whitening, GRPO/RLOO broadcast: response
 //     mask (Search-R1's attention_mask: retrieved tokens count as ordinary steps).

@@ -1,51 +1,27 @@
-// Masked statistics over a whole batch, as verl's torch_functional defines them (masked_mean,
-// masked_var, masked_whiten): one mean and one variance over every masked token of every row,
-// not per row. PPO's GAE advantages and REINFORCE++'s returns are whitened with them.
+// Masked statistics over a whole batch, as verl's torch_functional defines them (masked_var,
+// masked_whiten over masked_mean, src/rl/masked-mean.ts): one mean and one variance over every
+// masked token of every row, not per row. PPO's GAE advantages and REINFORCE++'s returns are
+// whitened with them.
 
-import { checkRows, type Rows, zerosLike } from "./rows.js";
-
-/** Σ v·m / Σ m over all tokens of the batch. */
-export function maskedMean(values: Rows, mask: Rows): number {
-  checkRows("values", values, mask, "mask");
-  let sum = 0;
-  let count = 0;
-  for (let b = 0; b < values.length; b++) {
-    const v = values[b] as ArrayLike<number>;
-    const m = mask[b] as ArrayLike<number>;
-    for (let t = 0; t < v.length; t++) {
-      if (m[t] === 0) continue;
-      sum += v[t] as number;
-      count++;
-    }
-  }
-  return sum / count;
-}
+import { maskedMean, maskedTotals } from "./masked-mean.js";
+import { type Rows, zerosLike } from "./rows.js";
 
 /**
- * Variance over the masked tokens. verl's masked_whiten calls masked_var with its default
- * unbiased=True: the mean square deviation times n/(n−1) (Bessel), which is why a batch with
- * fewer than two masked tokens is refused (verl raises on the same two cases).
+ * Unbiased variance over the masked tokens, as verl's masked_var with the unbiased=True that
+ * masked_whiten uses: the masked mean of the squared deviations times n/(n−1) (Bessel), which
+ * is why a batch with fewer than two masked tokens is refused (verl raises on the same two
+ * cases).
  */
-export function maskedVar(values: Rows, mask: Rows, unbiased = true): number {
+function maskedVar(values: Rows, mask: Rows): number {
   const mean = maskedMean(values, mask);
-  let sq = 0;
-  let count = 0;
-  for (let b = 0; b < values.length; b++) {
-    const v = values[b] as ArrayLike<number>;
-    const m = mask[b] as ArrayLike<number>;
-    for (let t = 0; t < v.length; t++) {
-      if (m[t] === 0) continue;
-      const d = (v[t] as number) - mean;
-      sq += d * d;
-      count++;
-    }
-  }
-  if (!unbiased) return sq / count;
+  const squares = values.map((row) => Float64Array.from(row, (v) => (v - mean) ** 2));
+  const variance = maskedMean(squares, mask);
+  const { count } = maskedTotals(mask, mask);
   if (count === 0) throw new Error("masked variance: the mask has no 1 in the whole batch");
   if (count === 1) {
     throw new Error("masked variance: the mask has a single 1 in the whole batch (n−1 = 0)");
   }
-  return sq / (count - 1);
+  return variance * (count / (count - 1));
 }
 
 /**

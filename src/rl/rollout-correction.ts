@@ -9,12 +9,13 @@
 // 2026-01; docs/algo/rollout_corr.md; keys algorithm.rollout_correction.*):
 // compute_rollout_correction_weights, compute_is_metrics, compute_rollout_rejection_mask and
 // compute_offpolicy_metrics, with verl's metric names (prefixed `rollout_corr/` by
-// rolloutCorrection). verl's masked_mean divides by (Σ mask + 1e-8), and so does maskedMean
-// here, so that a row with no token gives 0 as it does there. Not here: bypass_mode (π_old :=
-// π_rollout) and its loss_type, and the per-option RS statistics beyond the mean, max, min
-// and masked fractions. test/rl/make_offpolicy_fixtures.py computes the same from verl's
+// rolloutCorrection); their masked means are verl's masked_mean (src/rl/masked-mean.ts), so a
+// row with no token gives 0 as it does there. Not here: bypass_mode (π_old := π_rollout) and
+// its loss_type, and the per-option RS statistics beyond the mean, max, min and masked
+// fractions. test/rl/make_offpolicy_fixtures.py computes the same from verl's
 // formulas in PyTorch; test/rl/rollout-correction.test.ts holds the two together.
 
+import { maskedMean, maskedTotals } from "./masked-mean.js";
 import { checkRows, type Rows } from "./rows.js";
 
 /** exp(±20) bounds every weight (verl's SAFETY_BOUND). */
@@ -49,38 +50,18 @@ export type Metrics = Record<string, number>;
 
 const clampLog = (x: number) => Math.min(SAFETY_BOUND, Math.max(-SAFETY_BOUND, x));
 
-/** Σ values·mask / (Σ mask + 1e-8) over the whole batch (verl_F.masked_mean). */
-function maskedMean(values: Rows, mask: Rows): number {
-  let s = 0;
-  let n = 0;
-  values.forEach((row, b) => {
-    const m = mask[b] as ArrayLike<number>;
-    for (let t = 0; t < row.length; t++) {
-      if (m[t] === 0) continue;
-      s += (row[t] as number) * (m[t] as number);
-      n += m[t] as number;
-    }
-  });
-  return s / (n + 1e-8);
-}
-
-/** Per row: Σ values over the mask, and that sum / (Σ mask + 1e-8). */
+/** Per row: Σ values over the mask, its masked mean (verl's masked_mean, axis=-1) and Σ mask. */
 function rowSums(values: Rows, mask: Rows): { sum: number[]; mean: number[]; count: number[] } {
   const sum: number[] = [];
   const mean: number[] = [];
   const count: number[] = [];
   values.forEach((row, b) => {
-    const m = mask[b] as ArrayLike<number>;
-    let s = 0;
-    let n = 0;
-    for (let t = 0; t < row.length; t++) {
-      if (m[t] === 0) continue;
-      s += (row[t] as number) * (m[t] as number);
-      n += m[t] as number;
-    }
-    sum.push(s);
-    mean.push(s / (n + 1e-8));
-    count.push(n);
+    const one = [row];
+    const m = [mask[b] as ArrayLike<number>];
+    const totals = maskedTotals(one, m);
+    sum.push(totals.sum);
+    mean.push(maskedMean(one, m));
+    count.push(totals.count);
   });
   return { sum, mean, count };
 }

@@ -6,7 +6,7 @@
  * the run's and not the resumed process's). `train` prints each warning as one line and,
  * with trainer.stop_on_nan, stops on a non-finite metric before checkpointing its step.
  *
- * The rules (README, "Collapse warnings"):
+ * The rules (docs/commands/train.md, "Collapse warnings"):
  * - **Not finite**: a metric that is NaN or ±Infinity. The trainer reports such a value as
  *   null (JSON has no NaN), so a null `actor/*` or `critic/*` metric counts too, except the
  *   keys that are null by design (`actor/kl_loss` without a KL loss: `nullable`).

@@ -7,11 +7,17 @@ import type { TrainConfig } from "../config/schemas/train.js";
 import { firstPerSource, readQaItems } from "../data/qa-items.js";
 import { answerItems } from "../eval/answer-items.js";
 import { summarize } from "../eval/report.js";
+import { zeroStageOf } from "../planning/memory-plan.js";
 import { adaptiveKlController, fixedKlController } from "../rl/kl-controller.js";
 import { parseRolloutRs } from "../rl/rollout-correction.js";
 import { CliError, InputError, UsageError } from "../runtime/errors.js";
 import { writeFileAtomic } from "../runtime/write-atomic.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
+import { MetricsLog, type MetricsRow } from "../tracking/metrics-log.js";
+import { writePlots } from "../tracking/plots.js";
+import { ProfileLog, profileSummary } from "../tracking/profile-log.js";
+import { openTrackers, type Trackers, trackerSettings } from "../tracking/trackers.js";
+import { batchSizes } from "../trainer/batch-sizes.js";
 import { startTrainer } from "../trainer/group.js";
 import type { OptimFields } from "../trainer/protocol.js";
 import type { Trainer } from "../trainer/trainer.js";
@@ -24,14 +30,9 @@ import {
 } from "./checkpoints.js";
 import { DataOrder } from "./data-order.js";
 import { formatMetric, nonFiniteMetrics, nullableMetrics, RunHealth } from "./health.js";
-import { zeroStageOf } from "./memory-plan.js";
-import { MetricsLog, type MetricsRow } from "./metrics-log.js";
 import { checkNodes, openNodes } from "./nodes.js";
 import { placeRun } from "./placement.js";
-import { writePlots } from "./plots.js";
-import { ProfileLog, profileSummary } from "./profile-log.js";
 import { pushWeights, type StepContext, trainStep } from "./step.js";
-import { openTrackers, type Trackers, trackerSettings } from "./trackers.js";
 
 /** What a run shows as it goes (a live view on a terminal, plain lines otherwise). */
 export interface TrainView {
@@ -40,25 +41,47 @@ export interface TrainView {
   stepDone(row: MetricsRow, total: number): void;
 }
 
-/** Where a run writes: `<output_dir>/<project>/<experiment>`. */
+/**
+ * What a run leaves in its folder beside config.yaml, in the order the closing line names
+ * them; which of them a run writes depends on trainer.logger, validation, trainer.profile and
+ * whether a step was checkpointed.
+ */
+const OUTPUTS = [
+  "metrics.jsonl",
+  "plots/",
+  "tensorboard/",
+  "validation/",
+  "profile.jsonl",
+  "global_step_*/",
+] as const;
+export type RunOutput = (typeof OUTPUTS)[number];
+
+/** A finished run: its folder and what it wrote there. */
+export interface TrainResult {
+  dir: string;
+  wrote: RunOutput[];
+}
+
+/** Where a run writes: trainer.default_local_dir, or `<output_dir>/<project>/<experiment>`. */
 export function runDirOf(config: TrainConfig): string {
-  const { output_dir, project_name, experiment_name } = config.trainer;
-  return resolve(output_dir, project_name, experiment_name);
+  const { output_dir, project_name, experiment_name, default_local_dir } = config.trainer;
+  return resolve(default_local_dir ?? join(output_dir, project_name, experiment_name));
 }
 
 /**
  * `searchr1 train`: starts the trainer, the engine and (from retriever.index) the retriever
  * as child processes, resumes from the latest checkpoint when there is one, validates before
  * training and every test_freq steps, runs the steps, checkpoints every save_freq steps, and
- * keeps metrics.jsonl and the plots up to date. A child that dies stops the run with its
- * last words; the checkpoints on disk stay as they were.
+ * keeps the metrics and plots of trainer.logger up to date. A child that dies stops the run
+ * with its last words; the checkpoints on disk stay as they were.
  */
 export async function runTrain(
   config: TrainConfig,
   view: TrainView,
   signal: AbortSignal,
-): Promise<string> {
+): Promise<TrainResult> {
   check(config);
+  const batches = batchSizes(config, config.trainer.gpus * config.trainer.nnodes);
   // W&B's environment (WANDB_API_KEY, ...) is checked before anything is written.
   const trackerEnv = trackerSettings(config);
   // trainer.gpus ranks, data parallel, and as many engine replicas: rank r and replica r on
@@ -91,6 +114,8 @@ export async function runTrain(
   const resumed = resumePoint(config, runDir);
   const { logger, log_every } = config.trainer;
   const metrics = new MetricsLog(logger.includes("jsonl") ? join(runDir, "metrics.jsonl") : null);
+  const wrote = new Set<string>();
+  if (metrics.path) wrote.add("metrics.jsonl");
   // A console line every log_every steps, and for the last step and every validation.
   const show = (row: MetricsRow, last: boolean) => {
     if (!logger.includes("console")) return;
@@ -108,7 +133,7 @@ export async function runTrain(
     return report;
   };
   view.log(
-    `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${config.rollout.n}`,
+    `run folder ${runDir}: ${totalSteps} steps of ${config.data.train_batch_size} prompts × ${batches.group}, ${batches.optimizerSteps} optimizer steps each`,
   );
   for (const note of placement.notes) view.log(note);
   // The weights the engine loads each step, in memory (on several nodes, each node's copy in
@@ -123,6 +148,7 @@ export async function runTrain(
       : null;
   mkdirSync(exportsDir, { recursive: true });
   let exitCode = 1;
+  let lastSaved = resumed?.state.step ?? null;
   let stopped: string | null = null;
   let trainer: Trainer | null = null;
   let session: AgentSession | null = null;
@@ -146,10 +172,10 @@ export async function runTrain(
       trackerEnv,
       (line) => view.log(line),
     );
+    for (const output of trackers.wrote) wrote.add(output);
     const ppo = config.algorithm.name === "ppo";
     const needRef = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
-    const miniBatches = Math.ceil(config.data.train_batch_size / config.actor.ppo_mini_batch_size);
-    const optimizerSteps = totalSteps * miniBatches * config.actor.ppo_epochs;
+    const optimizerSteps = totalSteps * batches.optimizerSteps;
     await trainer.load({
       policy: model,
       reference: needRef ? model : undefined,
@@ -176,6 +202,7 @@ export async function runTrain(
       ? new ProfileLog(runDir, resumed?.state.step ?? null)
       : null;
     await profile?.start(trainer);
+    if (profile) wrote.add("profile.jsonl");
     session = await AgentSession.open(
       config,
       model,
@@ -186,13 +213,13 @@ export async function runTrain(
     trainer.onDeath((err) => session?.fail(err.message));
 
     let currentStep = resumed?.state.step ?? 0;
-    let lastSaved = resumed?.state.step ?? null;
     const ctx: StepContext = {
       config,
       tokenizer,
       session,
       trainer,
       order,
+      batches,
       kl: resumed
         ? klController(config, resumed.state.klCoef)
         : klController(config, config.algorithm.kl_coef),
@@ -226,6 +253,7 @@ export async function runTrain(
         join(dir, `step_${step}.jsonl`),
         records.map((r) => `${JSON.stringify(r)}\n`).join(""),
       );
+      wrote.add("validation/");
       const report = summarize(records, {});
       return {
         ...Object.fromEntries(
@@ -237,14 +265,16 @@ export async function runTrain(
     };
 
     try {
-      if (currentStep === 0 && config.trainer.val_before_train) {
-        const row = { step: 0, ...(await validate(0)) };
+      // trainer.val_only: one validation at the current step, then no training (verl's).
+      const { val_only, val_before_train } = config.trainer;
+      if (val_only || (currentStep === 0 && val_before_train)) {
+        const row = { step: currentStep, ...(await validate(currentStep)) };
         record(row);
-        metrics.append(row);
+        if (!val_only) metrics.append(row);
         trackers.log(row, []);
-        show(row, false);
+        show(row, val_only);
       }
-      while (currentStep < totalSteps) {
+      while (!val_only && currentStep < totalSteps) {
         const step = currentStep + 1;
         currentStep = step;
         const row = await trainStep(ctx, step);
@@ -278,6 +308,7 @@ export async function runTrain(
         const plots = logger.includes("plot")
           ? await writePlots(metrics.rows(), join(runDir, "plots"))
           : [];
+        if (plots.length) wrote.add("plots/");
         // W&B gets the plots as images at the steps that checkpoint.
         trackers.log(row, save ? plots : []);
         show(row, last || stop);
@@ -301,7 +332,9 @@ export async function runTrain(
     if (nodes) rmSync(nodes.shared, { recursive: true, force: true });
     rmSync(exportsDir, { recursive: true, force: true });
   }
-  return runDir;
+  // A resumed run's checkpoints count too: the run folder holds them.
+  if (lastSaved !== null) wrote.add("global_step_*/");
+  return { dir: runDir, wrote: OUTPUTS.filter((o) => wrote.has(o)) };
 }
 
 /**

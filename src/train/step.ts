@@ -16,10 +16,11 @@ import { overlongPenalty } from "../rl/overlong-reward.js";
 import { parseRolloutRs, rolloutCorrection } from "../rl/rollout-correction.js";
 import { InputError } from "../runtime/errors.js";
 import type { ModelTokenizer } from "../text/model-tokenizer.js";
+import type { MetricsRow } from "../tracking/metrics-log.js";
+import { type BatchSizes, passSize, updateTokens } from "../trainer/batch-sizes.js";
 import { logProbRows, updateActorRows, updateCriticRows, valueRows } from "../trainer/rows.js";
 import type { Trainer } from "../trainer/trainer.js";
 import type { DataOrder } from "./data-order.js";
-import type { MetricsRow } from "./metrics-log.js";
 import type { NodeExports } from "./nodes.js";
 import { logprobGap, rolloutMetrics } from "./rollout-metrics.js";
 
@@ -31,6 +32,8 @@ export interface StepContext {
   trainer: Trainer;
   order: DataOrder<QaItem>;
   kl: KlController;
+  /** The step's batch arithmetic over the run's ranks (verl's). */
+  batches: BatchSizes;
   /**
    * Generation batches of prompts drawn before this step (data order position): one per step,
    * more with dynamic sampling (algorithm.filter_groups), which draws until the step's
@@ -63,12 +66,12 @@ const uidOf = (item: QaItem) => item.uid ?? item.key;
 
 /**
  * One GRPO or PPO step (docs/train-step.md, whose numbered list the comments below follow):
- * roll out rollout.n trajectories per prompt, score them, get old and reference log-probs
+ * roll out rollout.n × rollout.n_agent trajectories per prompt, score them, get old and reference log-probs
  * (and values) from the trainer, compute advantages, update the actor (and the critic), and
  * load the new policy into the engine. Returns the step's metrics.
  */
 export async function trainStep(ctx: StepContext, step: number): Promise<MetricsRow> {
-  const { config, trainer } = ctx;
+  const { config, trainer, batches } = ctx;
   const { rollout, actor, algorithm } = config;
   const t0 = performance.now();
   const timing: Record<string, number> = {};
@@ -106,23 +109,23 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
     ? trajectories.map((t) => Float32Array.from(t.lossMask))
     : responseMask;
   const needRef = actor.use_kl_loss || algorithm.use_kl_in_reward;
-  const ppo = algorithm.name === "ppo";
+  const longest = Math.max(...sequences.map((s) => s.promptIds.length + s.responseIds.length));
   const { old, ref, values } = await phase("log_probs", async () => {
     const old = await logProbRows(trainer, sequences, {
       model: "policy",
       temperature: rollout.temperature,
-      micro_batch_size: rollout.log_prob_micro_batch_size,
+      micro_batch_size: passSize(batches.policyLogProbs, longest),
     });
     const ref = needRef
       ? await logProbRows(trainer, sequences, {
           model: "reference",
           temperature: rollout.temperature,
-          micro_batch_size: rollout.log_prob_micro_batch_size,
+          micro_batch_size: passSize(batches.refLogProbs, longest),
         })
       : null;
-    const values = ppo
+    const values = batches.values
       ? await valueRows(trainer, sequences, {
-          micro_batch_size: config.critic.ppo_micro_batch_size,
+          micro_batch_size: passSize(batches.values, longest),
         })
       : null;
     return { old, ref, values };
@@ -154,23 +157,24 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   const correction = correct(config, trajectories, old.logProbs, lossMask);
 
   // 5. Updates: the critic first (on the rollout's values), as verl does, then the actor.
-  const longest = Math.max(...sequences.map((s) => s.promptIds.length + s.responseIds.length));
-  const critic = values
-    ? await phase("update_critic", () =>
-        updateCriticRows(
-          trainer,
-          sequences,
-          { responseMask, values, returns: advantages.returns },
-          {
-            ppo_mini_batch_size: actor.ppo_mini_batch_size * rollout.n,
-            ppo_epochs: actor.ppo_epochs,
-            ppo_max_token_len_per_gpu: config.critic.ppo_micro_batch_size * longest,
-            cliprange_value: config.critic.cliprange_value,
-            loss_agg_mode: actor.loss_agg_mode,
-          },
-        ),
-      )
-    : null;
+  const criticBatches = batches.critic;
+  const critic =
+    values && criticBatches
+      ? await phase("update_critic", () =>
+          updateCriticRows(
+            trainer,
+            sequences,
+            { responseMask, values, returns: advantages.returns },
+            {
+              ppo_mini_batch_size: criticBatches.miniBatch,
+              ppo_epochs: criticBatches.epochs,
+              ppo_max_token_len_per_gpu: updateTokens(criticBatches, longest),
+              cliprange_value: config.critic.cliprange_value,
+              loss_agg_mode: actor.loss_agg_mode,
+            },
+          ),
+        )
+      : null;
   const update = await phase("update_actor", () =>
     updateActorRows(
       trainer,
@@ -183,9 +187,9 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
         rolloutIsWeights: correction.weights,
       },
       {
-        ppo_mini_batch_size: actor.ppo_mini_batch_size * rollout.n,
-        ppo_epochs: actor.ppo_epochs,
-        ppo_max_token_len_per_gpu: actor.ppo_micro_batch_size * longest,
+        ppo_mini_batch_size: batches.actor.miniBatch,
+        ppo_epochs: batches.actor.epochs,
+        ppo_max_token_len_per_gpu: updateTokens(batches.actor, longest),
         clip_ratio: actor.clip_ratio,
         clip_ratio_low: actor.clip_ratio_low ?? actor.clip_ratio,
         clip_ratio_high: actor.clip_ratio_high ?? actor.clip_ratio,
@@ -249,7 +253,7 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
 const mean = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
 
 /**
- * Steps 1–3: the step's prompts, each rolled out rollout.n times (one group), scored. With
+ * Steps 1–3: the step's prompts, each rolled out n × n_agent times (one group), scored. With
  * algorithm.filter_groups (DAPO's dynamic sampling, as verl's DAPO recipe: RayDAPOTrainer.fit)
  * the groups whose metric is the same for every trajectory are dropped and further
  * generation batches of train_batch_size prompts are drawn, in data order, until
@@ -315,7 +319,7 @@ async function drawBatch(
   return { kept, all, epoch, rounds, groups, dropped };
 }
 
-/** One generation batch: prompts × rollout.n trajectories, rewards and overlong penalties. */
+/** One generation batch: prompts × group trajectories, rewards and overlong penalties. */
 async function generate(
   ctx: StepContext,
   step: number,
@@ -325,10 +329,11 @@ async function generate(
 ): Promise<Drawn[]> {
   const { config, tokenizer } = ctx;
   const { rollout } = config;
-  // 1. Prompts, each repeated rollout.n times next to each other (one GRPO group).
+  // 1. Prompts, each repeated n × n_agent times next to each other (one GRPO group: Search-R1
+  // repeats the batch n_agent times interleaved, and its groups are the question's index).
   const prompts = await Promise.all(items.map((item) => promptIds(tokenizer, item.messages)));
   const group = items.flatMap((item, i) =>
-    Array.from({ length: rollout.n }, () => ({ item, promptIds: prompts[i] as number[] })),
+    Array.from({ length: ctx.batches.group }, () => ({ item, promptIds: prompts[i] as number[] })),
   );
 
   // 2. Rollouts, every trajectory concurrently. Round r > 0 of dynamic sampling seeds its

@@ -1,5 +1,5 @@
 import type { Progress, ProgressTask } from "../runtime/progress.js";
-import type { MetricsRow } from "./metrics-log.js";
+import type { MetricsRow } from "../tracking/metrics-log.js";
 import type { TrainView } from "./run.js";
 
 const fmt = (v: number | null | undefined, digits = 3) =>

@@ -4,7 +4,7 @@
 // Which mask goes where (Search-R1 with state masking: RayPPOTrainer._create_loss_mask in
 // verl/trainer/ppo/ray_trainer.py, DataParallelPPOActor.update_policy in
 // verl/workers/actor/dp_actor.py, DataParallelPPOCritic in verl/workers/critic/dp_critic.py;
-// README "Which tokens count"). The trainer reads
+// docs/rl-algorithms.md, "Which tokens count"). The trainer reads
 // one mask, `response_mask`, and both learners count a token only where it is predicted and
 // that mask is non-zero:
 //  - update_actor: response_mask ← the LOSS mask (1 on generated tokens, 0 on <information>

@@ -419,6 +419,14 @@ describe("every key of every command is read", () => {
       "trainer.zero_stage=1",
       "trainer.profile=true",
       "ref.param_offload=true",
+      // Search-R1's repeat on top of verl's n (groups of 4), micro-batches by tokens.
+      "rollout.n_agent=2",
+      "actor.use_dynamic_bsz=true",
+      "actor.ppo_max_token_len_per_gpu=4096",
+      "rollout.log_prob_micro_batch_size_per_gpu=3",
+      "ref.log_prob_micro_batch_size=4",
+      "ref.log_prob_use_dynamic_bsz=true",
+      "ref.log_prob_max_token_len_per_gpu=2048",
     ]);
     // --dry-run prints the memory plan and stops (starts and writes nothing).
     await run(record, [...common, "--dry-run", "trainer.device_memory_gib=40"]);
@@ -444,6 +452,14 @@ describe("every key of every command is read", () => {
         "critic.lr=1e-4",
         "critic.lr_warmup_steps_ratio=0.5",
         "critic.ppo_micro_batch_size=2",
+        "critic.ppo_mini_batch_size=2",
+        "critic.ppo_micro_batch_size_per_gpu=1",
+        "actor.ppo_micro_batch_size_per_gpu=1",
+        "critic.use_dynamic_bsz=true",
+        "critic.ppo_max_token_len_per_gpu=4096",
+        "critic.forward_max_token_len_per_gpu=2048",
+        "rollout.log_prob_use_dynamic_bsz=true",
+        "rollout.log_prob_max_token_len_per_gpu=3000",
         "critic.cliprange_value=0.3",
         "critic.grad_clip=0.5",
         "critic.weight_decay=0.1",
@@ -457,6 +473,14 @@ describe("every key of every command is read", () => {
         "trainer.total_training_steps=null",
         "trainer.total_epochs=1",
         "trainer.experiment_name=ppo",
+        `trainer.default_local_dir=${path.join(dir, "runs", "ppo-here")}`,
+      ]);
+      // trainer.val_only: one validation in that run folder, no step trained.
+      await run(record, [
+        ...common,
+        `retriever.url=${served.url}`,
+        "trainer.val_only=true",
+        `trainer.default_local_dir=${path.join(dir, "runs", "ppo-here")}`,
       ]);
     } finally {
       await served.stop();

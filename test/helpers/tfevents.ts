@@ -1,8 +1,8 @@
 // A reader of TensorBoard event files for the tests: TFRecord frames (both CRCs checked) and
-// the Event fields src/train/tensorboard.ts writes. The real `tensorboard` package reads the
-// committed fixtures (test/train/read_tfevents.py); this checks a train run's own files.
+// the Event fields src/tracking/tensorboard.ts writes. The real `tensorboard` package reads the
+// committed fixtures (test/tracking/read_tfevents.py); this checks a train run's own files.
 import { readFileSync } from "node:fs";
-import { maskedCrc32c } from "../../src/train/tensorboard.js";
+import { maskedCrc32c } from "../../src/tracking/tensorboard.js";
 
 export interface TfEvent {
   wallTime?: number;

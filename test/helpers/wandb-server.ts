@@ -1,5 +1,5 @@
 // A stand-in for a W&B server (api.wandb.ai, or a W&B server of one's own), which cannot run
-// here: it answers the requests src/train/wandb.ts makes, as W&B's API does, and records
+// here: it answers the requests src/tracking/wandb.ts makes, as W&B's API does, and records
 // every one. POST /graphql: the `viewer` query, the `upsertBucket` and `createRunFiles`
 // mutations; POST /files/<entity>/<project>/<run>/file_stream; PUT /upload/<file> (the
 // upload URLs createRunFiles hands out, with an extra header to send along).

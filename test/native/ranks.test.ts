@@ -14,9 +14,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
+import { readPlanModel } from "../../src/planning/dry-run.js";
+import { learnerBytes, paramLayout } from "../../src/planning/memory-plan.js";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { readPlanModel } from "../../src/train/dry-run.js";
-import { learnerBytes, paramLayout } from "../../src/train/memory-plan.js";
 import { ServeProcess } from "../helpers/serve-process.js";
 import {
   CPU,
@@ -393,7 +393,7 @@ describe("ZeRO stage 1 and 2 on two CPU ranks: the optimizer sharded, the run st
   // 2 × 4 × C/2 bytes from stage 1 on instead of 2 × 4 × P: half, but for the padding. On the
   // CPU the compute copy is fp32 and is the masters (master_weights 0); the reference keeps
   // nothing else either. At stage 2 the gradients are the shard and the backward's two
-  // buckets, as the memory plan (src/train/memory-plan.ts) computes them from the layout.
+  // buckets, as the memory plan (src/planning/memory-plan.ts) computes them from the layout.
   it("each rank holds half the optimizer state; at stage 2 a gradient shard and buckets, none between updates", () => {
     const P = zero0.loaded.parameters as number;
     const C = Math.ceil(P / 256) * 256;

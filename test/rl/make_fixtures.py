@@ -11,8 +11,9 @@ as verl lays it out, not by translating the TypeScript. Their definitions:
 
   positions whose mask is 0 are not steps: GAE and REINFORCE++ carry the next step's value,
     advantage and return through them; every output is 0 there
-  masked_whiten(x, m) = (x - mean) / sqrt(var + 1e-8), mean and unbiased (n-1) var over all
-    masked tokens of the batch
+  masked_whiten(x, m) = (x - mean) / sqrt(var + 1e-8), mean and unbiased var over all masked
+    tokens of the batch, as verl's torch_functional: masked_mean = sum(x m) / (sum(m) + 1e-8),
+    var = masked_mean((x - mean)^2) n / (n - 1)
   GRPO      A_i = (R_i - mean_g) / (std_g + 1e-6), std_g = torch.std (unbiased); a group of
             one has mean 0 and std 1; Dr. GRPO: A_i = R_i - mean_g
   RLOO      A_i = R_i - mean of the other members of the group; a group of one keeps R_i
@@ -25,10 +26,10 @@ as verl lays it out, not by translating the TypeScript. Their definitions:
 
 Inputs are rounded to 4 decimals so the JSON stays small and readable; outputs keep full
 float64 precision (Python's shortest round-trip repr). The file is then put in the
-repository's JSON format with node_modules/.bin/biome (biome checks test/**/*.json; without
-it the script says so and leaves compact JSON). The script checks its own results against
-closed forms and against Search-R1's older GAE recursion, and fails loudly if one does not
-hold. Rerunning gives a byte-identical file.
+repository's JSON format with node_modules/.bin/biome (without it the script says so and
+leaves compact JSON). The script checks its own results against closed forms and against
+Search-R1's older GAE recursion, and fails loudly if one does not hold. Rerunning gives a
+byte-identical file.
 """
 
 import json
@@ -60,10 +61,14 @@ def kl_estimate(logp, ref, kind):
     raise ValueError(kind)
 
 
+def masked_mean(x, m):
+    return (x * m).sum() / (m.sum() + 1e-8)
+
+
 def masked_whiten(x, m):
     n = m.sum()
-    mean = (x * m).sum() / n
-    var = (((x - mean) ** 2) * m).sum() / (n - 1)
+    mean = masked_mean(x, m)
+    var = masked_mean((x - mean) ** 2, m) * (n / (n - 1))
     return (x - mean) * torch.rsqrt(var + 1e-8) * m
 
 
@@ -250,7 +255,8 @@ def whiten_case():
     n = m.sum()
     mean = (w * m).sum() / n
     var = ((w - mean) ** 2 * m).sum() / (n - 1)
-    check(abs(mean.item()) < 1e-12 and abs(var.item() - 1.0) < 1e-6, "whitened: mean 0, var 1")
+    # Mean 0 up to masked_mean's 1e-8, which shifts it by about mean(x) 1e-8 / n.
+    check(abs(mean.item()) < 1e-8 and abs(var.item() - 1.0) < 1e-6, "whitened: mean 0, var 1")
     return {"values": L(x), "mask": L(m), "whitened": L(w)}
 
 
@@ -416,17 +422,25 @@ def main():
         "reinforce_plus_plus": reinforce_cases(),
         "pipeline": {"batch": common, "cases": pipelines},
     }
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        f.write(text + "\n")
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n"
     biome = os.path.join(REPO, "node_modules", ".bin", "biome")
     if os.path.exists(biome):
-        r = subprocess.run([biome, "format", "--write", OUT], cwd=REPO, capture_output=True, text=True)
+        # Through stdin: biome.json leaves fixtures/ alone, a file named there is not formatted.
+        r = subprocess.run(
+            [biome, "format", "--stdin-file-path=advantages.json"],
+            input=text,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         check(r.returncode == 0, "biome format: " + r.stdout + r.stderr)
+        text = r.stdout
         note = "in biome's format"
     else:
-        note = "compact: run `npx biome format --write` on it before committing"
+        note = "compact: format it with biome (stdin, as above) before committing"
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w") as f:
+        f.write(text)
     print(f"wrote {os.path.relpath(OUT, REPO)} ({os.path.getsize(OUT)} bytes, {note})")
 
 

@@ -29,7 +29,9 @@ it("the recipes carry their published hyper-parameters", () => {
     kl_loss_type: "low_var_kl",
     kl_loss_coef: 0.001,
   });
-  expect(grpo.rollout).toMatchObject({ n: 5, top_p: 0.95 });
+  // Search-R1 repeats each prompt 5 times (n_agent); verl's n stays 1, so the mini-batch of
+  // 256 counts trajectories: 10 optimizer steps a step.
+  expect(grpo.rollout).toMatchObject({ n: 1, n_agent: 5, top_p: 0.95 });
   // Search-R1's scripts and verl's recipe keep the reference's parameters on the CPU.
   for (const recipe of [ppo, grpo, resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml")]) {
     expect(recipe.ref.param_offload).toBe(true);
@@ -57,7 +59,7 @@ it("the recipes carry their published hyper-parameters", () => {
     loss_agg_mode: "token-mean",
   });
   expect(dapo.reward.overlong_buffer).toEqual({ enable: true, len: 100, penalty_factor: 1 });
-  expect(dapo.rollout).toMatchObject({ n: 5, top_p: 1 });
+  expect(dapo.rollout).toMatchObject({ n: 1, n_agent: 5, top_p: 1 });
   expect(resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml").rollout).toMatchObject({
     engine: "sglang",
   });

@@ -10,6 +10,7 @@ import {
   positiveInt,
   retrieverSection,
 } from "./shared.js";
+import { trainSchema } from "./train.js";
 
 export const evalSchema = z.strictObject({
   model: modelSection
@@ -82,5 +83,7 @@ export const evalSpec: CommandConfigSpec<typeof evalSchema> = {
   command: "eval",
   schema: evalSchema,
   compat: modelCompat,
+  // A Search-R1 evaluation script is its training script with +trainer.val_only=true.
+  verl: { trainingSchema: trainSchema },
   env: agentEnv,
 };

@@ -14,6 +14,42 @@ import {
 
 const klType = z.enum(["kl", "abs", "mse", "low_var_kl"]);
 
+/**
+ * verl's micro-batching of one log-prob pass: `rollout.*` for the policy's old log-probs,
+ * `ref.*` for the reference's, whose unset keys take the rollout's (`inherit`).
+ */
+function logProbBatchFields(
+  pass: string,
+  inherit: { micro: string; dynamic: string; tokens: string } | null,
+) {
+  const orInherit = (key: string | undefined) => (key ? `; null = ${key}` : "");
+  return {
+    log_prob_micro_batch_size: positiveInt()
+      .nullable()
+      .default(inherit ? null : 128)
+      .describe(
+        `trajectories per forward pass of ${pass} over all ranks, divided by the data-parallel size${orInherit(inherit?.micro)}`,
+      ),
+    log_prob_micro_batch_size_per_gpu: positiveInt()
+      .nullable()
+      .default(null)
+      .describe(`trajectories per forward pass of ${pass} on each rank, taken as given`),
+    log_prob_use_dynamic_bsz: z
+      .boolean()
+      .nullable()
+      .default(null)
+      .describe(
+        `passes of ${pass} by tokens: ⌊log_prob_max_token_len_per_gpu ÷ the longest trajectory⌋ trajectories each; null = ${inherit?.dynamic ?? "actor.use_dynamic_bsz"}`,
+      ),
+    log_prob_max_token_len_per_gpu: positiveInt()
+      .nullable()
+      .default(null)
+      .describe(
+        `log_prob_use_dynamic_bsz: tokens per pass of ${pass} on each rank; null = ${inherit?.tokens ?? "actor.ppo_max_token_len_per_gpu"}`,
+      ),
+  };
+}
+
 export const trainSchema = z.strictObject({
   algorithm: z
     .strictObject({
@@ -155,8 +191,32 @@ export const trainSchema = z.strictObject({
       weight_decay: z.number().min(0).default(0.01).describe("AdamW decoupled weight decay"),
       betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]).describe("AdamW betas"),
       grad_clip: z.number().positive().default(1).describe("global gradient-norm clip"),
-      ppo_mini_batch_size: positiveInt().default(256).describe("prompts per optimizer step"),
-      ppo_micro_batch_size: positiveInt().default(64).describe("trajectories per forward/backward"),
+      ppo_mini_batch_size: positiveInt()
+        .default(256)
+        .describe(
+          "per optimizer step, over all ranks: prompts × rollout.n trajectories (verl's meaning; with rollout.n_agent, Search-R1's: trajectories)",
+        ),
+      ppo_micro_batch_size: positiveInt()
+        .nullable()
+        .default(64)
+        .describe(
+          "trajectories per forward/backward over all ranks, divided by the data-parallel size (verl's global size; refused when it does not divide)",
+        ),
+      ppo_micro_batch_size_per_gpu: positiveInt()
+        .nullable()
+        .default(null)
+        .describe(
+          "trajectories per forward/backward on each rank, taken as given; null = ppo_micro_batch_size ÷ ranks",
+        ),
+      use_dynamic_bsz: z
+        .boolean()
+        .default(false)
+        .describe(
+          "cut each rank's micro-batches by ppo_max_token_len_per_gpu real tokens instead of a count of trajectories (verl's use_dynamic_bsz)",
+        ),
+      ppo_max_token_len_per_gpu: positiveInt()
+        .default(16384)
+        .describe("use_dynamic_bsz: real tokens per micro-batch on each rank"),
       ppo_epochs: positiveInt().default(1).describe("passes over each batch"),
       clip_ratio: z.number().positive().default(0.2).describe("PPO ratio clip ε"),
       clip_ratio_low: z
@@ -196,6 +256,11 @@ export const trainSchema = z.strictObject({
     .prefault({}),
   ref: z
     .strictObject({
+      ...logProbBatchFields("the reference log-probs", {
+        micro: "rollout.log_prob_micro_batch_size",
+        dynamic: "rollout.log_prob_use_dynamic_bsz",
+        tokens: "rollout.log_prob_max_token_len_per_gpu",
+      }),
       param_offload: z
         .boolean()
         .default(false)
@@ -214,9 +279,38 @@ export const trainSchema = z.strictObject({
         .max(1)
         .default(0.015)
         .describe("critic warmup fraction"),
+      ppo_mini_batch_size: positiveInt()
+        .nullable()
+        .default(null)
+        .describe("the critic's actor.ppo_mini_batch_size; null = the actor's"),
       ppo_micro_batch_size: positiveInt()
+        .nullable()
         .default(8)
-        .describe("critic trajectories per forward/backward"),
+        .describe(
+          "critic trajectories per forward/backward over all ranks, divided by the data-parallel size",
+        ),
+      ppo_micro_batch_size_per_gpu: positiveInt()
+        .nullable()
+        .default(null)
+        .describe(
+          "critic trajectories per forward/backward on each rank; null = ppo_micro_batch_size ÷ ranks",
+        ),
+      use_dynamic_bsz: z
+        .boolean()
+        .nullable()
+        .default(null)
+        .describe(
+          "the critic's micro-batches by tokens: ppo_max_token_len_per_gpu for updates, forward_max_token_len_per_gpu for values; null = actor.use_dynamic_bsz",
+        ),
+      ppo_max_token_len_per_gpu: positiveInt()
+        .default(32768)
+        .describe("critic use_dynamic_bsz: real tokens per update micro-batch on each rank"),
+      forward_max_token_len_per_gpu: positiveInt()
+        .nullable()
+        .default(null)
+        .describe(
+          "critic use_dynamic_bsz: real tokens per values pass on each rank; null = ppo_max_token_len_per_gpu",
+        ),
       cliprange_value: z.number().positive().default(0.5).describe("value clip"),
       grad_clip: z.number().positive().default(1).describe("critic gradient-norm clip"),
       weight_decay: z.number().min(0).default(0.01).describe("critic weight decay"),
@@ -224,10 +318,17 @@ export const trainSchema = z.strictObject({
     .prefault({}),
   rollout: z
     .strictObject({
-      n: positiveInt().default(5).describe("trajectories per prompt (GRPO group size)"),
-      log_prob_micro_batch_size: positiveInt()
-        .default(128)
-        .describe("trajectories per forward pass of the old and reference log-probs"),
+      n: positiveInt()
+        .default(5)
+        .describe(
+          "trajectories sampled per prompt (verl's rollout.n): one GRPO group, and actor.ppo_mini_batch_size counts prompts × n",
+        ),
+      n_agent: positiveInt()
+        .default(1)
+        .describe(
+          "Search-R1's rollout.n_agent: each prompt repeated n_agent times before the rollouts (the group is n × n_agent), and actor.ppo_mini_batch_size counts trajectories",
+        ),
+      ...logProbBatchFields("the old log-probs", null),
       free_cache_engine: z
         .boolean()
         .default(true)
@@ -400,6 +501,10 @@ export const trainSchema = z.strictObject({
       save_freq: positiveInt().default(100).describe("steps between checkpoints"),
       test_freq: positiveInt().default(100).describe("steps between validations"),
       val_before_train: z.boolean().default(true).describe("validate once before the first step"),
+      val_only: z
+        .boolean()
+        .default(false)
+        .describe("validate once and exit without training (verl's trainer.val_only)"),
       project_name: z.string().min(1).default("searchr1").describe("run group name"),
       experiment_name: z.string().min(1).default("nq_hotpotqa-grpo").describe("run name"),
       output_dir: z
@@ -407,6 +512,14 @@ export const trainSchema = z.strictObject({
         .min(1)
         .default("checkpoints")
         .describe("checkpoints and metrics go under <output_dir>/<project>/<experiment>"),
+      default_local_dir: z
+        .string()
+        .min(1)
+        .nullable()
+        .default(null)
+        .describe(
+          "the run folder itself (verl's trainer.default_local_dir); null = <output_dir>/<project>/<experiment>",
+        ),
       resume: z
         .union([z.enum(["auto", "disable"]), z.string().min(1)])
         .default("auto")
@@ -434,6 +547,7 @@ export const trainSpec: CommandConfigSpec<typeof trainSchema> = {
   command: "train",
   schema: trainSchema,
   compat: modelCompat,
+  verl: {},
   env: {
     ...agentEnv,
     SEARCHR1_OUTPUT_DIR: "trainer.output_dir",

@@ -2,7 +2,7 @@
  * The memory plan of a `train` run: the bytes one device holds, its trainer rank and its
  * native engine replica, computed from the model's dimensions and the run's config as the
  * native code allocates them (not measured, and not a rule of thumb). `searchr1 train
- * --dry-run` prints it (src/train/dry-run.ts). What it follows:
+ * --dry-run` prints it (src/planning/dry-run.ts). What it follows:
  * - native/src/model/params.h: one flat fp32 parameter buffer, each weight group starting at
  *   a multiple of 128 floats; train/learner.h: ZeRO pads it to a multiple of ranks × 128 and
  *   gives each rank one equal shard of the masters, the AdamW moments and (stage 2) the
@@ -25,6 +25,13 @@
  */
 import type { ModelDims } from "../ckpt/model-dims.js";
 import type { TrainConfig } from "../config/schemas/train.js";
+import {
+  batchSizes,
+  type PassBatching,
+  passSize,
+  type UpdateBatching,
+  updateTokens,
+} from "../trainer/batch-sizes.js";
 
 /** ParamLayout::kAlign: each weight group starts at a multiple of it (floats). */
 export const PARAM_ALIGN = 128;
@@ -272,14 +279,16 @@ export function trajectoryBound(config: TrainConfig): number {
 
 /** The plan's input for a run of `config` whose models are `policy` (and `critic`). */
 export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanModel): PlanInput {
-  const { trainer, rollout, actor, algorithm, data } = config;
+  const { trainer, rollout, actor, algorithm } = config;
   const ranks = trainer.gpus * trainer.nnodes;
   const T = trajectoryBound(config);
+  const b = batchSizes(config, ranks);
   const perRank = (rows: number) => Math.ceil(rows / ranks);
-  // A micro-batch holds at most this many of the rank's rows (step.ts's token budget is
-  // ppo_micro_batch_size × the longest trajectory), a log-prob group this many.
-  const miniRows = perRank(actor.ppo_mini_batch_size * rollout.n);
-  const batchRows = perRank(data.train_batch_size * rollout.n);
+  // A micro-batch holds at most its budget of the rank's rows (step.ts: a count of the
+  // longest trajectories, or use_dynamic_bsz's tokens, never less than one trajectory).
+  const tokensOf = (budget: number, rows: number) => Math.max(T, Math.min(budget, rows * T));
+  const updateTokensOf = (u: UpdateBatching) => tokensOf(updateTokens(u, T), perRank(u.miniBatch));
+  const passTokensOf = (p: PassBatching) => tokensOf(passSize(p, T) * T, perRank(b.trajectories));
   const ppo = algorithm.name === "ppo";
   const native = rollout.engine === "native" && rollout.engine_url === null;
   const engineOnDevice = native && rollout.engine_device !== "cpu" && trainer.device !== "cpu";
@@ -293,10 +302,10 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
     device: trainer.device === "cpu" ? "cpu" : "cuda",
     recompute: actor.gradient_checkpointing,
     tokens: {
-      update: Math.min(actor.ppo_micro_batch_size, miniRows) * T,
-      logProbs: Math.min(rollout.log_prob_micro_batch_size, batchRows) * T,
-      criticUpdate: Math.min(config.critic.ppo_micro_batch_size, miniRows) * T,
-      values: Math.min(config.critic.ppo_micro_batch_size, batchRows) * T,
+      update: updateTokensOf(b.actor),
+      logProbs: Math.max(passTokensOf(b.policyLogProbs), passTokensOf(b.refLogProbs)),
+      criticUpdate: b.critic ? updateTokensOf(b.critic) : 0,
+      values: b.values ? passTokensOf(b.values) : 0,
     },
     engine: engineOnDevice
       ? { utilization: rollout.gpu_memory_utilization, release: rollout.free_cache_engine }

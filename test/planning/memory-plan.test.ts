@@ -1,4 +1,4 @@
-// The memory plan of `searchr1 train --dry-run` (src/train/memory-plan.ts) against numbers
+// The memory plan of `searchr1 train --dry-run` (src/planning/memory-plan.ts) against numbers
 // worked out by hand here, for a small model and for Qwen2.5-3B and 7B (their config.json
 // values: /work/shared/reference/native.md §2.2, whose parameter counts §2.3 checks), and
 // against what the native trainer really allocates for the test fixture (the CPU backend
@@ -10,9 +10,7 @@ import { describe, expect, it } from "vitest";
 import type { ModelDims } from "../../src/ckpt/model-dims.js";
 import { resolveConfig } from "../../src/config/resolve.js";
 import { trainSpec } from "../../src/config/schemas/train.js";
-import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { writeSafetensors } from "../../src/tensors/safetensors.js";
-import { readPlanModel } from "../../src/train/dry-run.js";
+import { readPlanModel } from "../../src/planning/dry-run.js";
 import {
   activationBytes,
   engineStepBytes,
@@ -25,7 +23,9 @@ import {
   planInput,
   trajectoryBound,
   zeroStageOf,
-} from "../../src/train/memory-plan.js";
+} from "../../src/planning/memory-plan.js";
+import { nativeExecutable } from "../../src/runtime/native-executable.js";
+import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { runCli } from "../helpers/cli.js";
 import { modelDir, tempDir } from "../native/helpers.js";
 
@@ -266,8 +266,8 @@ describe("the plan's input from a train config", () => {
       "trainer.gpus=8",
       "data.train_batch_size=16",
       "rollout.n=5",
-      "actor.ppo_mini_batch_size=4",
-      "actor.ppo_micro_batch_size=8",
+      "actor.ppo_mini_batch_size=8",
+      "actor.ppo_micro_batch_size=40",
       "rollout.log_prob_micro_batch_size=16",
       "data.max_start_length=100",
       "data.max_response_length=20",
@@ -287,10 +287,31 @@ describe("the plan's input from a train config", () => {
       critic: null,
       engine: { utilization: 0.6, release: true },
       deviceBytes: 79 * GiB,
-      // A rank's share of a mini-batch is ceil(4 × 5 / 8) = 3 rows, of the batch 10: the
-      // micro-batches of 8 and the log-prob groups of 16 hold no more than that.
-      tokens: { update: 3 * 220, logProbs: 10 * 220, criticUpdate: 3 * 220, values: 8 * 220 },
+      // The sizes are global (verl's): a rank's share of a mini-batch is 8 × 5 / 8 = 5 rows,
+      // its micro-batches 40 / 8 = 5 of them, its log-prob passes 16 / 8 = 2; no critic.
+      tokens: { update: 5 * 220, logProbs: 2 * 220, criticUpdate: 0, values: 0 },
     });
+    // By tokens (use_dynamic_bsz): the budget, but never less than one trajectory nor more
+    // than the rank's rows.
+    const dynamic = (budget: number) =>
+      planInput(
+        config([
+          "trainer.gpus=8",
+          "rollout.n=5",
+          "actor.ppo_mini_batch_size=8",
+          "data.max_start_length=100",
+          "data.max_response_length=20",
+          "data.max_obs_length=30",
+          "rollout.max_turns=2",
+          "actor.use_dynamic_bsz=true",
+          `actor.ppo_max_token_len_per_gpu=${budget}`,
+        ]),
+        SMALL,
+        SMALL,
+      ).tokens;
+    expect(dynamic(500)).toMatchObject({ update: 500, logProbs: 2 * 220 });
+    expect(dynamic(100)).toMatchObject({ update: 220, logProbs: 220 });
+    expect(dynamic(10_000)).toMatchObject({ update: 5 * 220 });
     expect(zeroStageOf(config([]))).toBe(0);
     expect(zeroStageOf(config(["trainer.gpus=8", "trainer.zero_stage=1"]))).toBe(1);
     const ppo = planInput(
@@ -446,8 +467,8 @@ describe("searchr1 train --dry-run", () => {
       "--device-memory",
       "79",
       `trainer.output_dir=${out}`,
-      "actor.ppo_micro_batch_size=1",
-      "rollout.log_prob_micro_batch_size=1",
+      "actor.ppo_micro_batch_size_per_gpu=1",
+      "rollout.log_prob_micro_batch_size_per_gpu=1",
     ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/of 8 \(trainer\.gpus 8 × trainer\.nnodes 1\)/);
@@ -463,12 +484,21 @@ describe("searchr1 train --dry-run", () => {
     expect(r.stdout).toMatch(/^total during the log-probs +\d/m);
     expect(r.stdout).toMatch(/^total during the updates +\d/m);
     expect(r.stdout).toMatch(/^(fits|does NOT fit) 79\.00 GiB at ZeRO stage 2/m);
-    // Per step (512 prompts in mini-batches of 256: 2 optimizer steps), one rank: the fp32
-    // gradient (4 × 7,615,617,024 bytes = 30.46 GB) all-reduced, 2 × 7/8 of it per optimizer
-    // step; or reduced once per micro-batch pass (256 × 5 / 8 = 160 trajectories a rank, one
-    // per micro-batch); and the bf16 weights all-gathered, 7/8 × 15.23 GB per optimizer step.
+    // Search-R1's arithmetic: 512 prompts repeated 5 times (n_agent) = 2,560 trajectories in
+    // mini-batches of 256 = 10 optimizer steps; one trajectory per micro-batch and pass on
+    // each rank (the *_per_gpu sizes).
     expect(r.stdout).toMatch(
-      /^gradient traffic of one rank per step \(collective volumes, 2 optimizer step\(s\)\): stage 0\/1 106\.6 GB \(an all-reduce per optimizer step\); stage 2 up to 9\.75 TB \(a reduce per micro-batch pass, up to 160 per optimizer step\); from stage 1 on the all-gather of the updated weights adds 26\.7 GB$/m,
+      /^a step: 512 prompts × 5 = 2560 trajectories; 10 optimizer steps of 256 \(actor\.ppo_mini_batch_size × rollout\.n\)$/m,
+    );
+    expect(r.stdout).toMatch(
+      /^per rank of 8: micro-batches of 1 \(actor\), log-prob passes of 1 \(old\) and 1 \(reference\)$/m,
+    );
+    // Per step, one rank: the fp32 gradient (4 × 7,615,617,024 bytes = 30.46 GB) all-reduced,
+    // 2 × 7/8 of it per optimizer step; or reduced once per micro-batch pass (256 / 8 = 32
+    // trajectories a rank, one per micro-batch); and the bf16 weights all-gathered, 7/8 ×
+    // 15.23 GB per optimizer step.
+    expect(r.stdout).toMatch(
+      /^gradient traffic of one rank per step \(collective volumes, 10 optimizer step\(s\)\): stage 0\/1 533\.1 GB \(an all-reduce per optimizer step\); stage 2 up to 9\.75 TB \(a reduce per micro-batch pass, up to 32 per optimizer step\); from stage 1 on the all-gather of the updated weights adds 133\.3 GB$/m,
     );
     expect(existsSync(out)).toBe(false);
   });

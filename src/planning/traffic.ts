@@ -2,7 +2,7 @@
  * What one trainer rank sends per training step for its learners' gradients and weights, as
  * `train --dry-run` prints it: volumes in bytes by NCCL's ring accounting, for when each
  * collective runs (native/src/train/learner.h). Times depend on the links, so none are given
- * (README "Communication per step" puts numbers on them).
+ * (docs/multi-gpu.md, "Communication per step", puts numbers on them).
  * - Stages 0 and 1: an all-reduce of the whole fp32 gradient per optimizer step,
  *   2 (N − 1)/N × 4 bytes × floats.
  * - Stage 2: a reduce of each micro-batch pass's gradient, about 4 bytes × floats a pass, as

@@ -1,14 +1,14 @@
 """Reads TensorBoard event files back with the real `tensorboard` package, for the fixture of
-test/train/tensorboard.test.ts (the test suite itself runs without Python).
+test/tracking/tensorboard.test.ts (the test suite itself runs without Python).
 
 Run from the repository root, with tensorboard installed (e.g. a venv at /work/venv: pip
 install tensorboard):
 
-    SEARCHR1_WRITE_FIXTURES=1 npx vitest run test/train/tensorboard.test.ts
-    /work/venv/bin/python test/train/read_tfevents.py test/train/fixtures/tensorboard/events \
-        > test/train/fixtures/tensorboard/read-back.json
+    SEARCHR1_WRITE_FIXTURES=1 npx vitest run test/tracking/tensorboard.test.ts
+    /work/venv/bin/python test/tracking/read_tfevents.py test/tracking/fixtures/tensorboard/events \
+        > test/tracking/fixtures/tensorboard/read-back.json
 
-The first line rewrites the event files with src/train/tensorboard.ts (two processes of one
+The first line rewrites the event files with src/tracking/tensorboard.ts (two processes of one
 run, the second resuming); this reads them as TensorBoard's server does, twice: through
 event_accumulator (Scalars) and plugin_event_accumulator (Tensors, the path the scalars
 dashboard takes), which must agree, and prints every scalar as [step, value, wall_time] per

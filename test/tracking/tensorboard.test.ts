@@ -1,5 +1,5 @@
-// TensorBoard event files (src/train/tensorboard.ts) against what the real `tensorboard`
-// package reads back from them: test/train/read_tfevents.py read the committed files in
+// TensorBoard event files (src/tracking/tensorboard.ts) against what the real `tensorboard`
+// package reads back from them: test/tracking/read_tfevents.py read the committed files in
 // fixtures/tensorboard/events/ into fixtures/tensorboard/read-back.json. Here the writer must
 // still write those very bytes from the same rows, and what TensorBoard read must be what
 // the rows held (as float32), with the resumed process's points replacing the first one's.
@@ -15,7 +15,7 @@ import {
   rowScalars,
   TensorBoardWriter,
   tfRecord,
-} from "../../src/train/tensorboard.js";
+} from "../../src/tracking/tensorboard.js";
 import { readEvents, tfRecords } from "../helpers/tfevents.js";
 
 const FIXTURES = fileURLToPath(new URL("fixtures/tensorboard/", import.meta.url));

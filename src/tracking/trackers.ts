@@ -14,6 +14,8 @@ import { TensorBoardWriter } from "./tensorboard.js";
 import { WandbRun, type WandbSettings, wandbSettings } from "./wandb.js";
 
 export interface Trackers {
+  /** What they write in the run folder, as `train`'s closing line names it ("tensorboard/"). */
+  readonly wrote: readonly string[];
   /** A step's row; `plots`: the plot files to attach as images (none on most steps). */
   log(row: MetricsRow, plots: readonly string[]): void;
   /** Flushes and closes; `exitCode` 0 for a finished run. */
@@ -86,6 +88,7 @@ export async function openTrackers(
     ? await startWandb(settings.wandb, config, runDir, firstStep, log)
     : null;
   return {
+    wrote: tensorboard ? ["tensorboard/"] : [],
     log(row, plots) {
       tensorboard?.log(row);
       if (wandb) {

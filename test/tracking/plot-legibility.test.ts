@@ -16,8 +16,8 @@ import {
   REWARD_IS_EM,
   rewardIsExactMatch,
   rewardSpec,
-} from "../../src/train/plot-specs.js";
-import { bundledFonts, rasterize, renderSvg, writePlots } from "../../src/train/plots.js";
+} from "../../src/tracking/plot-specs.js";
+import { bundledFonts, rasterize, renderSvg, writePlots } from "../../src/tracking/plots.js";
 
 const TITLE = "Reward and exact match (training batches)";
 const BLUE = [0x4c, 0x78, 0xa8]; // reward (mean)

@@ -1,4 +1,4 @@
-// The W&B client of `train` (src/train/wandb.ts) against a stand-in server that records what
+// The W&B client of `train` (src/tracking/wandb.ts) against a stand-in server that records what
 // arrives (test/helpers/wandb-server.ts); `train` end to end with it is in train.test.ts.
 import { createHash } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
@@ -11,7 +11,7 @@ import {
   WandbRun,
   wandbConfig,
   wandbSettings,
-} from "../../src/train/wandb.js";
+} from "../../src/tracking/wandb.js";
 import { startWandbStandIn, type WandbStandIn } from "../helpers/wandb-server.js";
 
 const KEY = "0123456789abcdef0123456789abcdef01234567";

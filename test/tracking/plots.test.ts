@@ -15,8 +15,8 @@ import {
   rewardSpec,
   validationSeries,
   validationSpec,
-} from "../../src/train/plot-specs.js";
-import { renderSvg, writePlots } from "../../src/train/plots.js";
+} from "../../src/tracking/plot-specs.js";
+import { renderSvg, writePlots } from "../../src/tracking/plots.js";
 
 const dirs: string[] = [];
 function tempDir(): string {

@@ -5,8 +5,8 @@
  * "brain.Event:2", then one per step whose `Summary` holds a `simple_value` per metric (the
  * form tf.summary.scalar and PyTorch's SummaryWriter.add_scalar read back as scalars). The
  * protobuf fields used are few, so they are encoded here rather than through a protobuf
- * library; test/train/tensorboard.test.ts checks the bytes against files the real
- * `tensorboard` package read back (test/train/fixtures/tensorboard/).
+ * library; test/tracking/tensorboard.test.ts checks the bytes against files the real
+ * `tensorboard` package read back (test/tracking/fixtures/tensorboard/).
  *
  * Each process opens a new file whose first event after the version is a SessionLog START
  * at the first step it logs (0 for a fresh run, N + 1 when it resumes from step N):

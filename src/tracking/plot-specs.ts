@@ -81,10 +81,10 @@ export const LENGTH_SERIES: readonly Series[] = [
   { key: "response_length/min", label: "min" },
 ];
 /**
- * What a collapsing run shows first (README, "Collapse warnings"): the policy's entropy, the
- * clip fraction, the gradient norm, the engine–trainer mismatch (`rollout_corr/kl`, logged
- * whenever the engine gives its log-probs) and, with dynamic sampling, the share of groups
- * dropped for carrying no signal.
+ * What a collapsing run shows first (docs/commands/train.md, "Collapse warnings"): the
+ * policy's entropy, the clip fraction, the gradient norm, the engine–trainer mismatch
+ * (`rollout_corr/kl`, logged whenever the engine gives its log-probs) and, with dynamic
+ * sampling, the share of groups dropped for carrying no signal.
  */
 export const OPTIMISATION_SERIES: readonly Series[] = [
   { key: "actor/kl_loss", label: "KL loss" },

@@ -1,0 +1,242 @@
+// Search-R1's own training scripts (fixtures/search-r1/, as a user brings them) run with one
+// word changed: `python3 -m verl.trainer.main_ppo[_format]` becomes `searchr1 train`. bash runs
+// them as written; `searchr1` on their PATH is the real CLI behind a wrapper that records its
+// exit code (the scripts pipe into tee, whose status bash reports) and, for the real runs,
+// appends the test's small sizes after the script's own arguments.
+import { spawnSync } from "node:child_process";
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BIN, startCli } from "../helpers/cli.js";
+import { createHubServer } from "../helpers/hub-server.js";
+import { MODEL, type SmallRun, smallRun } from "./small-run.js";
+
+const FIXTURES = fileURLToPath(new URL("./fixtures/search-r1/", import.meta.url));
+
+// Qwen2.5-7B's and 3B's config.json (native.md §2.2): the dry run plans from these alone,
+// under the relative paths the scripts name.
+const CONFIGS = {
+  "Qwen/Qwen2.5-7B": {
+    model_type: "qwen2",
+    hidden_size: 3584,
+    intermediate_size: 18944,
+    num_attention_heads: 28,
+    num_key_value_heads: 4,
+    num_hidden_layers: 28,
+    vocab_size: 152064,
+    tie_word_embeddings: false,
+  },
+  "Qwen/Qwen2.5-3B": {
+    model_type: "qwen2",
+    hidden_size: 2048,
+    intermediate_size: 11008,
+    num_attention_heads: 16,
+    num_key_value_heads: 2,
+    num_hidden_layers: 36,
+    vocab_size: 151936,
+    tie_word_embeddings: true,
+  },
+};
+
+let small: SmallRun;
+let work: string;
+
+beforeAll(() => {
+  small = smallRun("searchr1-scripts-");
+  work = path.join(small.dir, "work");
+  for (const [name, config] of Object.entries(CONFIGS)) {
+    mkdirSync(path.join(work, name), { recursive: true });
+    writeFileSync(path.join(work, name, "config.json"), JSON.stringify(config));
+  }
+}, 60_000);
+
+afterAll(() => small?.cleanup());
+
+interface ScriptRun {
+  /** The exit code of `searchr1` itself. */
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs a fixture script with its verl module replaced by `searchr1 <replacement>`; `extra`
+ * arguments are appended to the script's by the wrapper.
+ */
+function runScript(script: string, replacement: string, extra: string[] = []): ScriptRun {
+  const bin = path.join(work, "bin");
+  mkdirSync(bin, { recursive: true });
+  const status = path.join(work, "status");
+  const quoted = extra.map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(" ");
+  writeFileSync(
+    path.join(bin, "searchr1"),
+    `#!/bin/sh\n"${process.execPath}" "${BIN}" "$@" ${quoted}\necho $? > "${status}"\n`,
+  );
+  chmodSync(path.join(bin, "searchr1"), 0o755);
+  const text = readFileSync(path.join(FIXTURES, script), "utf8");
+  const changed = text.replace(/python3 -m verl\.trainer\.main_ppo(_format)?\b/, replacement);
+  expect(changed).not.toBe(text);
+  const file = path.join(work, script);
+  writeFileSync(file, changed);
+  const r = spawnSync("bash", [file], {
+    cwd: work,
+    env: { ...process.env, PATH: `${bin}:${process.env.PATH}` },
+    encoding: "utf8",
+    timeout: 240_000,
+  });
+  return {
+    code: Number(readFileSync(status, "utf8").trim()),
+    stdout: r.stdout,
+    stderr: r.stderr,
+  };
+}
+
+/** What searchr1 said that is not a "no effect" warning (the scripts pipe 2>&1 into tee). */
+const otherMessages = (r: ScriptRun) =>
+  `${r.stdout}\n${r.stderr}`
+    .split("\n")
+    .filter((l) => l.startsWith("searchr1:") && !/^searchr1: warning: .* has no effect/.test(l));
+
+describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl", () => {
+  it.each([
+    ["v0.2-train_grpo.sh", "Qwen/Qwen2.5-7B", 10, "512 prompts × 5 = 2560 trajectories"],
+    ["v0.2-train_ppo.sh", "Qwen/Qwen2.5-7B", 2, "512 prompts × 1 = 512 trajectories"],
+    ["v0.3-train_grpo_format.sh", "Qwen/Qwen2.5-3B", 10, "512 prompts × 5 = 2560 trajectories"],
+  ])(
+    "%s: exit 0, only no-effect warnings, its optimizer steps",
+    (script, model, steps, step) => {
+      const r = runScript(script, "searchr1 train --dry-run");
+      expect(r.code, r.stdout.slice(-3000)).toBe(0);
+      expect(otherMessages(r)).toEqual([]);
+      // The offloads are named, not silently dropped.
+      expect(r.stdout).toMatch(/actor_rollout_ref\.actor\.fsdp_config\.param_offload=true/);
+      expect(r.stdout).toContain(`model ${model}:`);
+      expect(r.stdout).toContain(`of 8 (trainer.gpus 8 × trainer.nnodes 1)`);
+      expect(r.stdout).toContain(`a step: ${step}; ${steps} optimizer steps of 256`);
+      // verl's global sizes divided by the 8 GPUs: micro 64 → 8, log-prob 128 → 16 (critic 8 → 1).
+      expect(r.stdout).toMatch(
+        /^per rank of 8: micro-batches of 8 \(actor\), log-prob passes of 16 \(old\) and 16 \(reference\)/m,
+      );
+      if (script.includes("ppo")) expect(r.stdout).toContain(", 1 (critic) and 1 (values)");
+    },
+    60_000,
+  );
+
+  it("config train --from-script says what each line became", () => {
+    const r = spawnSync(
+      process.execPath,
+      [BIN, "config", "train", "--from-script", path.join(FIXTURES, "v0.2-train_ppo.sh")],
+      { cwd: work, encoding: "utf8" },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/^# {3}actor_rollout_ref\.actor\.optim\.lr=1e-6 {2}-> {2}actor\.lr$/m);
+    expect(r.stdout).toMatch(/^# {3}algorithm\.adv_estimator=gae {2}-> {2}algorithm\.name$/m);
+    expect(r.stdout).toMatch(/^# {3}max_turns=4 {2}-> {2}rollout\.max_turns$/m);
+    expect(r.stdout).toMatch(
+      /^# {3}actor_rollout_ref\.model\.use_remove_padding=True {2}-> {2}no effect/m,
+    );
+    expect(r.stdout).toMatch(/^# {3}algorithm\.no_think_rl=false {2}-> {2}accepted at false/m);
+    // What the PPO script computes under Search-R1's defaults: the KL in the reward (its
+    // use_kl_loss is false by default), no repeat, verl's 0.95 nucleus sampling... set to 1.0.
+    expect(r.stdout).toMatch(/^ {2}name: ppo$/m);
+    expect(r.stdout).toMatch(/^ {2}use_kl_in_reward: true$/m);
+    expect(r.stdout).toMatch(/^ {2}use_kl_loss: false$/m);
+    expect(r.stdout).toMatch(/^ {2}n_agent: 1$/m);
+    expect(r.stdout).toMatch(/^ {2}top_p: 1$/m);
+    expect(r.stdout).toMatch(
+      /^ {2}default_local_dir: verl_checkpoints\/nq_hotpotqa_train-search-r1-ppo-qwen2.5-7b-em$/m,
+    );
+  });
+});
+
+describe("--dry-run --model <hub repository id>", () => {
+  it("plans from the repository's config.json alone, read from the hub", async () => {
+    const hub = await createHubServer({
+      repos: [
+        {
+          id: "Qwen/Qwen2.5-7B",
+          type: "model",
+          files: [
+            {
+              path: "config.json",
+              content: Buffer.from(JSON.stringify(CONFIGS["Qwen/Qwen2.5-7B"])),
+            },
+            { path: "model-00001-of-00004.safetensors", content: Buffer.alloc(64), lfs: true },
+          ],
+        },
+      ],
+    });
+    try {
+      const run = (model: string) =>
+        startCli(["train", "--model", model, "--gpus", "8", "--dry-run"], {
+          cwd: small.dir,
+          env: { HF_ENDPOINT: hub.url },
+        }).result;
+      const r = await run("Qwen/Qwen2.5-7B");
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^model Qwen\/Qwen2\.5-7B: 7,615,616,512 parameters/m);
+      // Only the config was asked for.
+      const paths = hub.requests.map((q) => q.path);
+      expect(paths.some((p) => p.includes("config.json"))).toBe(true);
+      expect(paths.some((p) => p.includes("safetensors"))).toBe(false);
+      const missing = await run("Qwen/No-Such-Model");
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toMatch(
+        /model\.path Qwen\/No-Such-Model: no such folder here, and its config\.json could not be read from the hub/,
+      );
+    } finally {
+      await hub.close();
+    }
+  }, 60_000);
+});
+
+describe("Search-R1's scripts with `searchr1 train` in place of verl start a real run", () => {
+  // The test's tiny model, data and retriever and a step of 2 prompts appended after the
+  // script's own arguments (a later key wins); everything else as the script says.
+  const tiny = (extra: string[]) => [
+    `model.path=${MODEL}`,
+    // small.args without its command, model and output folder, and its group and mini-batch.
+    ...small
+      .args(path.join(work, "runs"))
+      .slice(5)
+      .filter((a) => !/^(rollout\.n|actor\.ppo_mini_batch_size)=/.test(a)),
+    "trainer.gpus=1",
+    "trainer.logger=[console]",
+    "trainer.val_before_train=false",
+    "trainer.total_training_steps=1",
+    "data.train_batch_size=2",
+    "data.max_start_length=300",
+    ...extra,
+  ];
+
+  it("v0.2 GRPO: each prompt repeated n_agent = 5 times, its KL loss", () => {
+    const r = runScript(
+      "v0.2-train_grpo.sh",
+      "searchr1 train",
+      tiny([
+        "actor.ppo_mini_batch_size=5",
+        "actor.ppo_micro_batch_size=5",
+        "rollout.log_prob_micro_batch_size=10",
+      ]),
+    );
+    expect(r.code, r.stdout.slice(-3000)).toBe(0);
+    expect(r.stdout + r.stderr).toMatch(/1 steps of 2 prompts × 5, 2 optimizer steps each/);
+  }, 240_000);
+
+  it("v0.2 PPO: a critic, the KL in the reward", () => {
+    const r = runScript(
+      "v0.2-train_ppo.sh",
+      "searchr1 train",
+      tiny([
+        "actor.ppo_mini_batch_size=1",
+        "actor.ppo_micro_batch_size=1",
+        "critic.ppo_micro_batch_size=1",
+        `critic.model.path=${MODEL}`,
+        "rollout.log_prob_micro_batch_size=2",
+      ]),
+    );
+    expect(r.code, r.stdout.slice(-3000)).toBe(0);
+    expect(r.stdout + r.stderr).toMatch(/1 steps of 2 prompts × 1, 2 optimizer steps each/);
+  }, 240_000);
+});
