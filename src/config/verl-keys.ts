@@ -21,8 +21,6 @@ export type VerlKey =
   | { noEffect: string }
   | { only: readonly unknown[]; why: string };
 
-const NO_OFFLOAD =
-  "not yet implemented: the trainer keeps this state on the device (the memory plan counts it there)";
 const FSDP = "searchr1's trainer is not FSDP: data-parallel ranks with ZeRO (trainer.zero_stage)";
 const PACKED = "the native trainer always packs sequences without padding";
 const ENGINE_BUILT_IN =
@@ -48,12 +46,9 @@ function fsdpConfig(prefix: string, learner: "actor" | "critic" | "ref"): Record
     [`${prefix}.wrap_policy.*`]: { noEffect: FSDP },
     [`${prefix}.fsdp_size`]: { noEffect: FSDP },
   };
-  if (learner === "ref") keys[`${prefix}.param_offload`] = { to: "ref.param_offload" };
-  else {
-    for (const what of ["param_offload", "grad_offload", "optimizer_offload"]) {
-      keys[`${prefix}.${what}`] = { noEffect: `${learner} ${what}: ${NO_OFFLOAD}` };
-    }
-  }
+  const offloads =
+    learner === "ref" ? ["param_offload"] : ["param_offload", "grad_offload", "optimizer_offload"];
+  for (const what of offloads) keys[`${prefix}.${what}`] = { to: `${learner}.${what}` };
   return keys;
 }
 

@@ -10,6 +10,10 @@
  *   head: two buckets); the compute copy (bf16 on CUDA, the fp32 masters themselves on the
  *   CPU) stays whole on every rank, as does the fp32 gradient buffer during an update below
  *   stage 2.
+ * - train/learner.h, its offloads (actor.* and critic.*_offload, verl's fsdp_config ones): what
+ *   a learner keeps in host memory instead, shown apart and in no device total; with param
+ *   offload its compute copy and activations are on the device during its log-probs and
+ *   updates only.
  * - train/session.cpp: the reference keeps its compute copy alone.
  * - model/qwen2.cpp reserve(): the activations of one pass over N tokens, kept by each model
  *   between passes (a larger pass replaces them).
@@ -197,11 +201,34 @@ export function attentionScratchBytes(d: ModelDims, pass: PassShape): number {
 
 /** A trained model's bytes on one rank (Learner::Memory), at one ZeRO stage. */
 export interface LearnerBytes {
+  /** Device memory. */
   weights: number;
   masters: number;
   optimizer: number;
   gradients: number;
   gradientsBetween: number;
+  /** Host memory (the offloads). */
+  hostWeights: number;
+  hostMasters: number;
+  hostOptimizer: number;
+  hostGradients: number;
+}
+
+/** What a learner keeps in host memory (its param_offload, grad_offload, optimizer_offload). */
+export interface Offload {
+  param: boolean;
+  grad: boolean;
+  optimizer: boolean;
+}
+export const NO_OFFLOAD: Offload = { param: false, grad: false, optimizer: false };
+
+/** A learner's offload keys as the plan takes them. */
+export function offloadOf(l: {
+  param_offload: boolean;
+  grad_offload: boolean;
+  optimizer_offload: boolean;
+}): Offload {
+  return { param: l.param_offload, grad: l.grad_offload, optimizer: l.optimizer_offload };
 }
 
 /** The flat buffer's floats as ZeRO pads them (a multiple of ranks × 128 from stage 1 on). */
@@ -214,25 +241,36 @@ export function paddedFloats(floats: number, ranks: number, stage: ZeroStage): n
  * Learner::Memory for a model over `ranks` ranks at `stage`. At stage 2 over several ranks
  * the gradients are the rank's shard and the backward's buckets: the embeddings' region and
  * the widest of the others (a layer, or the final norm and head up to the padded end).
+ * `weights` is the compute copy while on the device (param offload: during its commands).
+ * The offloads move the masters and moments (optimizer), the gradient shard at stage 2 and
+ * the whole buffer between updates below it (grad), to host memory; the host step reads a
+ * host copy of the gradient (grad or optimizer). On the CPU the learner's host masters are a
+ * copy apart from the fp32 compute copy.
  */
 export function learnerBytes(
   layout: ParamLayout,
   ranks: number,
   stage: ZeroStage,
   device: Device,
+  offload: Offload = NO_OFFLOAD,
 ): LearnerBytes {
   const { floats } = layout;
   const capacity = paddedFloats(floats, ranks, stage);
   const shard = stage > 0 ? capacity / ranks : floats;
   const x = device === "cuda" ? 2 : 4;
   const buckets = layout.embedRegion + Math.max(layout.widestLayer, capacity - layout.norm);
+  const bucketed = stage === 2 && ranks > 1;
   return {
     weights: x * capacity,
     // On the CPU the compute copy is fp32 and is the masters.
-    masters: device === "cuda" ? 4 * shard : 0,
-    optimizer: 8 * shard,
-    gradients: stage === 2 && ranks > 1 ? 4 * (shard + buckets) : 4 * capacity,
-    gradientsBetween: stage === 2 ? 0 : 4 * capacity,
+    masters: device === "cuda" && !offload.optimizer ? 4 * shard : 0,
+    optimizer: offload.optimizer ? 0 : 8 * shard,
+    gradients: bucketed ? 4 * ((offload.grad ? 0 : shard) + buckets) : 4 * capacity,
+    gradientsBetween: stage === 2 || offload.grad ? 0 : 4 * capacity,
+    hostWeights: offload.param ? x * capacity : 0,
+    hostMasters: offload.optimizer ? 4 * shard : 0,
+    hostOptimizer: offload.optimizer ? 8 * shard : 0,
+    hostGradients: offload.grad || offload.optimizer ? 4 * shard : 0,
   };
 }
 
@@ -244,6 +282,9 @@ export interface PlanInput {
   reference: boolean;
   /** ref.param_offload: the reference waits in host memory between its log-probs. */
   referenceOffload?: boolean;
+  /** actor.*_offload and critic.*_offload: what each learner keeps in host memory. */
+  actorOffload?: Offload;
+  criticOffload?: Offload;
   /** Data-parallel ranks over every node (trainer.gpus × trainer.nnodes). */
   ranks: number;
   /** The stage the run uses; the plan shows all three. */
@@ -297,6 +338,8 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
     critic: ppo ? critic : null,
     reference: actor.use_kl_loss || algorithm.use_kl_in_reward,
     referenceOffload: config.ref.param_offload,
+    actorOffload: offloadOf(config.actor),
+    criticOffload: offloadOf(config.critic),
     ranks,
     stage: zeroStageOf(config),
     device: trainer.device === "cpu" ? "cpu" : "cuda",
@@ -325,7 +368,7 @@ type Triple = [number, number, number];
 /**
  * One line of the plan: the bytes at ZeRO stage 0, 1, 2 held during the rollouts, during the
  * log-probs (old, reference, values) and during the updates; `counted` false: shown for
- * comparison, in no total.
+ * comparison, in no total; `host`: held in host memory (an offload), in no device total.
  */
 export interface PlanRow {
   part: "actor" | "reference" | "critic" | "engine" | "trainer";
@@ -334,14 +377,18 @@ export interface PlanRow {
   logProbs: Triple;
   update: Triple;
   counted: boolean;
+  host?: boolean;
 }
 
 export interface MemoryPlan {
   input: PlanInput;
   parameters: number;
   rows: PlanRow[];
-  /** The counted rows' sums at each stage, at each moment of a step, and the largest. */
-  totals: { rollout: Triple; logProbs: Triple; update: Triple; peak: Triple };
+  /**
+   * The counted rows' sums at each stage, at each moment of a step, and the largest; `host`:
+   * the most the host rows hold at once (the offloads), apart from them.
+   */
+  totals: { rollout: Triple; logProbs: Triple; update: Triple; peak: Triple; host: Triple };
   /** The engine's KV cache is out of room (its weights alone exceed its share). */
   engineRefuses: boolean;
 }
@@ -374,30 +421,66 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     counted = true,
     logProbs: Triple = update,
   ) => rows.push({ part, item, rollout, logProbs, update, counted });
-  const learnerRows = (part: "actor" | "critic", layout: ParamLayout) => {
-    const at = STAGES.map((s) => learnerBytes(layout, ranks, s, device));
+  // A line of host memory (an offload): shown after the device's, in no device total.
+  const hostRows: PlanRow[] = [];
+  const hostRow = (part: PlanRow["part"], item: string, bytes: Triple) => {
+    if (bytes.some((b) => b > 0)) {
+      hostRows.push({
+        part,
+        item,
+        rollout: bytes,
+        logProbs: bytes,
+        update: bytes,
+        counted: false,
+        host: true,
+      });
+    }
+  };
+  const learnerRows = (part: "actor" | "critic", layout: ParamLayout, offload: Offload) => {
+    const at = STAGES.map((s) => learnerBytes(layout, ranks, s, device, offload));
     const pick = (k: keyof LearnerBytes) => at.map((b) => b[k]) as Triple;
-    row(part, `weights (${xName} compute copy)`, pick("weights"));
-    if (device === "cuda") row(part, "fp32 master weights", pick("masters"));
-    row(part, "AdamW moments (fp32 m, v)", pick("optimizer"));
+    if (offload.param) {
+      row(
+        part,
+        `weights (${xName} compute copy), on the device for its log-probs and updates only`,
+        same(0),
+        pick("weights"),
+      );
+    } else {
+      row(part, `weights (${xName} compute copy)`, pick("weights"));
+    }
+    if (device === "cuda" && !offload.optimizer) row(part, "fp32 master weights", pick("masters"));
+    if (!offload.optimizer) row(part, "AdamW moments (fp32 m, v)", pick("optimizer"));
     row(
       part,
-      "fp32 gradients (stage 2: a shard, and buckets during the backward; in updates only)",
+      offload.grad
+        ? "fp32 gradients (during the backward only: stage 2 its buckets, below it the whole)"
+        : "fp32 gradients (stage 2: a shard, and buckets during the backward; in updates only)",
       pick("gradientsBetween"),
       pick("gradients"),
       true,
       pick("gradientsBetween"),
     );
+    hostRow(
+      part,
+      `weights (${xName} compute copy) between its log-probs and updates`,
+      pick("hostWeights"),
+    );
+    hostRow(part, "fp32 master weights", pick("hostMasters"));
+    hostRow(part, "AdamW moments (fp32 m, v)", pick("hostOptimizer"));
+    hostRow(part, "fp32 gradients the step reads", pick("hostGradients"));
   };
   const tok = (n: number) => `${n.toLocaleString("en-US")} tokens`;
   // Each model keeps the buffers of its largest pass (reserve() replaces smaller ones),
   // through the rollouts too.
+  // param offload frees the activations with the weights between the model's commands.
   const actsRows = (
     part: "actor" | "critic",
     m: PlanModel,
     train: number,
     forward: number,
     forwardName: string,
+    offloaded: boolean,
   ) => {
     const on = activationBytes(m.dims, { tokens: train, backward: true, recompute: true }, device);
     const off = activationBytes(
@@ -409,31 +492,40 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     const update = recompute ? on : off;
     const other = recompute ? off : on;
     const checkpointing = (yes: boolean) => `gradient checkpointing ${yes ? "on" : "off"}`;
+    const held = (b: number) => (offloaded ? same(0) : same(b));
     row(
       part,
       `activations, update micro-batch (${tok(train)}), ${checkpointing(recompute)}`,
-      same(update),
+      held(update),
       same(update),
       update >= fwd,
     );
     row(
       part,
       `activations, the same, ${checkpointing(!recompute)}`,
-      same(other),
+      held(other),
       same(other),
       false,
     );
     row(
       part,
       `activations, ${forwardName} (${tok(forward)}, forward)`,
-      same(fwd),
+      held(fwd),
       same(fwd),
       fwd > update,
     );
   };
 
-  learnerRows("actor", policy);
-  actsRows("actor", input.policy, tokens.update, tokens.logProbs, "log-prob micro-batch");
+  const actorOffload = input.actorOffload ?? NO_OFFLOAD;
+  learnerRows("actor", policy, actorOffload);
+  actsRows(
+    "actor",
+    input.policy,
+    tokens.update,
+    tokens.logProbs,
+    "log-prob micro-batch",
+    actorOffload.param,
+  );
   if (input.reference) {
     // ref.param_offload: in host memory but for its log-probs (weights and activations).
     const only = (b: number): [Triple, Triple, boolean, Triple] =>
@@ -449,8 +541,16 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     );
   }
   if (input.critic) {
-    learnerRows("critic", paramLayout(input.critic, "value"));
-    actsRows("critic", input.critic, tokens.criticUpdate, tokens.values, "values micro-batch");
+    const criticOffload = input.criticOffload ?? NO_OFFLOAD;
+    learnerRows("critic", paramLayout(input.critic, "value"), criticOffload);
+    actsRows(
+      "critic",
+      input.critic,
+      tokens.criticUpdate,
+      tokens.values,
+      "values micro-batch",
+      criticOffload.param,
+    );
   }
   if (device === "cuda") {
     const passes: [PlanModel, PassShape][] = [
@@ -494,17 +594,19 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     );
     row("engine", "cuBLASLt workspace", same(CUDA_WORKSPACE));
   }
+  rows.push(...hostRows);
   const sum = (moment: Moment) =>
     byStage((s) => rows.reduce((t, r) => t + (r.counted ? r[moment][s] : 0), 0));
   const rollout = sum("rollout");
   const logProbs = sum("logProbs");
   const update = sum("update");
   const peak = byStage((s) => Math.max(rollout[s], logProbs[s], update[s]));
+  const host = byStage((s) => rows.reduce((t, r) => t + (r.host ? r.update[s] : 0), 0));
   return {
     input,
     parameters: policy.parameters,
     rows,
-    totals: { rollout, logProbs, update, peak },
+    totals: { rollout, logProbs, update, peak, host },
     engineRefuses,
   };
 }
@@ -525,7 +627,8 @@ export function formatPlan(plan: MemoryPlan, title: string): string {
   const { input, totals } = plan;
   const header = STAGES.map((s) => `stage ${s}${s === input.stage ? "*" : ""}`);
   const names = plan.rows.map(
-    (r) => `${r.part.padEnd(9)} ${r.item}${r.counted ? "" : " (not in the totals)"}`,
+    (r) =>
+      `${r.part.padEnd(9)} ${r.item}${r.host ? " (host memory)" : r.counted ? "" : " (not in the totals)"}`,
   );
   const width = Math.max(...names.map((n) => n.length));
   const cell = (s: string) => s.padStart(9);
@@ -538,6 +641,9 @@ export function formatPlan(plan: MemoryPlan, title: string): string {
     ...plan.rows.map((r, i) => line(names[i] ?? "", most(r).map(gib))),
     ...MOMENTS.map(([m, when]) => line(`total ${when}`, totals[m].map(gib))),
   ];
+  if (plan.rows.some((r) => r.host)) {
+    lines.push(line("total in host memory (offloads, apart from the above)", totals.host.map(gib)));
+  }
   const { fits, margin } = fitsAt(plan, input.stage);
   const device = `${gib(input.deviceBytes)} GiB`;
   const s = input.stage;

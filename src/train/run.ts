@@ -89,7 +89,8 @@ export async function runTrain(
   const placement = await placeRun(config);
   const model = resolve(config.model.path);
   const tokenizer = ModelTokenizer.load(config.model.tokenizer_path ?? model);
-  const train = await readQaItems(config.data.train_files);
+  // trainer.val_only trains on nothing: the training files are not read.
+  const train = config.trainer.val_only ? [] : await readQaItems(config.data.train_files);
   const val = config.data.val_files.length ? await readQaItems(config.data.val_files) : [];
   const validation =
     config.data.val_max_samples === null ? val : firstPerSource(val, config.data.val_max_samples);
@@ -99,7 +100,7 @@ export async function runTrain(
     config.data.seed,
     config.data.shuffle,
   );
-  if (order.batchesPerEpoch === 0) {
+  if (order.batchesPerEpoch === 0 && !config.trainer.val_only) {
     throw new InputError(
       `data.train_batch_size is ${config.data.train_batch_size} but ${config.data.train_files.join(", ")} ` +
         `hold ${train.length} questions: lower it`,
@@ -193,6 +194,19 @@ export async function runTrain(
       seed: config.data.seed,
       // The learners' state sharded over the ranks (native/src/train/learner.h).
       zero_stage: zeroStageOf(config),
+      // What each learner keeps in host memory (verl's fsdp_config offloads).
+      actor_offload: {
+        param: config.actor.param_offload,
+        grad: config.actor.grad_offload,
+        optimizer: config.actor.optimizer_offload,
+      },
+      critic_offload: ppo
+        ? {
+            param: config.critic.param_offload,
+            grad: config.critic.grad_offload,
+            optimizer: config.critic.optimizer_offload,
+          }
+        : undefined,
     });
     if (resumed) {
       await trainer.loadCheckpoint({ dir: resumed.dir });

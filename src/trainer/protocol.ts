@@ -67,6 +67,20 @@ export interface LoadFields {
    * ranks; 2 the gradients too (reduce-scattered, none held between updates).
    */
   zero_stage?: 0 | 1 | 2;
+  /** What the actor keeps in host memory (SERVE.md, "Offload"); each false when absent. */
+  actor_offload?: OffloadFields;
+  /** The same for the critic (only with `critic`). */
+  critic_offload?: OffloadFields;
+}
+
+/** verl's fsdp_config offloads of one learner (native/src/train/learner.h). */
+export interface OffloadFields {
+  /** The compute copy waits in host memory between the trainer's commands. */
+  param?: boolean;
+  /** The fp32 gradient the optimizer step reads lives in host memory. */
+  grad?: boolean;
+  /** The fp32 masters and AdamW moments live in host memory; the step runs on the host. */
+  optimizer?: boolean;
 }
 
 export interface LogProbsFields {
@@ -150,7 +164,11 @@ export interface LoadReply {
 
 /** A learner's bytes on one rank (Learner::Memory in native/src/train/learner.h). */
 export interface LearnerMemory {
-  /** The compute copy of the whole model (bf16 on CUDA; fp32 on the CPU, the masters). */
+  /**
+   * The compute copy of the whole model on the device (bf16 on CUDA; fp32 on the CPU, the
+   * masters); 0 while param offload keeps it in host memory. The fields before the host_ ones
+   * are device memory.
+   */
   weights: number;
   /** fp32 masters apart from the compute copy: the whole model's, or this rank's shard. */
   master_weights: number;
@@ -158,8 +176,16 @@ export interface LearnerMemory {
   optimizer_state: number;
   /** The fp32 gradient buffer during an update. */
   gradients: number;
-  /** ... and between updates (ZeRO stage 2: none). */
+  /** ... and between updates (ZeRO stage 2, grad offload: none). */
   gradients_between_updates: number;
+  /** Host memory (the offloads): the compute copy between commands (param offload). */
+  host_weights: number;
+  /** The fp32 masters (optimizer offload). */
+  host_master_weights: number;
+  /** AdamW's two moments (optimizer offload). */
+  host_optimizer_state: number;
+  /** The gradient the step reads (grad or optimizer offload). */
+  host_gradients: number;
 }
 
 /** Means over the update's optimizer steps, the last learning rate and the counts. */

@@ -120,7 +120,7 @@ describe("every key of every command is read", () => {
     expectEveryKeyRead(buildIndexSpec, record);
   }, 120_000);
 
-  it("serve-retriever (bm25 and dense)", async () => {
+  it("serve-retriever (bm25, dense and web search)", async () => {
     const record = recordFor("serve-retriever");
     const serving = /serving \S+ retrieval over .* at (http:\/\/\S+\/retrieve)/;
     const env = keyReadsEnv(record);
@@ -169,6 +169,28 @@ describe("every key of every command is read", () => {
       { env, timeoutMs: 60_000 },
     );
     expect((await dense.stop()).code).toBe(0);
+    // Web search: the engine's keys are read when the server starts (no search is needed).
+    const online = await startServing(
+      [
+        "serve-retriever",
+        "--retriever",
+        "serpapi",
+        "--port",
+        "0",
+        "search_url=http://127.0.0.1:9/search",
+        "serp_engine=bing",
+        `search_cache=${path.join(dir, "search-cache")}`,
+        "search_cache_days=1",
+        "replay_only=false",
+        "search_timeout_s=5",
+        "search_retries=1",
+        "search_backoff_s=0.1",
+        "search_concurrency=2",
+      ],
+      /serving serpapi web search at (http:\/\/\S+\/retrieve)/,
+      { env: { ...env, SERPAPI_API_KEY: "key-reads" }, timeoutMs: 30_000 },
+    );
+    expect((await online.stop()).code).toBe(0);
     expectEveryKeyRead(serveRetrieverSpec, record);
   }, 120_000);
 
@@ -419,6 +441,9 @@ describe("every key of every command is read", () => {
       "trainer.zero_stage=1",
       "trainer.profile=true",
       "ref.param_offload=true",
+      "actor.param_offload=true",
+      "actor.grad_offload=true",
+      "actor.optimizer_offload=true",
       // Search-R1's repeat on top of verl's n (groups of 4), micro-batches by tokens.
       "rollout.n_agent=2",
       "actor.use_dynamic_bsz=true",
@@ -449,6 +474,9 @@ describe("every key of every command is read", () => {
         "algorithm.target_kl=0.05",
         "algorithm.kl_horizon=100",
         `critic.model_path=${MODEL}`,
+        "critic.param_offload=true",
+        "critic.grad_offload=true",
+        "critic.optimizer_offload=true",
         "critic.lr=1e-4",
         "critic.lr_warmup_steps_ratio=0.5",
         "critic.ppo_micro_batch_size=2",

@@ -30,49 +30,11 @@ import {
   tempDir,
   writeBatchFile,
 } from "./helpers.js";
+import { Ranks } from "./trainer-ranks.js";
 
 const { gpu } = gpuStatus("ranks.test.ts");
 const POLICY = modelDir("untied");
 const CRITIC = join(FIXTURES, "critic-untied");
-
-/** One rank of `size` (no rank flags when size is 1 and `flags` has none), one thread. */
-function serve(
-  rank: number,
-  size: number,
-  rendezvous: string,
-  timeout: number,
-  flags: string[],
-): ServeProcess {
-  const ranks =
-    size > 1 || flags.includes("--collectives")
-      ? ["--rank", String(rank), "--world-size", String(size), "--rendezvous", rendezvous]
-      : [];
-  return new ServeProcess(
-    nativeExecutable("searchr1-trainer"),
-    ["serve", "--threads", "1", ...ranks, "--collective-timeout", String(timeout), ...flags],
-    { ...process.env, OMP_NUM_THREADS: "1" },
-  );
-}
-
-/** `size` ranks driven as one: every command to every rank; the replies must agree. */
-class Ranks {
-  readonly procs: ServeProcess[];
-  constructor(size: number, timeout = 60, flags: string[] = CPU) {
-    const rendezvous = tempDir();
-    this.procs = Array.from({ length: size }, (_, r) => serve(r, size, rendezvous, timeout, flags));
-  }
-
-  async ok(op: string, fields: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
-    const replies = await Promise.all(this.procs.map((p) => p.ok(op, fields)));
-    for (const r of replies.slice(1))
-      expect(r, `${op}: every rank replies alike`).toEqual(replies[0]);
-    return replies[0] as Record<string, unknown>;
-  }
-
-  async close(): Promise<(number | null)[]> {
-    return Promise.all(this.procs.map((p) => p.close()));
-  }
-}
 
 // 8 sequences of different lengths (right padding), prompt then response, with a hole in the
 // response mask of every other one; token ids and advantages from a fixed generator.
@@ -394,6 +356,13 @@ describe("ZeRO stage 1 and 2 on two CPU ranks: the optimizer sharded, the run st
   // CPU the compute copy is fp32 and is the masters (master_weights 0); the reference keeps
   // nothing else either. At stage 2 the gradients are the shard and the backward's two
   // buckets, as the memory plan (src/planning/memory-plan.ts) computes them from the layout.
+  // Without offload (test/native/offload.test.ts) nothing is in host memory.
+  const NO_HOST = {
+    host_weights: 0,
+    host_master_weights: 0,
+    host_optimizer_state: 0,
+    host_gradients: 0,
+  };
   it("each rank holds half the optimizer state; at stage 2 a gradient shard and buckets, none between updates", () => {
     const P = zero0.loaded.parameters as number;
     const C = Math.ceil(P / 256) * 256;
@@ -405,6 +374,7 @@ describe("ZeRO stage 1 and 2 on two CPU ranks: the optimizer sharded, the run st
       optimizer_state: 8 * P,
       gradients: 4 * P,
       gradients_between_updates: 4 * P,
+      ...NO_HOST,
     });
     for (const [stage, z] of [
       [1, zero1],
@@ -420,6 +390,7 @@ describe("ZeRO stage 1 and 2 on two CPU ranks: the optimizer sharded, the run st
             ? learnerBytes(paramLayout(readPlanModel(POLICY), "lm"), 2, 2, "cpu").gradients
             : 4 * C,
         gradients_between_updates: stage === 2 ? 0 : 4 * C,
+        ...NO_HOST,
       });
       const halved =
         (memory(z, "actor").optimizer_state ?? 0) / (memory(zero0, "actor").optimizer_state ?? 1);

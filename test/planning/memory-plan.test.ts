@@ -15,6 +15,7 @@ import {
   activationBytes,
   engineStepBytes,
   fitsAt,
+  formatPlan,
   GiB,
   learnerBytes,
   memoryPlan,
@@ -105,6 +106,8 @@ describe("the flat parameter buffer (native/src/model/params.h)", () => {
 });
 
 describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
+  // Without offload nothing is in host memory.
+  const NO_HOST = { hostWeights: 0, hostMasters: 0, hostOptimizer: 0, hostGradients: 0 };
   // 8 ranks: the buffer padded to a multiple of 8 × 128 = 1024 floats. 3B: 3,085,938,688 /
   // 1024 = 3,013,612 exactly, so the shard is 385,742,336 floats. 7B: 7,437,125.5 → the
   // buffer padded to 7,437,126 × 1024 = 7,615,617,024, shards of 951,952,128.
@@ -117,6 +120,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
       optimizer: 8 * P, // 22.99 GiB
       gradients: 4 * P,
       gradientsBetween: 4 * P,
+      ...NO_HOST,
     });
     const S = 385_742_336;
     expect(learnerBytes(layout, 8, 1, "cuda")).toEqual({
@@ -125,6 +129,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
       optimizer: 8 * S, // 2.87 GiB
       gradients: 4 * P,
       gradientsBetween: 4 * P,
+      ...NO_HOST,
     });
     // Stage 2: the shard, the embeddings' bucket (151936 × 2048 = 311,164,928, the tied head
     // adds to it) and one layer's (2048 + 2048² + 2 × 256 × 2048 + 2048 + 512 + 2048² + 2048 +
@@ -148,8 +153,24 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
       optimizer: 8 * S,
       gradients: 4 * (S + 544_997_376 + 545_001_472),
       gradientsBetween: 0,
+      ...NO_HOST,
     });
     expect((8 * S) / GiB).toBeCloseTo(7.093, 3);
+    // Search-R1's scripts offload all three: the device keeps the buckets during the backward
+    // (4.06 GiB) and the bf16 compute copy during the trainer's commands; host memory the
+    // rest, 14.18 GiB of masters, moments and gradient shard and 14.18 of weights a rank.
+    const all = { param: true, grad: true, optimizer: true };
+    expect(learnerBytes(paramLayout(QWEN_7B, "lm"), 8, 2, "cuda", all)).toEqual({
+      weights: 2 * C,
+      masters: 0,
+      optimizer: 0,
+      gradients: 4 * (544_997_376 + 545_001_472),
+      gradientsBetween: 0,
+      hostWeights: 2 * C,
+      hostMasters: 4 * S,
+      hostOptimizer: 8 * S,
+      hostGradients: 4 * S,
+    });
   });
 
   it("on the CPU the fp32 compute copy is the masters", () => {
@@ -162,6 +183,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
         optimizer: 8 * 70144,
         gradients: 560_640,
         gradientsBetween: 0,
+        ...NO_HOST,
       },
     );
   });
@@ -384,7 +406,13 @@ describe("the whole plan", () => {
     const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer2 + 2 ** 29];
     // The log-probs hold what the updates do but the stage-2 gradients: the rollouts' sums.
     const rollout = [update[0], update[1], trainer1 - 11264 + 2 ** 29];
-    expect(plan.totals).toEqual({ rollout, logProbs: rollout, update, peak: update });
+    expect(plan.totals).toEqual({
+      rollout,
+      logProbs: rollout,
+      update,
+      peak: update,
+      host: [0, 0, 0],
+    });
     expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - trainer2 - 2 ** 29 });
     expect(plan.engineRefuses).toBe(false);
   });
@@ -413,6 +441,52 @@ describe("the whole plan", () => {
     expect(off.totals.rollout).toEqual(kept.totals.rollout.map((t) => t - ref));
     expect(off.totals.update).toEqual(kept.totals.update.map((t) => t - ref));
     expect(off.totals.logProbs).toEqual(kept.totals.logProbs);
+  });
+
+  // actor.*_offload (native/src/train/learner.h): with all three, the masters (4 × 2688 |
+  // 1408 | 1408) and moments (8 × the same) go to host memory; the gradient too, to a host
+  // copy of the shard (4 × 2688 | 1408 | 1408), so the device holds none between updates
+  // (stage 0 and 1: 4 × 2688 | 2816) and at stage 2 only the buckets during the backward
+  // (4 × (256 + 1024)); the compute copy (2 × 2688 | 2816 | 2816) and the actor's
+  // activations (6020) leave the device during the rollouts. Host lines count in no device
+  // total: their own.
+  it("actor offloads: their bytes leave the device totals for host memory lines", () => {
+    const kept = memoryPlan(input(false));
+    const off = memoryPlan({
+      ...input(false),
+      actorOffload: { param: true, grad: true, optimizer: true },
+    });
+    const minus = (t: number[], d: number[]) => t.map((x, s) => x - (d[s] ?? 0));
+    // Per stage: the masters and moments; at stage 2 the gradient shard during the updates;
+    // during the rollouts also the weights, activations and gradients between updates.
+    expect(off.totals.update).toEqual(
+      minus(kept.totals.update, [10752 + 21504, 5632 + 11264, 5632 + 11264 + 5632]),
+    );
+    expect(off.totals.rollout).toEqual(
+      minus(kept.totals.rollout, [
+        10752 + 21504 + 5376 + 6020 + 10752,
+        5632 + 11264 + 5632 + 6020 + 11264,
+        5632 + 11264 + 5632 + 6020,
+      ]),
+    );
+    // The weights, masters, moments and the gradient's host copy.
+    expect(off.totals.host).toEqual([
+      5376 + 10752 + 21504 + 10752,
+      5632 + 5632 + 11264 + 5632,
+      5632 + 5632 + 11264 + 5632,
+    ]);
+    const host = off.rows.filter((r) => r.host);
+    expect(host.map((r) => r.item)).toEqual([
+      "weights (bf16 compute copy) between its log-probs and updates",
+      "fp32 master weights",
+      "AdamW moments (fp32 m, v)",
+      "fp32 gradients the step reads",
+    ]);
+    expect(host.every((r) => r.part === "actor" && !r.counted)).toBe(true);
+    const printed = formatPlan(off, "plan");
+    expect(printed).toMatch(/^actor +fp32 master weights \(host memory\) +0\.00 +0\.00 +0\.00$/m);
+    expect(printed).toMatch(/^total in host memory \(offloads, apart from the above\) +0\.00/m);
+    expect(formatPlan(kept, "plan")).not.toMatch(/host memory/);
   });
 
   it("an engine whose share cannot hold its weights and one KV block refuses", () => {

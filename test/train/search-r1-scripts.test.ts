@@ -4,11 +4,11 @@
 // exit code (the scripts pipe into tee, whose status bash reports) and, for the real runs,
 // appends the test's small sizes after the script's own arguments.
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BIN, startCli } from "../helpers/cli.js";
+import { BIN, startCli, startServing } from "../helpers/cli.js";
 import { createHubServer } from "../helpers/hub-server.js";
 import { MODEL, type SmallRun, smallRun } from "./small-run.js";
 
@@ -64,7 +64,12 @@ interface ScriptRun {
  * Runs a fixture script with its verl module replaced by `searchr1 <replacement>`; `extra`
  * arguments are appended to the script's by the wrapper.
  */
-function runScript(script: string, replacement: string, extra: string[] = []): ScriptRun {
+function runScript(
+  script: string,
+  replacement: string,
+  extra: string[] = [],
+  edit: (text: string) => string = (t) => t,
+): ScriptRun {
   const bin = path.join(work, "bin");
   mkdirSync(bin, { recursive: true });
   const status = path.join(work, "status");
@@ -75,7 +80,7 @@ function runScript(script: string, replacement: string, extra: string[] = []): S
   );
   chmodSync(path.join(bin, "searchr1"), 0o755);
   const text = readFileSync(path.join(FIXTURES, script), "utf8");
-  const changed = text.replace(/python3 -m verl\.trainer\.main_ppo(_format)?\b/, replacement);
+  const changed = edit(text).replace(/python3 -m verl\.trainer\.main_ppo(_format)?\b/, replacement);
   expect(changed).not.toBe(text);
   const file = path.join(work, script);
   writeFileSync(file, changed);
@@ -109,8 +114,12 @@ describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl",
       const r = runScript(script, "searchr1 train --dry-run");
       expect(r.code, r.stdout.slice(-3000)).toBe(0);
       expect(otherMessages(r)).toEqual([]);
-      // The offloads are named, not silently dropped.
-      expect(r.stdout).toMatch(/actor_rollout_ref\.actor\.fsdp_config\.param_offload=true/);
+      // The offloads they set (fsdp_config's) move the actor's (and critic's) state to host
+      // memory in the plan.
+      expect(r.stdout).toMatch(/^actor +fp32 master weights \(host memory\) +\d/m);
+      if (script.includes("ppo")) {
+        expect(r.stdout).toMatch(/^critic +AdamW moments \(fp32 m, v\) \(host memory\) /m);
+      }
       expect(r.stdout).toContain(`model ${model}:`);
       expect(r.stdout).toContain(`of 8 (trainer.gpus 8 × trainer.nnodes 1)`);
       expect(r.stdout).toContain(`a step: ${step}; ${steps} optimizer steps of 256`);
@@ -238,5 +247,77 @@ describe("Search-R1's scripts with `searchr1 train` in place of verl start a rea
     );
     expect(r.code, r.stdout.slice(-3000)).toBe(0);
     expect(r.stdout + r.stderr).toMatch(/1 steps of 2 prompts × 1, 2 optimizer steps each/);
+  }, 240_000);
+});
+
+describe("Search-R1's evaluate.sh, its BASE_MODEL set to a checkpoint", () => {
+  // The script evaluates with main_ppo's +trainer.val_only=true; here `searchr1 eval`, or
+  // `searchr1 train` whose trainer.val_only validates once and stops.
+  const setModel = (text: string) =>
+    text.replace(/^export BASE_MODEL=""$/m, `export BASE_MODEL='${MODEL}'`);
+  const value = (args: string[], key: string) =>
+    (args.find((a) => a.startsWith(`${key}=`)) as string).slice(key.length + 1);
+
+  it("runs as `searchr1 eval` and as `searchr1 train`, warning only of keys that do nothing here", async () => {
+    const args = small.args(path.join(work, "runs"));
+    const served = await startServing(
+      [
+        "serve-retriever",
+        "--index",
+        value(args, "retriever.index"),
+        "--corpus",
+        value(args, "retriever.corpus"),
+        "--port",
+        "0",
+      ],
+      /serving \S+ retrieval over .* at (http:\/\/\S+\/retrieve)/,
+      { timeoutMs: 30_000 },
+    );
+    try {
+      const small = [
+        `data.val_files=${value(args, "data.val_files")}`,
+        `retriever.url=${served.url}`,
+        "data.max_start_length=300",
+        "data.max_prompt_length=400",
+        "data.max_response_length=8",
+        "data.max_obs_length=24",
+        "max_turns=1",
+        "rollout.engine_device=cpu",
+        "rollout.engine_threads=1",
+      ];
+      const out = path.join(work, "eval");
+      const evaluated = runScript(
+        "evaluate.sh",
+        "searchr1 eval",
+        [...small, `output_dir=${out}`],
+        setModel,
+      );
+      expect(evaluated.code, evaluated.stdout.slice(-3000)).toBe(0);
+      expect(otherMessages(evaluated)).toEqual([]);
+      expect(evaluated.stderr).toMatch(
+        /trainer\.val_only=true .* has no effect in searchr1: a training key/,
+      );
+      expect(existsSync(path.join(out, "report.json"))).toBe(true);
+
+      const validated = runScript(
+        "evaluate.sh",
+        "searchr1 train",
+        [
+          ...small,
+          // The script's data.train_files (not here) is not read: nothing is trained.
+          "trainer.gpus=1",
+          "trainer.device=cpu",
+          "trainer.threads=1",
+          `trainer.default_local_dir=${path.join(work, "val-only")}`,
+        ],
+        setModel,
+      );
+      expect(validated.code, validated.stderr.slice(-3000)).toBe(0);
+      expect(otherMessages(validated)).toEqual([]);
+      expect(validated.stdout).toMatch(/^done: .*val-only \(validation\/\)$/m);
+      expect(existsSync(path.join(work, "val-only", "global_step_1"))).toBe(false);
+    } finally {
+      await served.stop();
+    }
   }, 240_000);
 });

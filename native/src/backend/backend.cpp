@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "util/error.h"
 
@@ -33,6 +35,16 @@ void Backend::track_release(void* p) {
   live_ -= it->second;
   sizes_.erase(it);
 }
+
+void* Backend::alloc_host(size_t bytes) {
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+  if (p == nullptr) {
+    throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  return p;
+}
+
+void Backend::release_host(void* p) { std::free(p); }
 
 namespace {
 

@@ -138,6 +138,14 @@ class Backend {
   // Byte copies between host and device (a model's compute copy parked in host memory).
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
+  // Host memory for what the trainer keeps off the device (a learner's offloads,
+  // train/learner.h; a model's compute copy between phases, Qwen2Model::to_host): page-locked
+  // and mapped on CUDA (cudaHostAlloc), so that copies run at full speed and the element-wise
+  // optimizer operations below (to_x, sum_squares, accumulate, adamw_update) may read and
+  // write it through the same pointer over the bus (zero-copy); plain memory on the CPU,
+  // where host and device are one. Neither peak_bytes() nor live_bytes() counts it.
+  virtual void* alloc_host(size_t bytes);
+  virtual void release_host(void* p);
   // Largest number of bytes the backend's buffers held at once since the last reset.
   virtual size_t peak_bytes() const { return peak_; }
   virtual size_t live_bytes() const { return live_; }

@@ -49,6 +49,8 @@ class ProfiledBackend final : public Backend {
   int32_t* alloc_i32(size_t n) override { return inner_->alloc_i32(n); }
   XPtr alloc_x(size_t n) override { return inner_->alloc_x(n); }
   void release(void* p) override { inner_->release(p); }
+  void* alloc_host(size_t bytes) override { return inner_->alloc_host(bytes); }
+  void release_host(void* p) override { inner_->release_host(p); }
   void require_head_dim(int head_dim) const override { inner_->require_head_dim(head_dim); }
 
   void upload(float* dst, const float* src, size_t n) override;

@@ -125,6 +125,7 @@ void Qwen2Model::load_weights(const std::string& dir, bool fresh_value_head) {
   const SafetensorsSet weights = SafetensorsSet::open_dir(dir);
   // Every check comes before the first write, so a bad folder leaves the weights intact.
   check_tensors(weights, fresh_value_head);
+  host_current_ = false;
   // Converted one tensor at a time, so loading never holds a second full copy. Without
   // masters, each tensor reaches the compute copy through a bounded fp32 staging buffer on
   // the device, converted there as params_changed() converts the masters.
@@ -175,6 +176,7 @@ void Qwen2Model::params_changed() {
   if (params_ == nullptr) {
     throw Error("params_changed: this model's fp32 master weights were dropped");
   }
+  host_current_ = false;
   if (weights_.null()) {
     weights_ =
         be_.x_elem() == sizeof(float) ? XPtr{params_, sizeof(float)} : be_.alloc_x(capacity_);
@@ -198,13 +200,11 @@ void Qwen2Model::release_grads() {
 
 void Qwen2Model::to_host() {
   if (weights_.null()) return;
-  if (params_ != nullptr && weights_.p != params_) {
-    throw Error("to_host: the model keeps fp32 master weights (call drop_masters first)");
-  }
   const size_t bytes = capacity_ * weights_.elem;
-  if (host_weights_.empty()) {
-    host_weights_.resize(bytes);
+  if (host_weights_.empty()) host_weights_ = HostBuffer(be_, bytes);
+  if (!host_current_) {
     be_.download_bytes(host_weights_.data(), weights_.p, bytes);
+    host_current_ = true;
   }
   acts_.reset();
   be_.synchronize();  // the last pass has read the weights
@@ -216,7 +216,7 @@ void Qwen2Model::to_host() {
 void Qwen2Model::to_device() {
   if (!on_host()) return;
   weights_ = be_.alloc_x(capacity_);
-  be_.upload_bytes(weights_.p, host_weights_.data(), host_weights_.size());
+  be_.upload_bytes(weights_.p, host_weights_.data(), host_weights_.bytes());
   if (weights_.elem == sizeof(float)) params_ = static_cast<float*>(weights_.p);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/host_buffer.h"
 #include "io/safetensors.h"
 #include "model/batch.h"
 #include "model/config.h"
@@ -79,15 +80,21 @@ class Qwen2Model {
   void drop_masters();
   // Frees the gradient buffer (the next grads() or zero_grad() allocates a zeroed one).
   void release_grads();
-  // For a model nobody trains (the reference; after drop_masters): to_host() moves its
-  // compute copy to host memory and frees it and the activation buffers on the device (verl's
-  // ref param_offload); to_device() brings the copy back. The first move copies the weights
-  // out; as they never change, later moves only free and copy back in. The passes refuse to
-  // run while the weights are on the host.
+  // The compute copy waits in host memory between the trainer's phases (verl's
+  // param_offload: the reference's, and a learner's, session.cpp): to_host() copies it to
+  // host memory (Backend::alloc_host) unless the copy there is current, and frees it and the
+  // activation buffers on the device; to_device() brings the copy back. A model nobody trains
+  // is copied out once; a trained one again after its weights change (params_changed, a
+  // reload, weights_changed). fp32 masters apart from the compute copy (CUDA, a stage-0
+  // learner's without optimizer_offload) stay on the device. The passes refuse to run while
+  // the weights are on the host.
   void to_host();
   void to_device();
   bool on_host() const { return weights_.null() && !host_weights_.empty(); }
-  size_t host_bytes() const { return host_weights_.size(); }
+  size_t host_bytes() const { return host_weights_.bytes(); }
+  // Call after writing weights() directly (a ZeRO learner's updated shard and all-gather):
+  // the next to_host() copies them out again.
+  void weights_changed() { host_current_ = false; }
   // Bytes held: fp32 masters apart from the compute copy, the compute copy, gradients.
   size_t master_bytes() const;
   size_t weight_bytes() const;
@@ -215,7 +222,8 @@ class Qwen2Model {
   float* embed_grad_ = nullptr;
   float* region_grad_ = nullptr;
   size_t region_begin_ = 0, region_end_ = 0;
-  std::vector<unsigned char> host_weights_;  // the compute copy, while to_host() holds it
+  HostBuffer host_weights_;    // the compute copy in host memory, once to_host() made it
+  bool host_current_ = false;  // host_weights_ holds the compute copy's current values
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<PagedBuffers> paged_;
 };

@@ -6,26 +6,37 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu_adamw.h"
 #include "io/safetensors.h"
 #include "util/error.h"
 
 namespace sr1 {
 
-AdamW::AdamW(Backend& backend, size_t n, AdamWConfig config)
-    : be_(backend), n_(n), config_(config), m_(backend.alloc(n)), v_(backend.alloc(n)) {
+AdamW::AdamW(Backend& backend, size_t n, AdamWConfig config, bool on_host)
+    : be_(backend), n_(n), config_(config) {
+  if (on_host) {
+    host_ = HostBuffer(backend, 2 * n * sizeof(float));
+    m_ = host_.floats();
+    v_ = m_ + n;
+    std::memset(m_, 0, host_.bytes());
+    return;
+  }
+  m_ = backend.alloc(n);
+  v_ = backend.alloc(n);
   be_.zero(m_, n_);
   be_.zero(v_, n_);
 }
 
 AdamW::~AdamW() {
+  if (on_host()) return;  // host_ goes by itself
   be_.release(m_);
   be_.release(v_);
 }
 
 void AdamW::save(const std::string& path) const {
   std::vector<float> m(n_), v(n_);
-  be_.download(m.data(), m_, n_);
-  be_.download(v.data(), v_, n_);
+  read_floats(be_, m.data(), m_, n_, on_host());
+  read_floats(be_, v.data(), v_, n_, on_host());
   write(path, m, v, steps_);
 }
 
@@ -67,18 +78,23 @@ AdamW::State AdamW::read(const std::string& path, size_t offset, size_t total) c
 }
 
 void AdamW::restore(const State& state) {
-  be_.upload(m_, state.m.data(), n_);
-  be_.upload(v_, state.v.data(), n_);
+  write_floats(be_, m_, state.m.data(), n_, on_host());
+  write_floats(be_, v_, state.v.data(), n_, on_host());
   steps_ = state.steps;
 }
 
+double AdamW::sum_squares(const float* grads) const {
+  return on_host() ? cpu::sum_squares(grads, n_) : be_.sum_squares(grads, n_);
+}
+
 double AdamW::step(float* params, const float* grads, float lr) {
-  const double norm = std::sqrt(be_.sum_squares(grads, n_));
+  const double norm = std::sqrt(sum_squares(grads));
   step(params, grads, lr, norm);
   return norm;
 }
 
-void AdamW::step(float* params, const float* grads, float lr, double norm) {
+void AdamW::step(float* params, const float* grads, float lr, double norm,
+                 const Updated& updated) {
   AdamWParams a;
   a.lr = lr;
   a.beta1 = config_.beta1;
@@ -90,7 +106,16 @@ void AdamW::step(float* params, const float* grads, float lr, double norm) {
     const double clip = config_.max_grad_norm / (norm + 1e-6);
     if (clip < 1.0) a.grad_scale = static_cast<float>(clip);
   }
-  be_.adamw_update(params, grads, m_, v_, n_, a);
+  if (!on_host()) {
+    be_.adamw_update(params, grads, m_, v_, n_, a);
+    if (updated) updated(0, n_);
+    return;
+  }
+  for (size_t at = 0; at < n_; at += kHostPiece) {
+    const size_t k = std::min(kHostPiece, n_ - at);
+    cpu::adamw_update(params + at, grads + at, m_ + at, v_ + at, k, a);
+    if (updated) updated(at, at + k);
+  }
 }
 
 }  // namespace sr1

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "io/safetensors.h"
+#include "model/device_buffers.h"
 #include "model/params.h"
 #include "util/error.h"
 
@@ -34,26 +35,35 @@ size_t shard_of(const Qwen2Model& model, const Comm& comm, int stage) {
 }  // namespace
 
 Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed,
-                 Comm& comm, int zero_stage)
+                 Comm& comm, int zero_stage, Offload offload)
     : model_(model),
       comm_(comm),
       stage_(zero_stage),
+      offload_(offload),
       offset_(0),
       shard_(shard_of(model, comm, zero_stage)),
       buckets_(model.be(), model.gradient_regions()),
-      optimizer_(model.be(), shard_, adamw),
+      optimizer_(model.be(), shard_, adamw, offload.optimizer),
       schedule_(schedule),
       rng_(seed) {
   schedule_.validate(OptionStyle::Field);
-  if (stage_ == 0) return;
-  offset_ = static_cast<size_t>(comm.rank()) * shard_;
+  if (stage_ > 0) offset_ = static_cast<size_t>(comm.rank()) * shard_;
   if (bucketed()) model.set_gradient_sink(this);
   if (model.params() == nullptr) {
-    throw Error("ZeRO stage " + std::to_string(stage_) + ": the model's fp32 masters are gone");
+    throw Error("Learner: the model's fp32 masters are gone (dropped before it took them)");
   }
-  if (model.weights().p == model.params()) return;  // fp32 compute copy: the shard is in it
-  // A master shard of this rank's own, then the model's whole fp32 copy goes.
   Backend& be = model.be();
+  if (offload_.grad || offload_.optimizer) host_grad_ = HostBuffer(be, shard_ * sizeof(float));
+  if (offload_.optimizer) {  // the masters of this rank's range to host memory
+    host_masters_ = HostBuffer(be, shard_ * sizeof(float));
+    be.download(host_masters_.floats(), model.params() + offset_, shard_);
+    model.drop_masters();
+    return;
+  }
+  // The model's masters serve: its whole fp32 copy (stage 0), or its fp32 compute copy (the
+  // CPU), of which the shard is a range.
+  if (stage_ == 0 || model.weights().p == model.params()) return;
+  // A master shard of this rank's own, then the model's whole fp32 copy goes.
   std::vector<float> host(shard_);
   be.download(host.data(), model.params() + offset_, shard_);
   masters_ = be.alloc(shard_);
@@ -75,6 +85,11 @@ void Learner::zero_grad(const std::string& what) {
   }
   pass_what_ = what;
   Backend& be = model_.be();
+  if (offload_.grad) {
+    be.synchronize();  // the last step's kernels have read it
+    std::memset(host_grad_.data(), 0, host_grad_.bytes());
+    return;
+  }
   if (grad_shard_ == nullptr) grad_shard_ = be.alloc(shard_);
   be.zero(grad_shard_, shard_);
 }
@@ -82,9 +97,11 @@ void Learner::zero_grad(const std::string& what) {
 float* Learner::open(size_t begin, size_t end) { return buckets_.open(begin, end); }
 
 // Each part of the region that lies in rank r's shard is summed onto rank r, which adds it
-// to its gradient shard. The ranks hand over the same regions in the same order.
+// to its gradient shard (with grad offload in host memory, where the device's kernel writes
+// it through the mapping). The ranks hand over the same regions in the same order.
 void Learner::close(float* grad, size_t begin, size_t end) {
   Backend& be = model_.be();
+  float* shard = offload_.grad ? host_grad_.floats() : grad_shard_;
   be.synchronize();  // the pass has written the region
   for (size_t r = begin / shard_; r < static_cast<size_t>(comm_.size()) && r * shard_ < end;
        r++) {
@@ -92,7 +109,7 @@ void Learner::close(float* grad, size_t begin, size_t end) {
     comm_.reduce_sum(grad + (lo - begin), hi - lo, static_cast<int>(r),
                      pass_what_ + "'s gradients");
     if (r == static_cast<size_t>(comm_.rank())) {
-      be.accumulate(grad_shard_ + (lo - offset_), grad + (lo - begin), hi - lo);
+      be.accumulate(shard + (lo - offset_), grad + (lo - begin), hi - lo);
     }
   }
 }
@@ -110,38 +127,60 @@ void Learner::for_each_pass(int passes, const std::string& what,
   for (int i = passes; i < most; i++) model_.empty_pass();
 }
 
-double Learner::step(float* lr, const std::string& what) {
+float* Learner::own_masters() const {
+  return offload_.optimizer ? host_masters_.floats() : masters_;
+}
+
+float* Learner::masters() {
+  float* own = own_masters();
+  return own != nullptr ? own : model_.params() + offset_;
+}
+
+const float* Learner::reduced_gradient(const std::string& what) {
   Backend& be = model_.be();
-  const bool ranks = !comm_.local();
-  *lr = schedule_.at(optimizer_.steps());
-  if (stage_ == 0) {
-    if (ranks) {
-      be.synchronize();  // the backward passes have written the gradients
-      comm_.all_reduce_sum(model_.grads(), model_.param_buffer_size(), what + "'s gradients");
-    }
-    const double norm = optimizer_.step(model_.params(), model_.grads(), *lr);
-    model_.params_changed();
-    return norm;
+  if (bucketed() && offload_.grad) {  // summed there during the passes
+    be.synchronize();  // by the passes' kernels
+    return host_grad_.floats();
   }
   float* mine = grad_shard_;  // bucketed: summed during the passes
   if (!bucketed()) {
     float* grads = model_.grads();
-    if (ranks) {
-      be.synchronize();
-      comm_.all_reduce_sum(grads, model_.buffer_capacity(), what + "'s gradients");
+    if (!comm_.local()) {
+      be.synchronize();  // the backward passes have written the gradients
+      comm_.all_reduce_sum(grads,
+                           stage_ == 0 ? model_.param_buffer_size() : model_.buffer_capacity(),
+                           what + "'s gradients");
     }
     mine = grads + offset_;
   }
-  double squares = be.sum_squares(mine, shard_);
-  if (ranks) squares = all_reduce_sum(comm_, squares, what + "'s squared gradient norm");
+  if (host_grad_.empty()) return mine;
+  be.download(host_grad_.floats(), mine, shard_);
+  // Stage 0 and 1: the device holds no gradient until the next mini-batch's passes.
+  if (offload_.grad) model_.release_grads();
+  return host_grad_.floats();
+}
+
+double Learner::step(float* lr, const std::string& what) {
+  Backend& be = model_.be();
+  const bool sharded = stage_ > 0 && !comm_.local();
+  *lr = schedule_.at(optimizer_.steps());
+  const float* grad = reduced_gradient(what);
+  double squares = optimizer_.sum_squares(grad);
+  if (sharded) squares = all_reduce_sum(comm_, squares, what + "'s squared gradient norm");
   const double norm = std::sqrt(squares);
+  // Each updated piece goes into the compute copy (a no-op where that is the masters: the
+  // CPU without optimizer offload), then the ranks' shards to every rank.
+  float* values = masters();
   const XPtr weights = model_.weights();
-  optimizer_.step(masters_ != nullptr ? masters_ : model_.params() + offset_, mine, *lr, norm);
-  if (masters_ != nullptr) be.to_x(weights + offset_, masters_, shard_);
-  if (ranks) {
+  optimizer_.step(values, grad, *lr, norm, [&](size_t begin, size_t end) {
+    be.to_x(weights + (offset_ + begin), values + begin, end - begin);
+  });
+  model_.weights_changed();
+  if (sharded) {
     be.synchronize();
     comm_.all_gather(weights.p, shard_, weights.elem, what + "'s updated weights");
   }
+  if (offload_.optimizer) be.synchronize();  // the device has read the host masters
   return norm;
 }
 
@@ -156,39 +195,37 @@ void Learner::end_update() {
   }
 }
 
-std::vector<float> Learner::gather(const float* shard, const std::string& what) {
+std::vector<float> Learner::gather(const float* shard, bool on_host, const std::string& what) {
   Backend& be = model_.be();
   const size_t total = model_.param_buffer_size();
   const bool root = comm_.rank() == 0;
   std::vector<float> out(root ? total : 0);
-  if (comm_.local()) {  // one rank: its shard is the whole buffer
-    be.download(out.data(), shard, total);
+  if (comm_.local() || stage_ == 0) {  // rank 0's shard is the whole buffer
+    if (root) read_floats(be, out.data(), shard, total, on_host);
     return out;
   }
   const size_t ranks = static_cast<size_t>(comm_.size());
   constexpr size_t kPiece = size_t{1} << 22;  // floats of each rank per round (16 MiB)
   const size_t piece = std::min(shard_, kPiece);
   std::vector<float> host(root ? piece * ranks : 0);
-  float* staging = be.alloc(piece * ranks);
-  try {
-    be.synchronize();
-    for (size_t at = 0; at < shard_; at += piece) {
-      const size_t k = std::min(piece, shard_ - at);
-      comm_.all_gather_into(shard + at, staging, k, sizeof(float), what);
-      if (!root) continue;
-      be.download(host.data(), staging, k * ranks);
-      for (size_t r = 0; r < ranks; r++) {
-        const size_t begin = r * shard_ + at;  // where rank r's piece sits in the flat buffer
-        if (begin >= total) continue;          // the padding
-        std::memcpy(out.data() + begin, host.data() + r * k,
-                    std::min(k, total - begin) * sizeof(float));
-      }
+  DeviceBuffers buffers(be);
+  float* staging = buffers.f(piece * ranks);
+  // A shard in host memory reaches the collective, which takes device memory, piece by piece.
+  float* mine = on_host ? buffers.f(piece) : nullptr;
+  be.synchronize();
+  for (size_t at = 0; at < shard_; at += piece) {
+    const size_t k = std::min(piece, shard_ - at);
+    if (on_host) be.upload(mine, shard + at, k);
+    comm_.all_gather_into(on_host ? mine : shard + at, staging, k, sizeof(float), what);
+    if (!root) continue;
+    be.download(host.data(), staging, k * ranks);
+    for (size_t r = 0; r < ranks; r++) {
+      const size_t begin = r * shard_ + at;  // where rank r's piece sits in the flat buffer
+      if (begin >= total) continue;          // the padding
+      std::memcpy(out.data() + begin, host.data() + r * k,
+                  std::min(k, total - begin) * sizeof(float));
     }
-  } catch (...) {
-    be.release(staging);
-    throw;
   }
-  be.release(staging);
   return out;
 }
 
@@ -196,24 +233,16 @@ Learner::Snapshot Learner::snapshot(const std::string& what) {
   Snapshot s;
   s.steps = optimizer_.steps();
   s.rng = rng_;
-  if (stage_ == 0) {  // every rank holds it all: rank 0 reads its own
-    if (comm_.rank() == 0) {
-      s.m.resize(shard_);
-      s.v.resize(shard_);
-      model_.be().download(s.m.data(), optimizer_.m(), shard_);
-      model_.be().download(s.v.data(), optimizer_.v(), shard_);
-    }
-    return s;
-  }
-  s.m = gather(optimizer_.m(), what + " (AdamW's first moments)");
-  s.v = gather(optimizer_.v(), what + " (AdamW's second moments)");
+  s.m = gather(optimizer_.m(), optimizer_.on_host(), what + " (AdamW's first moments)");
+  s.v = gather(optimizer_.v(), optimizer_.on_host(), what + " (AdamW's second moments)");
   s.masters = gather_masters(what + " (the fp32 weights)");
   return s;
 }
 
 std::vector<float> Learner::gather_masters(const std::string& what) {
-  if (masters_ == nullptr) return {};
-  return gather(masters_, what);
+  float* own = own_masters();
+  if (own == nullptr) return {};
+  return gather(own, offload_.optimizer, what);
 }
 
 void Learner::save_state(const Snapshot& snapshot, const std::string& dir,
@@ -256,7 +285,7 @@ Learner::State Learner::read_state(const std::string& dir, const std::string& na
                           : optimizer_.read(optimizer, offset_, model_.param_buffer_size()),
               {},
               {}};
-  if (masters_ != nullptr) state.masters = read_masters(weights_dir);
+  if (own_masters() != nullptr) state.masters = read_masters(weights_dir);
   const std::string path = dir + "/" + name + ".rng.txt";
   std::ifstream in(path);
   if (!(in >> state.rng)) throw Error(path + ": missing or not a generator state");
@@ -265,18 +294,26 @@ Learner::State Learner::read_state(const std::string& dir, const std::string& na
 
 void Learner::restore_state(const State& state) {
   optimizer_.restore(state.optimizer);
-  if (masters_ != nullptr) model_.be().upload(masters_, state.masters.data(), shard_);
+  float* own = own_masters();
+  if (own != nullptr) {
+    write_floats(model_.be(), own, state.masters.data(), shard_, offload_.optimizer);
+  }
   rng_ = state.rng;
 }
 
 Learner::Memory Learner::memory() const {
+  const size_t shard = shard_ * sizeof(float);
   Memory m;
   m.weights = model_.weight_bytes();
-  m.masters = model_.master_bytes() + (masters_ != nullptr ? shard_ * sizeof(float) : 0);
-  m.optimizer = 2 * shard_ * sizeof(float);
-  m.gradients = bucketed() ? shard_ * sizeof(float) + buckets_.bytes()
+  m.masters = model_.master_bytes() + (masters_ != nullptr ? shard : 0);
+  m.optimizer = offload_.optimizer ? 0 : 2 * shard;
+  m.gradients = bucketed() ? (offload_.grad ? 0 : shard) + buckets_.bytes()
                           : model_.buffer_capacity() * sizeof(float);
-  m.gradients_between = stage_ == 2 ? 0 : m.gradients;
+  m.gradients_between = stage_ == 2 || offload_.grad ? 0 : m.gradients;
+  m.host_weights = model_.host_bytes();
+  m.host_masters = host_masters_.bytes();
+  m.host_optimizer = offload_.optimizer ? 2 * shard : 0;
+  m.host_gradients = host_grad_.bytes();
   return m;
 }
 

@@ -27,6 +27,32 @@
 // rank's compute copy of the whole model (all-gather, in the compute type: bf16 on CUDA,
 // where the model's own fp32 masters are dropped; on the CPU the compute copy is fp32 and is
 // the masters, so the shard is updated in place and gathered).
+//
+// Offload (verl's fsdp_config.{param,grad,optimizer}_offload, which Search-R1's scripts set;
+// `actor_offload`, `critic_offload` of SERVE.md's load): what the device holds moves to host
+// memory (Backend::alloc_host: page-locked on CUDA, plain memory on the CPU). Only where the
+// values live and the copies change, never the arithmetic, so on the CPU backend an offloaded
+// run is the plain one bit for bit.
+//  - optimizer: the fp32 masters (this rank's shard from stage 1 on, else the whole) and both
+//    AdamW moments live in host memory, and the step runs there (backend/cpu_adamw.h: the CPU
+//    backend's AdamW, OpenMP over the shard), each updated piece then converted into the
+//    device's compute copy (bf16 on CUDA) while the host steps the next, and all-gathered as
+//    without offload: DeepSpeed's ZeRO-Offload (deepspeed/runtime/zero/stage_1_and_2.py,
+//    cpu_offload; deepspeed/ops/adam/cpu_adam.py) and FSDP's CPUOffload
+//    (torch/distributed/fsdp/api.py), whose optimizer steps on the CPU too. The gradient the
+//    host step reads is copied to host memory first (unless grad offload keeps it there).
+//  - grad: the fp32 gradient the step reads lives in host memory. At stage 2 over several
+//    ranks the shard does: each reduced part of a region a pass hands over is added to it as
+//    the backward goes (close(); on CUDA by the device's kernel writing the mapped host memory,
+//    so the device holds the buckets alone). At stage 0 and 1 (and on one rank) the backward
+//    still adds into the device's whole gradient buffer over the micro-batches; before the
+//    step it is summed over the ranks there, this rank's range copied to host memory and the
+//    device buffer freed, so the device holds it during the passes only, not during the step
+//    or between updates. Without optimizer offload, the device's step reads the host gradient
+//    over the bus.
+//  - param: the compute copy waits in host memory between the trainer's phases, the session
+//    moving it as it does the reference's (Qwen2Model::to_host, session.cpp); not the
+//    learner's business.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/host_buffer.h"
 #include "collective/comm.h"
 #include "model/qwen2.h"
 #include "train/adamw.h"
@@ -42,12 +69,20 @@
 
 namespace sr1 {
 
+// What a learner keeps in host memory (above).
+struct Offload {
+  bool param = false;
+  bool grad = false;
+  bool optimizer = false;
+};
+
 class Learner : private Qwen2Model::GradientSink {
  public:
   // `zero_stage` 1 or 2 needs the model loaded with pad_multiple = ranks × kAlign
-  // (zero_pad_multiple); it takes over the model's fp32 masters (Qwen2Model::drop_masters).
+  // (zero_pad_multiple); it, or `offload.optimizer`, takes over the model's fp32 masters
+  // (Qwen2Model::drop_masters).
   Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed, Comm& comm,
-          int zero_stage = 0);
+          int zero_stage = 0, Offload offload = {});
   ~Learner() override;
   Learner(const Learner&) = delete;
   Learner& operator=(const Learner&) = delete;
@@ -57,6 +92,7 @@ class Learner : private Qwen2Model::GradientSink {
   std::mt19937_64& rng() { return rng_; }
   int steps() const { return optimizer_.steps(); }
   int zero_stage() const { return stage_; }
+  const Offload& offload() const { return offload_; }
   // Before a mini-batch's passes: its gradients start from zero (`what` names the update in
   // a failed collective's message).
   void zero_grad(const std::string& what);
@@ -77,16 +113,16 @@ class Learner : private Qwen2Model::GradientSink {
   // of ranks: each rank reads its own range.
   // snapshot() gathers the state to rank 0's host memory: every rank must call it (from
   // stage 1 on it is a collective; at stage 0 rank 0 reads its own copy). On rank 0 it holds
-  // m and v, and `masters` when the model holds no whole fp32 copy (CUDA from stage 1 on;
-  // then write the weights from it); elsewhere it is empty.
+  // m and v, and `masters` where the learner keeps them apart from the model (CUDA from stage
+  // 1 on, and optimizer offload; then write the weights from it); elsewhere it is empty.
   struct Snapshot {
     std::vector<float> m, v, masters;
     int steps = 0;
     std::mt19937_64 rng;
   };
   Snapshot snapshot(const std::string& what);
-  // Rank 0's whole fp32 weights when the model does not hold them (empty elsewhere, and
-  // where it does: Qwen2Model::params()); every rank must call it.
+  // Rank 0's whole fp32 weights where the learner keeps them apart from the model (empty
+  // elsewhere); every rank must call it.
   std::vector<float> gather_masters(const std::string& what);
   static void save_state(const Snapshot& snapshot, const std::string& dir, const std::string& name);
   // Loading reads and checks everything first (read_state: this rank's range of the moments,
@@ -102,21 +138,34 @@ class Learner : private Qwen2Model::GradientSink {
                    const std::string& weights_dir) const;
   void restore_state(const State& state);
 
-  // Bytes this rank holds for the model being trained (the load reply's `memory`).
+  // Bytes this rank holds for the model being trained (the load reply's `memory`): on the
+  // device, then in host memory (the offloads).
   struct Memory {
-    size_t weights = 0;    // the compute copy of the whole model (fp32 on the CPU: the masters)
+    size_t weights = 0;    // the compute copy of the whole model (fp32 on the CPU: the masters;
+                           // none while param offload keeps it in host memory)
     size_t masters = 0;    // fp32 masters apart from it: the model's whole, or this shard
     size_t optimizer = 0;  // AdamW's two moments: whole, or this shard
     size_t gradients = 0;  // fp32 gradients during an update (stage 2: shard and buckets)
-    size_t gradients_between = 0;  // ... and between updates (stage 2: none)
+    size_t gradients_between = 0;  // ... and between updates (stage 2, grad offload: none)
+    size_t host_weights = 0;    // param offload: the compute copy between phases
+    size_t host_masters = 0;    // optimizer offload: the fp32 masters (whole, or this shard)
+    size_t host_optimizer = 0;  // optimizer offload: AdamW's two moments
+    size_t host_gradients = 0;  // grad or optimizer offload: the gradient the step reads
   };
   Memory memory() const;
 
  private:
   // Rank 0's host copy of the first param_buffer_size() values of the ranks' shards
-  // (`shard` on the device, shard_ values on each rank), gathered through a bounded buffer.
-  std::vector<float> gather(const float* shard, const std::string& what);
+  // (`shard` on the device, or in host memory `on_host`; shard_ values on each rank, of which
+  // at stage 0 rank 0's own is the whole), gathered through a bounded buffer.
+  std::vector<float> gather(const float* shard, bool on_host, const std::string& what);
   std::vector<float> read_masters(const std::string& weights_dir) const;
+  // The fp32 masters the learner keeps apart from the model (host_masters_, masters_), else
+  // null; and the values the step updates: those, or the model's own (this rank's range).
+  float* own_masters() const;
+  float* masters();
+  // This rank's range of the gradient summed over the ranks, where the step reads it.
+  const float* reduced_gradient(const std::string& what);
   // Stage 2 over several ranks: the passes' gradients go to the ranks region by region.
   bool bucketed() const { return stage_ == 2 && !comm_.local(); }
   float* open(size_t begin, size_t end) override;
@@ -125,9 +174,13 @@ class Learner : private Qwen2Model::GradientSink {
   Qwen2Model& model_;
   Comm& comm_;
   int stage_;
+  Offload offload_;
   size_t offset_, shard_;  // this rank's range of the flat buffers (stage 0: all of them)
-  float* masters_ = nullptr;  // this shard's fp32 masters, where the model holds none
-  float* grad_shard_ = nullptr;  // bucketed: this shard's summed gradient during an update
+  float* masters_ = nullptr;  // this shard's fp32 masters on the device, where the model has none
+  HostBuffer host_masters_;   // optimizer offload: this shard's fp32 masters
+  HostBuffer host_grad_;      // grad or optimizer offload: this shard's gradient for the step
+  float* grad_shard_ = nullptr;  // bucketed without grad offload: this shard's summed gradient
+                                 // during an update
   GradientBuckets buckets_;      // bucketed: what the passes compute their regions into
   std::string pass_what_;        // bucketed: the update the passes belong to
   AdamW optimizer_;

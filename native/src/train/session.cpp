@@ -163,7 +163,7 @@ std::vector<std::string> fields_of(const std::string& op) {
   };
   if (op == "load") {
     add({"policy", "reference", "reference_offload", "critic", "actor_optim", "critic_optim",
-         "seed", "zero_stage"});
+         "seed", "zero_stage", "actor_offload", "critic_offload"});
   }
   if (op == "log_probs") add({"model", "batch", "out", "temperature", "micro_batch_size"});
   if (op == "values") add({"batch", "out", "micro_batch_size"});
@@ -182,6 +182,19 @@ std::vector<std::string> fields_of(const std::string& op) {
   return k;
 }
 
+// load's actor_offload or critic_offload (learner.h): {param, grad, optimizer}, each false
+// when absent; an error names the field.
+Offload read_offload(const JsonFields& f, const char* key) {
+  const JsonFields o = f.object(key);
+  try {
+    o.only({"param", "grad", "optimizer"});
+    return Offload{o.boolean("param", false), o.boolean("grad", false),
+                   o.boolean("optimizer", false)};
+  } catch (const Error& e) {
+    throw Error(std::string("in '") + key + "': " + e.what());
+  }
+}
+
 // All or nothing: the new models and learners replace the session's only once all loaded.
 // The trained models' buffers are padded for the ZeRO shards (learner.h); the reference,
 // which nobody trains, keeps its compute copy alone (no fp32 masters where that is not them).
@@ -195,6 +208,11 @@ void load(TrainerSession& s, const JsonFields& f) {
   const JsonFields actor_optim = f.object("actor_optim"), critic_optim = f.object("critic_optim");
   actor_optim.only(kOptimFields);
   critic_optim.only(kOptimFields);
+  const Offload actor_offload = read_offload(f, "actor_offload");
+  const Offload critic_offload = read_offload(f, "critic_offload");
+  if (f.has("critic_offload") && !f.has("critic")) {
+    throw Error("'critic_offload' needs a 'critic' to offload");
+  }
   TrainerSession next{s.be, s.comm, s.run, f.text("policy"),
                       f.has("critic") ? f.text("critic") : "",
                       nullptr, nullptr, nullptr, nullptr, nullptr};
@@ -210,12 +228,14 @@ void load(TrainerSession& s, const JsonFields& f) {
   }
   next.actor = std::make_unique<Learner>(*next.policy, read_adamw(actor_optim),
                                          read_schedule(actor_optim, kActorLr), seed, s.comm,
-                                         static_cast<int>(stage));
+                                         static_cast<int>(stage), actor_offload);
+  if (actor_offload.param) next.policy->to_host();
   if (f.has("critic")) {
     next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value, pad);
     next.critic_learner = std::make_unique<Learner>(
         *next.critic, read_adamw(critic_optim), read_schedule(critic_optim, kCriticLr), seed + 1,
-        s.comm, static_cast<int>(stage));
+        s.comm, static_cast<int>(stage), critic_offload);
+    if (critic_offload.param) next.critic->to_host();
   }
   s.reset();
   s.policy_dir = next.policy_dir;
@@ -227,6 +247,35 @@ void load(TrainerSession& s, const JsonFields& f) {
   s.critic_learner = std::move(next.critic_learner);
   s.reference_offload = next.reference_offload;
 }
+
+// The models a command runs on come to the device for it, and those that waited in host
+// memory (load's reference_offload, and the param offload of actor_offload and
+// critic_offload) go back after it, as verl's workers wrap each method in
+// load_fsdp_model_to_gpu and offload_fsdp_model_to_cpu (verl/workers/fsdp_workers.py); after
+// a failed command too. A trained model's weights are copied out only when they changed
+// (Qwen2Model::to_host).
+class OnDevice {
+ public:
+  OnDevice() = default;
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  ~OnDevice() {
+    for (Qwen2Model* m : back_) {
+      try {
+        m->to_host();
+      } catch (const Error&) {  // a device error; the next command reports it
+      }
+    }
+  }
+  void bring(Qwen2Model& m) {
+    if (!m.on_host()) return;
+    back_.push_back(&m);
+    m.to_device();
+  }
+
+ private:
+  std::vector<Qwen2Model*> back_;
+};
 
 // Runs `write` on the ranks that `writes` (the ranks hold the same weights and outputs), then
 // has every rank wait for them: the writers' outcomes are summed over the ranks, so every
@@ -309,6 +358,12 @@ void load_checkpoint(TrainerSession& s, const std::string& dir) {
   }
 }
 
+// The trained models (a checkpoint's).
+void bring_trained(TrainerSession& s, OnDevice& on_device) {
+  on_device.bring(s.model("policy"));
+  if (s.critic) on_device.bring(*s.critic);
+}
+
 // The load reply's `memory`: bytes this rank holds for each model (Learner::Memory).
 json::Value memory_reply(const TrainerSession& s) {
   const auto learner = [](const Learner& l) {
@@ -318,7 +373,11 @@ json::Value memory_reply(const TrainerSession& s) {
                                 {"optimizer_state", static_cast<int64_t>(m.optimizer)},
                                 {"gradients", static_cast<int64_t>(m.gradients)},
                                 {"gradients_between_updates",
-                                 static_cast<int64_t>(m.gradients_between)}});
+                                 static_cast<int64_t>(m.gradients_between)},
+                                {"host_weights", static_cast<int64_t>(m.host_weights)},
+                                {"host_master_weights", static_cast<int64_t>(m.host_masters)},
+                                {"host_optimizer_state", static_cast<int64_t>(m.host_optimizer)},
+                                {"host_gradients", static_cast<int64_t>(m.host_gradients)}});
   };
   json::Value r = json::Value::object({{"actor", learner(*s.actor)}});
   if (s.reference) {
@@ -338,6 +397,7 @@ json::Value memory_reply(const TrainerSession& s) {
 json::Value handle_command(TrainerSession& s, const std::string& op, const JsonFields& f) {
   json::Value r = json::Value::object();
   f.only(fields_of(op));
+  OnDevice on_device;
   if (op == "load") {
     load(s, f);
     r.set("parameters", static_cast<int64_t>(s.policy->param_buffer_size()));
@@ -346,20 +406,7 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     r.set("memory", memory_reply(s));
   } else if (op == "log_probs") {
     Qwen2Model& m = s.model(f.text("model", "policy"));
-    // An offloaded reference comes to the device for this pass alone (and goes back after a
-    // failed one too: the destructor's copy-back only frees, it cannot fail on a copy).
-    struct Visit {
-      Qwen2Model& m;
-      const bool back;
-      ~Visit() {
-        if (!back) return;
-        try {
-          m.to_host();
-        } catch (const Error&) {  // a device error; the next command reports it
-        }
-      }
-    } visit{m, m.on_host()};
-    m.to_device();
+    on_device.bring(m);
     const BatchFile b = open_batch(f, m);
     const RunOptions run = read_run(f, s.run);
     // This rank's rows, then every rank's (zeros elsewhere: the sum is exact).
@@ -379,6 +426,7 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     });
   } else if (op == "values") {
     Qwen2Model& critic = s.critic_of().model();
+    on_device.bring(critic);
     const BatchFile b = open_batch(f, critic);
     std::vector<float> v(b.batch.ids.size());
     for (const MicroBatch& p : rank_packed_groups(b.batch, read_micro_batch_size(f), s.comm)) {
@@ -391,6 +439,7 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     on_rank_0(s, op, [&] { write_token_tensors(path, b.batch, {{"values", v.data()}}); });
   } else if (op == "update_actor") {
     Learner& actor = s.actor_learner();
+    on_device.bring(actor.model());
     ActorUpdateOptions opt{read_ppo(f), read_batching(f), read_run(f, s.run)};
     const BatchFile b = open_batch(f, actor.model());
     // Without a KL term the reference log-probs are optional (kl_loss is then null).
@@ -415,6 +464,7 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     r.set("global_step", actor.steps());
   } else if (op == "update_critic") {
     Learner& critic = s.critic_of();
+    on_device.bring(critic.model());
     CriticUpdateOptions opt;
     opt.cliprange_value = static_cast<float>(f.number("cliprange_value", opt.cliprange_value));
     if (!(opt.cliprange_value >= 0)) throw Error("'cliprange_value' must be >= 0");
@@ -434,6 +484,7 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     r.set("global_step", critic.steps());
   } else if (op == "export") {
     Qwen2Model& m = s.model("policy");
+    on_device.bring(m);
     DType dtype;
     const std::string name = f.text("dtype", "bf16");
     if (!float_dtype_from_text(name, &dtype)) {
@@ -473,12 +524,14 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
       on_rank_0(s, op, [&] { write(path, masters); });
     }
   } else if (op == "save_checkpoint") {
+    bring_trained(s, on_device);
     const std::string dir = f.text("dir");
     const bool overwrite = f.boolean("overwrite", false);
     const CheckpointState state = checkpoint_state(s);
     on_rank_0(s, op, [&] { save_checkpoint(s, dir, overwrite, state); });
     r.set("global_step", s.actor_learner().steps());
   } else if (op == "load_checkpoint") {
+    bring_trained(s, on_device);
     load_checkpoint(s, f.text("dir"));
     r.set("global_step", s.actor_learner().steps());
   } else if (op == "profile") {

@@ -15,6 +15,35 @@ import {
 const klType = z.enum(["kl", "abs", "mse", "low_var_kl"]);
 
 /**
+ * verl's fsdp_config offloads of one learner (actor or critic), as Search-R1's scripts set
+ * them: what the trainer keeps in host memory instead of on the device (native/src/train/
+ * learner.h). Only where the values live changes: on the CPU the run is the same bit for bit.
+ */
+function offloadFields(learner: string, model: string) {
+  const untested = "; its CUDA path has not yet run on a GPU";
+  return {
+    param_offload: z
+      .boolean()
+      .default(false)
+      .describe(
+        `verl's fsdp_config.param_offload: ${model} compute copy (bf16) waits in host memory while the engine generates and comes to the device for its log-probs and updates (as ref.param_offload does the reference's)${untested}`,
+      ),
+    grad_offload: z
+      .boolean()
+      .default(false)
+      .describe(
+        `verl's fsdp_config.grad_offload: ${learner} fp32 gradient for the optimizer step lives in host memory (at ZeRO stage 2 its shard, added to as the backward reduces each region; below it, the device's buffer moved out before each step, so the device holds none between updates)${untested}`,
+      ),
+    optimizer_offload: z
+      .boolean()
+      .default(false)
+      .describe(
+        `verl's fsdp_config.optimizer_offload: ${learner} fp32 master weights and AdamW moments live in host memory and the AdamW step runs on the CPU (DeepSpeed's ZeRO-Offload), the updated weights copied to the device${untested}`,
+      ),
+  };
+}
+
+/**
  * verl's micro-batching of one log-prob pass: `rollout.*` for the policy's old log-probs,
  * `ref.*` for the reference's, whose unset keys take the rollout's (`inherit`).
  */
@@ -252,6 +281,7 @@ export const trainSchema = z.strictObject({
         .describe(
           "keep only each layer's input in the actor's backward and recompute the rest (less memory, ~1/3 more compute)",
         ),
+      ...offloadFields("the actor's", "the policy's"),
     })
     .prefault({}),
   ref: z
@@ -314,6 +344,7 @@ export const trainSchema = z.strictObject({
       cliprange_value: z.number().positive().default(0.5).describe("value clip"),
       grad_clip: z.number().positive().default(1).describe("critic gradient-norm clip"),
       weight_decay: z.number().min(0).default(0.01).describe("critic weight decay"),
+      ...offloadFields("the critic's", "the critic's"),
     })
     .prefault({}),
   rollout: z

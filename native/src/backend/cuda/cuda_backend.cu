@@ -162,6 +162,16 @@ class CudaBackend final : public Backend {
     track_release(p);
     cudaFree(p);
   }
+  // Mapped: with unified addressing (every 64-bit CUDA system) the kernels take the host
+  // pointer itself (zero-copy); portable: any context may use it.
+  void* alloc_host(size_t bytes) override {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, std::max<size_t>(bytes, 1),
+                        cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc (page-locked host memory)");
+    return p;
+  }
+  void release_host(void* p) override { cudaFreeHost(p); }
   // Host buffers may be reused as soon as these return, so they wait for the copy.
   void upload(float* dst, const float* src, size_t n) override {
     copy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice);
