@@ -40,12 +40,18 @@ mkdirSync(binDir);
 symlinkSync(BIN, join(binDir, "searchr1"));
 symlinkSync(TRAINER, join(binDir, "searchr1-trainer"));
 symlinkSync(INDEX, join(binDir, "searchr1-index"));
-// (and the dense retriever's corpus cache inside the test's folder)
+// (and the dense retriever's corpus cache and the web search cache inside the test's
+// folder; the web search engines' keys, which their servers need to start: a server
+// example only starts, answers GET /health and stops, so no search reaches an engine)
 const ENV = {
   ...process.env,
   PATH: `${binDir}:${process.env.PATH}`,
   OMP_NUM_THREADS: "2",
   XDG_CACHE_HOME: join(root, "cache"),
+  SERPAPI_API_KEY: "help-example-key",
+  SERPER_API_KEY: "help-example-key",
+  GOOGLE_API_KEY: "help-example-key",
+  GOOGLE_CSE_ID: "help-example-cse",
 };
 
 function help(argv: string[]): string {
@@ -260,6 +266,11 @@ const INPUTS: Input[] = [
   },
   { when: /--index(_path)? \S*data\/bm25/, make: buildIndex("data/wiki-18.jsonl", "data/bm25") },
   { when: /--index idx\b/, make: buildIndex("corpus.jsonl", "idx") },
+  // serve-retriever --replay-only: a search cache (empty) to replay from
+  {
+    when: /--search-cache \S*data\/search-cache\b.*--replay-only/,
+    make: (d) => void mkdirSync(join(d, "data", "search-cache"), { recursive: true }),
+  },
   // dense retrieval: the random BERT as the encoder; an index to serve comes with its
   // corpus (faiss-made files over the dense fixture corpus replace the generated one)
   {

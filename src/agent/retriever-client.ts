@@ -62,6 +62,27 @@ export class RetrieverClient {
     });
   }
 
+  /**
+   * The retriever's own totals: `GET /health`'s `counters` (a web search retriever's queries,
+   * cache hits, calls and failures, src/retrieval/online/); null when it has none or does
+   * not answer: they are for the metrics, never a reason to stop a run.
+   */
+  async counters(): Promise<Record<string, number> | null> {
+    try {
+      const health = await requestJson(new URL("health", this.settings.url).href, undefined, {
+        timeoutMs: 5_000,
+        signal: this.settings.signal,
+      });
+      const counters = (health as { counters?: unknown })?.counters;
+      if (counters === null || typeof counters !== "object") return null;
+      return Object.fromEntries(
+        Object.entries(counters).filter(([, v]) => typeof v === "number" && Number.isFinite(v)),
+      );
+    } catch {
+      return null;
+    }
+  }
+
   private flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;

@@ -1,4 +1,5 @@
 import { CliError } from "../runtime/errors.js";
+import { HttpStatusError } from "../runtime/http-client.js";
 import { describeRepo, type RepoRef } from "./repo.js";
 
 /** A hub or storage answer that is not the one asked for. */
@@ -40,7 +41,7 @@ const RETRYABLE_CODES = new Set([
 
 /** Server trouble and broken connections are worth another try; refusals (4xx) are not. */
 export function isRetryable(err: unknown): boolean {
-  if (err instanceof HubStatusError) {
+  if (err instanceof HubStatusError || err instanceof HttpStatusError) {
     return err.status >= 500 || err.status === 429 || err.status === 408;
   }
   if (err instanceof IntegrityError) return false;

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { mkdir, readFile, rm, writeFile } from "node:fs/promises";
-import { homedir } from "node:os";
 import { join, resolve } from "node:path";
+import { userCacheDir } from "../runtime/cache-dir.js";
 import { InputError } from "../runtime/errors.js";
 import type { Progress } from "../runtime/progress.js";
 import { replaceDir } from "../runtime/replace-dir.js";
@@ -33,8 +33,7 @@ const META = "corpus.json";
 
 /** `$XDG_CACHE_HOME/searchr1/corpus`, else `~/.cache/searchr1/corpus`. */
 export function defaultCorpusCache(): string {
-  const base = process.env.XDG_CACHE_HOME || join(homedir(), ".cache");
-  return join(base, "searchr1", "corpus");
+  return userCacheDir("corpus");
 }
 
 export async function openCachedCorpus(

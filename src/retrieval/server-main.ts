@@ -1,5 +1,9 @@
-import type { ServeRetrieverConfig } from "../config/schemas/serve-retriever.js";
-import type { ServiceError } from "../runtime/errors.js";
+import {
+  type OnlineRetrieverKind,
+  onlineRetrieverKinds,
+  type ServeRetrieverConfig,
+} from "../config/schemas/serve-retriever.js";
+import { type ServiceError, UsageError } from "../runtime/errors.js";
 import {
   drainOnSignal,
   listenError,
@@ -8,22 +12,97 @@ import {
 } from "../runtime/http-server.js";
 import { createProgress } from "../runtime/progress.js";
 import { defaultCorpusCache } from "./corpus-cache.js";
+import { openOnlineSearch } from "./online/open-search.js";
+import { OnlineRetrievalServer } from "./online/server.js";
 import { openRetriever } from "./open-retriever.js";
-import { RetrievalServer } from "./server.js";
+import { RetrievalServer, type ServerLimits } from "./server.js";
+import type { RetrieveServer } from "./server-routes.js";
+
+/** A server listening, and what its serving line says. */
+interface Serving {
+  server: RetrieveServer;
+  /** "bm25 retrieval over 21,015,324 passages" */
+  what: string;
+  /** After the URL, in parentheses. */
+  detail: string;
+  close(): Promise<void>;
+  onDeath?(listener: (err: ServiceError) => void): void;
+}
 
 /**
- * `searchr1 serve-retriever`: opens the index and corpus, serves until SIGINT/SIGTERM,
- * then drains (requests in flight finish) and closes everything. Resolves on a clean stop.
+ * `searchr1 serve-retriever`: opens the index and corpus (or the web search engine), serves
+ * until SIGINT/SIGTERM, then drains (requests in flight finish) and closes everything.
+ * Resolves on a clean stop.
  */
 export async function serveRetriever(
   config: ServeRetrieverConfig,
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<void> {
+  const kind = config.retriever;
+  const serving = isOnline(kind)
+    ? await serveOnline(kind, config, err)
+    : await serveIndex(config, err);
+  const { server } = serving;
+  if (WILDCARD_HOSTS.has(config.host)) {
+    err(
+      `warning: listening on ${config.host}: the retriever is reachable from other machines ` +
+        "and has no authentication; use --host 127.0.0.1 unless that is what you want",
+    );
+  }
+  // A signal drains the server (30 s for requests in flight); a second cuts them. The
+  // death of a process the retriever needs stops the server at once, as a failure.
+  const stopped = new Promise<ServiceError | null>((resolve) => {
+    const removeSignals = onStopSignals(
+      drainOnSignal(server, err, () => {
+        removeSignals();
+        resolve(null);
+      }),
+    );
+    serving.onDeath?.((e) => {
+      removeSignals();
+      void server.closeNow();
+      resolve(e);
+    });
+  });
+  // Announced only once the handlers are in place: a signal sent on seeing this line drains
+  // the server instead of killing the process.
+  err(`serving ${serving.what} at ${server.url} (${serving.detail})`);
+  const died = await stopped;
+  await serving.close();
+  if (died) throw died;
+  err("retriever stopped");
+}
+
+function isOnline(kind: ServeRetrieverConfig["retriever"]): kind is OnlineRetrieverKind {
+  return (onlineRetrieverKinds as readonly string[]).includes(kind);
+}
+
+function limitsOf(config: ServeRetrieverConfig): ServerLimits {
+  return {
+    maxQueries: config.max_queries,
+    maxTopk: config.max_topk,
+    maxBodyBytes: Math.floor(config.max_body_mb * 2 ** 20),
+  };
+}
+
+/** A BM25 index or a dense faiss file over its corpus. */
+async function serveIndex(
+  config: ServeRetrieverConfig,
+  err: (line: string) => void,
+): Promise<Serving> {
   const started = performance.now();
+  for (const key of ["index", "corpus"] as const) {
+    if (config[key] === null) {
+      throw new UsageError(
+        `missing required key "${key}": set it with --${key} (or serve a web search engine: ` +
+          `--retriever ${onlineRetrieverKinds.join("|")})`,
+      );
+    }
+  }
   const opened = await openRetriever({
-    kind: config.retriever,
-    index: config.index,
-    corpus: config.corpus,
+    kind: config.retriever as "bm25" | "e5" | "bge",
+    index: config.index as string,
+    corpus: config.corpus as string,
     threads: config.threads,
     dense: {
       model: config.retriever_model,
@@ -46,11 +125,7 @@ export async function serveRetriever(
       corpus: opened.corpus,
       corpusInfo: opened.corpusInfo,
       defaultTopk: config.topk,
-      limits: {
-        maxQueries: config.max_queries,
-        maxTopk: config.max_topk,
-        maxBodyBytes: Math.floor(config.max_body_mb * 2 ** 20),
-      },
+      limits: limitsOf(config),
       host: config.host,
       port: config.port,
       log: err,
@@ -59,38 +134,43 @@ export async function serveRetriever(
     await opened.close();
     throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
   }
-
   const seconds = (performance.now() - started) / 1000;
-  if (WILDCARD_HOSTS.has(config.host)) {
-    err(
-      `warning: listening on ${config.host}: the retriever is reachable from other machines ` +
-        "and has no authentication; use --host 127.0.0.1 unless that is what you want",
-    );
-  }
-  // A signal drains the server (30 s for requests in flight); a second cuts them. The
-  // death of a process the retriever needs stops the server at once, as a failure.
-  const stopped = new Promise<ServiceError | null>((resolve) => {
-    const removeSignals = onStopSignals(
-      drainOnSignal(server, err, () => {
-        removeSignals();
-        resolve(null);
-      }),
-    );
-    opened.onDeath?.((e) => {
-      removeSignals();
-      void server.closeNow();
-      resolve(e);
+  return {
+    server,
+    what:
+      `${opened.retriever.kind} retrieval over ` +
+      `${opened.retriever.documents.toLocaleString("en-US")} passages`,
+    detail: `loaded in ${seconds.toFixed(1)} s`,
+    close: opened.close,
+    onDeath: opened.onDeath ? (listener) => opened.onDeath?.(listener) : undefined,
+  };
+}
+
+/** A web search engine (src/retrieval/online/). */
+async function serveOnline(
+  kind: OnlineRetrieverKind,
+  config: ServeRetrieverConfig,
+  err: (line: string) => void,
+): Promise<Serving> {
+  const opened = openOnlineSearch(kind, config, err);
+  let server: OnlineRetrievalServer;
+  try {
+    server = await OnlineRetrievalServer.listen({
+      search: opened.search,
+      describe: opened.describe,
+      defaultTopk: config.topk,
+      limits: limitsOf(config),
+      host: config.host,
+      port: config.port,
+      log: err,
     });
-  });
-  // Announced only once the handlers are in place: a signal sent on seeing this line drains
-  // the server instead of killing the process.
-  err(
-    `serving ${opened.retriever.kind} retrieval over ` +
-      `${opened.retriever.documents.toLocaleString("en-US")} passages at ${server.url} ` +
-      `(loaded in ${seconds.toFixed(1)} s)`,
-  );
-  const died = await stopped;
-  await opened.close();
-  if (died) throw died;
-  err("retriever stopped");
+  } catch (e) {
+    throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
+  }
+  return {
+    server,
+    what: `${kind} web search`,
+    detail: opened.summary,
+    close: async () => {},
+  };
 }

@@ -8,52 +8,41 @@
  * hold ~120 pooled connections; an idle timeout shorter than theirs makes requests race
  * a closing socket), and draining on SIGTERM (stop accepting, let in-flight requests
  * finish, close idle keep-alive connections). The server shell that does all of this is
- * shared with serve-engine: JsonHttpServer in src/runtime/http-server.ts.
+ * shared with serve-engine: JsonHttpServer in src/runtime/http-server.ts; the routes are
+ * shared with the web search server (server-routes.ts, online/server.ts).
  *
  * Documents are the corpus rows' JSON text, embedded verbatim: the response carries the
  * row object exactly as it is in the corpus file, as Search-R1's dense path returns it.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { drained, HttpError, JsonHttpServer, readJsonBody } from "../runtime/http-server.js";
+import { drained, readJsonBody } from "../runtime/http-server.js";
 import type { CorpusStore } from "./corpus-store.js";
 import type { CorpusInfo } from "./open-retriever.js";
 import type { Hit, Retriever } from "./retriever.js";
 import { parseRetrieveRequest, type RequestLimits } from "./server-request.js";
+import { type RetrieveListen, RetrieveServer } from "./server-routes.js";
 
 export interface ServerLimits extends RequestLimits {
   /** Largest request body in bytes (more: 413). */
   maxBodyBytes: number;
 }
 
-export interface RetrievalServerOptions {
+export interface RetrievalServerOptions extends RetrieveListen {
   retriever: Retriever;
   corpus: CorpusStore;
   corpusInfo: CorpusInfo;
   /** Documents per query when a request's topk is missing, null or 0. */
   defaultTopk: number;
   limits: ServerLimits;
-  host: string;
-  /** 0 = any free port (read it back from `port`). */
-  port: number;
-  /** Where unexpected failures are reported; default stderr. */
-  log?: (line: string) => void;
 }
 
 /** Documents read and written at a time: bounds the memory a big response takes. */
 const WRITE_DOCS = 4096;
 
 /** `url` is the `/retrieve` URL clients use; `close()` gives requests in flight 30 s. */
-export class RetrievalServer extends JsonHttpServer {
+export class RetrievalServer extends RetrieveServer {
   private constructor(private readonly options: RetrievalServerOptions) {
-    super({
-      name: "serve-retriever",
-      host: options.host,
-      port: options.port,
-      urlPath: "/retrieve",
-      requestTimeoutMs: 300_000,
-      graceMs: 30_000,
-      log: options.log,
-    });
+    super(options);
   }
 
   /** Starts listening; rejects with the listen error (EADDRINUSE, EACCES, ...). */
@@ -63,32 +52,9 @@ export class RetrievalServer extends JsonHttpServer {
     return s;
   }
 
-  protected async route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    if (path === "/retrieve") {
-      if (req.method !== "POST") {
-        throw new HttpError(405, `${req.method} /retrieve: use POST with a JSON body`, {
-          Allow: "POST",
-        });
-      }
-      return this.retrieve(req, res);
-    }
-    if (path === "/health") {
-      if (req.method !== "GET" && req.method !== "HEAD") {
-        throw new HttpError(405, `${req.method} /health: use GET`, { Allow: "GET, HEAD" });
-      }
-      return this.sendJson(res, 200, this.health());
-    }
-    throw new HttpError(
-      404,
-      `no route ${req.method} ${path}; this server answers POST /retrieve and GET /health`,
-    );
-  }
-
-  private health(): Record<string, unknown> {
+  protected health(): Record<string, unknown> {
     const { retriever, corpusInfo, defaultTopk, limits } = this.options;
     return {
-      status: this.closing ? "closing" : "ok",
-      ready: !this.closing,
       retriever: retriever.kind,
       documents: retriever.documents,
       index: retriever.describe(),
@@ -102,7 +68,7 @@ export class RetrievalServer extends JsonHttpServer {
     };
   }
 
-  private async retrieve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  protected async retrieve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { limits, defaultTopk, retriever } = this.options;
     const body = await readJsonBody(req, limits.maxBodyBytes, "send fewer queries per request");
     const request = parseRetrieveRequest(body, defaultTopk, limits);

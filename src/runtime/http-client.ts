@@ -40,6 +40,8 @@ export interface RequestOptions {
   /** Milliseconds until the whole answer must have arrived; none by default. */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** Sent with the request (e.g. an API key header). */
+  headers?: Record<string, string>;
 }
 
 /** POSTs `body` as JSON and parses the JSON answer; GET when body is undefined. */
@@ -59,9 +61,12 @@ export function requestJson(
         method: payload ? "POST" : "GET",
         agent,
         signal: options.signal,
-        headers: payload
-          ? { "content-type": "application/json", "content-length": payload.length }
-          : {},
+        headers: {
+          ...options.headers,
+          ...(payload
+            ? { "content-type": "application/json", "content-length": payload.length }
+            : {}),
+        },
       },
       (response) => {
         const chunks: Buffer[] = [];

@@ -30,6 +30,24 @@ export function rolloutMetrics(
 }
 
 /**
+ * `retriever/<counter>`: what the retriever counted between two readings of its totals
+ * (RetrieverClient.counters: a web search retriever's queries, cache hits, calls to the
+ * engine, failures), so a run shows what its searches cost step by step; none when either
+ * reading is missing.
+ */
+export function retrieverMetrics(
+  before: Record<string, number> | null,
+  after: Record<string, number> | null,
+): Record<string, number> {
+  if (!before || !after) return {};
+  return Object.fromEntries(
+    Object.keys(after)
+      .filter((name) => name in before)
+      .map((name) => [`retriever/${name}`, (after[name] as number) - (before[name] as number)]),
+  );
+}
+
+/**
  * Mean |log p_engine − log p_trainer| over generated tokens: how far the rollout's sampling
  * distribution is from the one the update assumes (bf16 kernels, batching); large values
  * mean the PPO ratio is off before any update.

@@ -22,7 +22,7 @@ import { logProbRows, updateActorRows, updateCriticRows, valueRows } from "../tr
 import type { Trainer } from "../trainer/trainer.js";
 import type { DataOrder } from "./data-order.js";
 import type { NodeExports } from "./nodes.js";
-import { logprobGap, rolloutMetrics } from "./rollout-metrics.js";
+import { logprobGap, retrieverMetrics, rolloutMetrics } from "./rollout-metrics.js";
 
 /** What one training step works with; `kl` changes from step to step. */
 export interface StepContext {
@@ -87,7 +87,10 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   };
 
   // 1–3. Prompts, rollouts, rewards; with dynamic sampling, again until the batch is full.
+  // A web search retriever's counters are read around them: what this step's searches cost.
+  const searchesBefore = await ctx.session.retriever.counters();
   const drawn = await drawBatch(ctx, step, phase);
+  const searchesAfter = searchesBefore && (await ctx.session.retriever.counters());
   const { kept } = drawn;
   // rollout.free_cache_engine: the engine's KV cache goes back to the device while the
   // trainer works, and is taken again once the new weights are in (step 6).
@@ -224,6 +227,7 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
       all.map((d) => d.trajectory),
       all.map((d) => ({ ...d.reward, reward: d.reward.reward + d.overlong })),
     ),
+    ...retrieverMetrics(searchesBefore, searchesAfter),
     ...(config.reward.overlong_buffer.enable
       ? {
           "reward/overlong_penalty/mean": mean(all.map((d) => d.overlong)),

@@ -4,15 +4,92 @@ import { denseFields, retrieverKind } from "./dense.js";
 import { listenFields, maxBodyField } from "./server-fields.js";
 import { threadsField } from "./shared.js";
 
+/** The web search engines' keys (serpapi, serper, google); their API keys are env-only. */
+const onlineFields = {
+  search_url: z
+    .string()
+    .url()
+    .nullable()
+    .default(null)
+    .describe(
+      "the search engine's endpoint (Search-R1's --search_url); null = the provider's own; a proxy or stand-in that speaks the provider's format works",
+    ),
+  serp_engine: z
+    .string()
+    .min(1)
+    .default("google")
+    .describe("SerpAPI's engine parameter (Search-R1's --serp_engine)"),
+  search_cache: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "folder of the web search cache (by engine, query and topk); null = ~/.cache/searchr1/search",
+    ),
+  search_cache_days: z
+    .number()
+    .min(0)
+    .nullable()
+    .default(7)
+    .describe(
+      "days a cached search answers before it is asked again (0 = always ask, still recorded; null = never expires)",
+    ),
+  replay_only: z
+    .boolean()
+    .default(false)
+    .describe(
+      "answer web searches from the cache only, never calling the engine (a miss is an error): reproducible evals",
+    ),
+  search_timeout_s: z
+    .number()
+    .positive()
+    .default(30)
+    .describe("seconds one call to the search engine may take"),
+  search_retries: z
+    .number()
+    .int()
+    .min(0)
+    .default(3)
+    .describe("retries of a search call that got 429, 5xx, a timeout or a dropped connection"),
+  search_backoff_s: z
+    .number()
+    .positive()
+    .default(1)
+    .describe("first wait before a retry; doubles each retry (capped at 30 s), with jitter"),
+  search_concurrency: z
+    .number()
+    .int()
+    .positive()
+    .default(16)
+    .describe("most calls to the search engine at once (verl's rate_limit)"),
+};
+
+/** Web search engines served behind `POST /retrieve` (src/retrieval/online/). */
+export const onlineRetrieverKinds = ["serpapi", "serper", "google"] as const;
+export type OnlineRetrieverKind = (typeof onlineRetrieverKinds)[number];
+
 export const serveRetrieverSchema = z.strictObject({
-  retriever: retrieverKind,
+  retriever: z
+    .enum([...retrieverKind.unwrap().options, ...onlineRetrieverKinds])
+    .default("bm25")
+    .describe(
+      `${retrieverKind.description}; or a web search engine: serpapi, serper or google (Custom Search), with the key in SERPAPI_API_KEY, SERPER_API_KEY, or GOOGLE_API_KEY and GOOGLE_CSE_ID`,
+    ),
   index: z
     .string()
     .min(1)
+    .nullable()
+    .default(null)
     .describe(
-      "index folder (bm25, from build-index) or faiss index file (e5_Flat.index, e5_HNSW64.index)",
+      "index folder (bm25, from build-index) or faiss index file (e5_Flat.index, e5_HNSW64.index); required for bm25, e5, bge",
     ),
-  corpus: z.string().min(1).describe("corpus jsonl the index was built from"),
+  corpus: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe("corpus jsonl the index was built from; required for bm25, e5, bge"),
   ...denseFields,
   ef_search: z
     .number()
@@ -67,6 +144,7 @@ export const serveRetrieverSchema = z.strictObject({
     .default(1000)
     .describe("largest topk a request may ask for (more: 400)"),
   max_body_mb: maxBodyField(16),
+  ...onlineFields,
 });
 
 export type ServeRetrieverConfig = z.infer<typeof serveRetrieverSchema>;
