@@ -12,20 +12,21 @@
  *   stage 2.
  * - train/learner.h, its offloads (actor.* and critic.*_offload, verl's fsdp_config ones): what
  *   a learner keeps in host memory instead, shown apart and in no device total; with param
- *   offload its compute copy and activations are on the device during its log-probs and
- *   updates only.
+ *   offload its compute copy is on the device during its log-probs and updates only.
  * - train/session.cpp: the reference keeps its compute copy alone.
- * - model/qwen2.cpp reserve(): the activations of one pass over N tokens, kept by each model
- *   between passes (a larger pass replaces them).
+ * - model/qwen2.cpp reserve(): the activations of one pass over N tokens (a forward-only pass
+ *   holds two layer inputs, a backward pass every layer's); train/session.cpp frees a model's
+ *   when the command that ran it ends, so a phase holds its own command's alone.
  * - backend/cuda: the 32 MiB cuBLASLt workspace, the attention's scratch.
  * - cli/engine/main.cpp: the engine's compute copy, the buffers of its largest step, and its
  *   KV cache filling rollout.gpu_memory_utilization × the device's memory (vLLM's meaning)
  *   after them; with rollout.free_cache_engine the KV cache's memory and the step's buffers
  *   go back to the device while the trainer works (src/train/step.ts: after the rollouts,
  *   until the new weights are in).
- * Two moments of a step are summed: the rollout (the engine's weights and KV cache, and all
- * the trainer keeps between updates) and the trainer's work (log-probs and updates: the
- * gradients too, and the engine's KV cache unless it was released). The peak is the larger.
+ * Three moments of a step are summed: the rollout (the engine's weights and KV cache, and all
+ * the trainer keeps between commands: no activations), the log-probs and the updates (the
+ * gradients too, the engine's KV cache unless it was released, and the activations of the
+ * largest command of the phase, as the trainer runs one at a time). The peak is the largest.
  */
 import type { ModelDims } from "../ckpt/model-dims.js";
 import type { TrainConfig } from "../config/schemas/train.js";
@@ -161,9 +162,11 @@ export function activationBytes(d: ModelDims, pass: PassShape, device: Device): 
   const QKV = (NH + 2 * d.kvHeads) * d.headDim;
   const C = Math.max(1, Math.min(LOGITS_CHUNK[device], N)); // Qwen2Model::logits_rows
   const sets = pass.backward && !pass.recompute ? L : 1;
-  // Compute-type buffers: every layer's input, the layer sets, the final norm, the head's
+  // A backward pass reads every layer's input again; a forward-only one uses two in turn.
+  const inputs = pass.backward ? L + 1 : 2;
+  // Compute-type buffers: the layers' inputs, the layer sets, the final norm, the head's
   // chunk and logits, the values row.
-  let xs = (L + 1) * N * H + sets * N * (3 * H + QKV + Q + 3 * I) + N * H + C * H + C * V + N;
+  let xs = inputs * N * H + sets * N * (3 * H + QKV + Q + 3 * I) + N * H + C * H + C * V + N;
   let fs = sets * N * (2 + NH) + 3 * N; // rstd1, lse, rstd2 per set; rstdf, logprob, entropy
   const ints = 5 * N; // ids, mask, positions, head rows, targets
   if (pass.backward) {
@@ -368,7 +371,9 @@ type Triple = [number, number, number];
 /**
  * One line of the plan: the bytes at ZeRO stage 0, 1, 2 held during the rollouts, during the
  * log-probs (old, reference, values) and during the updates; `counted` false: shown for
- * comparison, in no total; `host`: held in host memory (an offload), in no device total.
+ * comparison, in no total; `host`: held in host memory (an offload), in no device total;
+ * `perCommand`: held by one trainer command alone (its activations), so a moment's total
+ * counts the largest such row, not their sum.
  */
 export interface PlanRow {
   part: "actor" | "reference" | "critic" | "engine" | "trainer";
@@ -378,6 +383,7 @@ export interface PlanRow {
   update: Triple;
   counted: boolean;
   host?: boolean;
+  perCommand?: boolean;
 }
 
 export interface MemoryPlan {
@@ -471,16 +477,31 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     hostRow(part, "fp32 gradients the step reads", pick("hostGradients"));
   };
   const tok = (n: number) => `${n.toLocaleString("en-US")} tokens`;
-  // Each model keeps the buffers of its largest pass (reserve() replaces smaller ones),
-  // through the rollouts too.
-  // param offload frees the activations with the weights between the model's commands.
+  // The activations of one command's passes, during its phase only (`moment`): session.cpp
+  // frees them when the command ends.
+  const commandRow = (
+    part: PlanRow["part"],
+    item: string,
+    moment: "logProbs" | "update",
+    bytes: number,
+    counted = true,
+  ) =>
+    rows.push({
+      part,
+      item,
+      rollout: same(0),
+      logProbs: same(moment === "logProbs" ? bytes : 0),
+      update: same(moment === "update" ? bytes : 0),
+      counted,
+      perCommand: true,
+    });
   const actsRows = (
     part: "actor" | "critic",
     m: PlanModel,
     train: number,
     forward: number,
     forwardName: string,
-    offloaded: boolean,
+    forwardPhase: string,
   ) => {
     const on = activationBytes(m.dims, { tokens: train, backward: true, recompute: true }, device);
     const off = activationBytes(
@@ -489,30 +510,25 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
       device,
     );
     const fwd = activationBytes(m.dims, { tokens: forward, backward: false, recompute }, device);
-    const update = recompute ? on : off;
-    const other = recompute ? off : on;
     const checkpointing = (yes: boolean) => `gradient checkpointing ${yes ? "on" : "off"}`;
-    const held = (b: number) => (offloaded ? same(0) : same(b));
-    row(
+    commandRow(
       part,
-      `activations, update micro-batch (${tok(train)}), ${checkpointing(recompute)}`,
-      held(update),
-      same(update),
-      update >= fwd,
+      `activations, update micro-batch (${tok(train)}), ${checkpointing(recompute)}, during its updates only`,
+      "update",
+      recompute ? on : off,
     );
-    row(
+    commandRow(
       part,
       `activations, the same, ${checkpointing(!recompute)}`,
-      held(other),
-      same(other),
+      "update",
+      recompute ? off : on,
       false,
     );
-    row(
+    commandRow(
       part,
-      `activations, ${forwardName} (${tok(forward)}, forward)`,
-      held(fwd),
-      same(fwd),
-      fwd > update,
+      `activations, ${forwardName} (${tok(forward)}, forward), during its ${forwardPhase} only`,
+      "logProbs",
+      fwd,
     );
   };
 
@@ -524,20 +540,28 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     tokens.update,
     tokens.logProbs,
     "log-prob micro-batch",
-    actorOffload.param,
+    "log-probs",
   );
   if (input.reference) {
-    // ref.param_offload: in host memory but for its log-probs (weights and activations).
-    const only = (b: number): [Triple, Triple, boolean, Triple] =>
-      input.referenceOffload
-        ? [same(0), same(0), true, same(b)]
-        : [same(b), same(b), true, same(b)];
-    const note = input.referenceOffload ? ", on the device for its log-probs only" : "";
-    row("reference", `weights (${xName} compute copy)${note}`, ...only(x * policy.floats));
-    row(
+    // ref.param_offload: in host memory but for its log-probs.
+    const weights = x * policy.floats;
+    if (input.referenceOffload) {
+      row(
+        "reference",
+        `weights (${xName} compute copy), on the device for its log-probs only`,
+        same(0),
+        same(0),
+        true,
+        same(weights),
+      );
+    } else {
+      row("reference", `weights (${xName} compute copy)`, same(weights));
+    }
+    commandRow(
       "reference",
-      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward)${note}`,
-      ...only(activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, device)),
+      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward), during its log-probs only`,
+      "logProbs",
+      activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, device),
     );
   }
   if (input.critic) {
@@ -549,7 +573,7 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
       tokens.criticUpdate,
       tokens.values,
       "values micro-batch",
-      criticOffload.param,
+      "values pass",
     );
   }
   if (device === "cuda") {
@@ -595,8 +619,13 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     row("engine", "cuBLASLt workspace", same(CUDA_WORKSPACE));
   }
   rows.push(...hostRows);
+  // What is held throughout a moment, and the largest command's activations.
   const sum = (moment: Moment) =>
-    byStage((s) => rows.reduce((t, r) => t + (r.counted ? r[moment][s] : 0), 0));
+    byStage((s) => {
+      const counted = rows.filter((r) => r.counted);
+      const held = counted.reduce((t, r) => t + (r.perCommand ? 0 : r[moment][s]), 0);
+      return held + Math.max(0, ...counted.map((r) => (r.perCommand ? r[moment][s] : 0)));
+    });
   const rollout = sum("rollout");
   const logProbs = sum("logProbs");
   const update = sum("update");

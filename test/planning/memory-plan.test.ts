@@ -191,15 +191,18 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
 
 describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () => {
   // The small model, N = 10 tokens, fp32 (x = 4), logits chunk 256 cut to the 10 rows, Q 8,
-  // QKV 16: compute-type: layer inputs 3·10·8 = 240; per layer set 10·(3·8 + 16 + 8 + 3·16) =
-  // 960; final norm 80; head input 10·8 = 80; logits 10·32 = 320; values 10. Backward adds
-  // 960 + 80. fp32: per set 10·(2 + 2 heads) = 40, then 30; backward 20. int32: 50.
+  // QKV 16: compute-type: two layer inputs used in turn 2·10·8 = 160; per layer set
+  // 10·(3·8 + 16 + 8 + 3·16) = 960; final norm 80; head input 10·8 = 80; logits 10·32 = 320;
+  // values 10. Backward keeps every layer's input (a third, 80) and adds 960 + 80. fp32: per
+  // set 10·(2 + 2 heads) = 40, then 30; backward 20. int32: 50.
   it("a small model, forward and backward, with and without recompute", () => {
-    const forward = (240 + 960 + 80 + 80 + 320 + 10) * 4 + (40 + 30) * 4 + 50 * 4;
+    const forward = (160 + 960 + 80 + 80 + 320 + 10) * 4 + (40 + 30) * 4 + 50 * 4;
     const cpu = (tokens: number, backward: boolean, recompute: boolean) =>
       activationBytes(SMALL.dims, { tokens, backward, recompute }, "cpu");
     expect(cpu(10, false, false)).toBe(forward);
-    const recompute = forward + (960 + 80) * 4 + 20 * 4;
+    // A forward pass is the same with and without recompute (one set, two inputs).
+    expect(cpu(10, false, true)).toBe(forward);
+    const recompute = forward + (80 + 960 + 80) * 4 + 20 * 4;
     expect(cpu(10, true, true)).toBe(recompute);
     // Without recompute every layer keeps its set: one more of 960 + 40.
     expect(cpu(10, true, false)).toBe(recompute + (960 + 40) * 4);
@@ -220,63 +223,69 @@ describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () =>
 
   // What the trainer really holds: score's peak, less the fp32 weights; sft's second step's,
   // less the weights, gradients and AdamW moments (16 bytes a float). The peaks are printed
-  // in MiB with 3 decimals: equal to within that rounding (524 bytes).
-  it("the fixture: the trainer's own peaks, forward and backward, with and without recompute", async () => {
-    const dir = tempDir();
-    const B = 3;
-    const T = 40;
-    const ids = new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 7) % 500)));
-    const batch = join(dir, "batch.safetensors");
-    await writeSafetensors(batch, [
-      { name: "input_ids", dtype: "I64", shape: [B, T], data: ids },
-      {
-        name: "attention_mask",
-        dtype: "I64",
-        shape: [B, T],
-        data: new BigInt64Array(B * T).fill(1n),
-      },
-    ]);
-    // The JSON lines with peak_memory_mb: score's on stdout, sft's in its --metrics file.
-    const trainer = (args: string[], metrics?: string) => {
-      const r = spawnSync(
-        nativeExecutable("searchr1-trainer"),
-        [...args, "--device", "cpu", "--threads", "1", "--model", modelDir("untied")],
-        { encoding: "utf8" },
-      );
-      expect(r.status, r.stderr).toBe(0);
-      return (metrics ? readFileSync(metrics, "utf8") : r.stdout)
-        .trim()
-        .split("\n")
-        .map((l) => (JSON.parse(l) as { peak_memory_mb: number }).peak_memory_mb * 2 ** 20);
-    };
-    const fixture = readPlanModel(modelDir("untied"));
-    const P = paramLayout(fixture, "lm").floats;
-    const pass = (backward: boolean, recompute: boolean) =>
-      activationBytes(fixture.dims, { tokens: B * T, backward, recompute }, "cpu");
-    const out = join(dir, "out.safetensors");
-    const [scored] = trainer(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
-    expect(Math.abs((scored ?? 0) - 4 * P - pass(false, false))).toBeLessThanOrEqual(524);
-    for (const recompute of [false, true]) {
-      const metrics = join(dir, `sft-${recompute}.jsonl`);
-      const steps = trainer(
-        [
-          "sft",
-          "--data",
-          batch,
-          "--out",
-          join(dir, `sft-${recompute}`),
-          "--steps",
-          "2",
-          "--metrics",
+  // in MiB with 3 decimals: equal to within that rounding (524 bytes). Three shapes: one
+  // row, a few, and more rows than the CPU's logits chunk (256).
+  it.each([
+    [3, 40],
+    [1, 23],
+    [4, 80],
+  ])(
+    "the fixture, %i × %i tokens: the trainer's own peaks, forward and backward, with and without recompute",
+    async (B, T) => {
+      const dir = tempDir();
+      const ids = new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 7) % 500)));
+      const batch = join(dir, "batch.safetensors");
+      await writeSafetensors(batch, [
+        { name: "input_ids", dtype: "I64", shape: [B, T], data: ids },
+        {
+          name: "attention_mask",
+          dtype: "I64",
+          shape: [B, T],
+          data: new BigInt64Array(B * T).fill(1n),
+        },
+      ]);
+      // The JSON lines with peak_memory_mb: score's on stdout, sft's in its --metrics file.
+      const trainer = (args: string[], metrics?: string) => {
+        const r = spawnSync(
+          nativeExecutable("searchr1-trainer"),
+          [...args, "--device", "cpu", "--threads", "1", "--model", modelDir("untied")],
+          { encoding: "utf8" },
+        );
+        expect(r.status, r.stderr).toBe(0);
+        return (metrics ? readFileSync(metrics, "utf8") : r.stdout)
+          .trim()
+          .split("\n")
+          .map((l) => (JSON.parse(l) as { peak_memory_mb: number }).peak_memory_mb * 2 ** 20);
+      };
+      const fixture = readPlanModel(modelDir("untied"));
+      const P = paramLayout(fixture, "lm").floats;
+      const pass = (backward: boolean, recompute: boolean) =>
+        activationBytes(fixture.dims, { tokens: B * T, backward, recompute }, "cpu");
+      const out = join(dir, "out.safetensors");
+      const [scored] = trainer(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
+      expect(Math.abs((scored ?? 0) - 4 * P - pass(false, false))).toBeLessThanOrEqual(524);
+      for (const recompute of [false, true]) {
+        const metrics = join(dir, `sft-${recompute}.jsonl`);
+        const steps = trainer(
+          [
+            "sft",
+            "--data",
+            batch,
+            "--out",
+            join(dir, `sft-${recompute}`),
+            "--steps",
+            "2",
+            "--metrics",
+            metrics,
+            ...(recompute ? ["--recompute"] : []),
+          ],
           metrics,
-          ...(recompute ? ["--recompute"] : []),
-        ],
-        metrics,
-      );
-      const second = steps[1] ?? 0;
-      expect(Math.abs(second - 16 * P - pass(true, recompute))).toBeLessThanOrEqual(524);
-    }
-  });
+        );
+        const second = steps[1] ?? 0;
+        expect(Math.abs(second - 16 * P - pass(true, recompute))).toBeLessThanOrEqual(524);
+      }
+    },
+  );
 });
 
 const config = (overrides: string[]) =>
@@ -354,9 +363,12 @@ describe("the whole plan", () => {
   // moments 8 × 2688, gradients 4 × 2688; at stages 1 and 2 the buffer is padded to
   // 11 × 256 = 2816 floats and a shard is 1408; stage 2 holds no gradient during the
   // rollouts, and during the updates the shard and two buckets (the embeddings' 256 and a
-  // layer's 1024, wider than the final norm's 512 with the head and padding): 4 × 2688. Activations (the counts above, x = 2; the head's chunk of 2,048 rows cut to the 10): the update 2730 × 2 + 90 × 4 + 50 × 4
-  // = 6020 (recompute), the log-prob pass 1690 × 2 + 70 × 4 + 50 × 4 = 3860, kept by the
-  // actor (the larger: the update's) and the reference, through the rollouts too. The
+  // layer's 1024, wider than the final norm's 512 with the head and padding): 4 × 2688.
+  // Activations (the counts above, x = 2; the head's chunk of 2,048 rows cut to the 10): the
+  // update 2730 × 2 + 90 × 4 + 50 × 4 = 6020 (recompute), during the updates alone; the
+  // log-prob pass 1610 × 2 + 70 × 4 + 50 × 4 = 3700, the actor's and the reference's, during
+  // the log-probs alone, where the total counts one (the trainer runs one command at a time
+  // and frees its activations after it). The
   // trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 × (8 + 2)
   // = 480. The engine: u × device = 2^29 in all: its weights, the buffers of its largest
   // step (8192 + 256 = 8448 rows × (3·8 + 16 + 8 + 3·16) bf16, a 64-row head chunk of
@@ -379,41 +391,47 @@ describe("the whole plan", () => {
   const STEP = 1829888;
   const KV = 2 ** 29 - 5376 - STEP - MiB32;
 
-  it("the small model on two GPUs: every row, during the rollouts and the updates", () => {
+  it("the small model on two GPUs: every row, during the rollouts, the log-probs and the updates", () => {
     const plan = memoryPlan(input(false));
-    const counted = plan.rows.filter((r) => r.counted).map((r) => [r.part, r.rollout, r.update]);
-    const both = (a: number, b = a, c = b) => [
+    const counted = plan.rows
+      .filter((r) => r.counted)
+      .map((r) => [r.part, r.rollout, r.logProbs, r.update]);
+    const all = (a: number, b = a, c = b) => [
+      [a, b, c],
       [a, b, c],
       [a, b, c],
     ];
+    const zero = [0, 0, 0];
     expect(counted).toEqual([
-      ["actor", ...both(5376, 5632)],
-      ["actor", ...both(10752, 5632)],
-      ["actor", ...both(21504, 11264)],
-      ["actor", [10752, 11264, 0], [10752, 11264, 10752]],
-      ["actor", ...both(6020)],
-      ["reference", ...both(5376)],
-      ["reference", ...both(3860)],
-      ["trainer", ...both(MiB32 + 480)],
-      ["engine", ...both(5376)],
-      ["engine", ...both(KV)],
-      ["engine", ...both(STEP)],
-      ["engine", ...both(MiB32)],
+      ["actor", ...all(5376, 5632)],
+      ["actor", ...all(10752, 5632)],
+      ["actor", ...all(21504, 11264)],
+      ["actor", [10752, 11264, 0], [10752, 11264, 0], [10752, 11264, 10752]],
+      ["actor", zero, zero, [6020, 6020, 6020]],
+      ["actor", zero, [3700, 3700, 3700], zero],
+      ["reference", ...all(5376)],
+      ["reference", zero, [3700, 3700, 3700], zero],
+      ["trainer", ...all(MiB32 + 480)],
+      ["engine", ...all(5376)],
+      ["engine", ...all(KV)],
+      ["engine", ...all(STEP)],
+      ["engine", ...all(MiB32)],
     ]);
-    const trainer0 = 5376 + 10752 + 21504 + 10752 + 6020 + 5376 + 3860 + MiB32 + 480;
-    const trainer1 = 5632 + 5632 + 11264 + 11264 + 6020 + 5376 + 3860 + MiB32 + 480;
-    const trainer2 = trainer1 - 11264 + 10752;
-    const update = [trainer0 + 2 ** 29, trainer1 + 2 ** 29, trainer2 + 2 ** 29];
-    // The log-probs hold what the updates do but the stage-2 gradients: the rollouts' sums.
-    const rollout = [update[0], update[1], trainer1 - 11264 + 2 ** 29];
+    // Held throughout at stage 0 and 1; at stage 2 without the gradients but in the updates.
+    const held0 = 5376 + 10752 + 21504 + 10752 + 5376 + MiB32 + 480 + 2 ** 29;
+    const held1 = 5632 + 5632 + 11264 + 11264 + 5376 + MiB32 + 480 + 2 ** 29;
+    const rollout = [held0, held1, held1 - 11264];
     expect(plan.totals).toEqual({
       rollout,
-      logProbs: rollout,
-      update,
-      peak: update,
+      logProbs: rollout.map((t) => t + 3700),
+      update: [held0 + 6020, held1 + 6020, held1 - 11264 + 10752 + 6020],
+      peak: [held0 + 6020, held1 + 6020, held1 - 11264 + 10752 + 6020],
       host: [0, 0, 0],
     });
-    expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - trainer2 - 2 ** 29 });
+    expect(fitsAt(plan, 2)).toEqual({
+      fits: true,
+      margin: GiB - (held1 - 11264 + 10752 + 6020),
+    });
     expect(plan.engineRefuses).toBe(false);
   });
 
@@ -437,9 +455,9 @@ describe("the whole plan", () => {
     for (const [a, b] of refs(kept).map((r, i) => [r, refs(off)[i]] as const)) {
       expect(b).toMatchObject({ rollout: [0, 0, 0], update: [0, 0, 0], logProbs: a.logProbs });
     }
-    const ref = 5376 + 3860; // its weights and its log-prob pass's activations
-    expect(off.totals.rollout).toEqual(kept.totals.rollout.map((t) => t - ref));
-    expect(off.totals.update).toEqual(kept.totals.update.map((t) => t - ref));
+    // Its weights; its activations are in the log-probs alone either way.
+    expect(off.totals.rollout).toEqual(kept.totals.rollout.map((t) => t - 5376));
+    expect(off.totals.update).toEqual(kept.totals.update.map((t) => t - 5376));
     expect(off.totals.logProbs).toEqual(kept.totals.logProbs);
   });
 
@@ -447,9 +465,9 @@ describe("the whole plan", () => {
   // 1408 | 1408) and moments (8 × the same) go to host memory; the gradient too, to a host
   // copy of the shard (4 × 2688 | 1408 | 1408), so the device holds none between updates
   // (stage 0 and 1: 4 × 2688 | 2816) and at stage 2 only the buckets during the backward
-  // (4 × (256 + 1024)); the compute copy (2 × 2688 | 2816 | 2816) and the actor's
-  // activations (6020) leave the device during the rollouts. Host lines count in no device
-  // total: their own.
+  // (4 × (256 + 1024)); the compute copy (2 × 2688 | 2816 | 2816) leaves the device during
+  // the rollouts (its activations are in its own commands alone either way). Host lines
+  // count in no device total: their own.
   it("actor offloads: their bytes leave the device totals for host memory lines", () => {
     const kept = memoryPlan(input(false));
     const off = memoryPlan({
@@ -458,15 +476,15 @@ describe("the whole plan", () => {
     });
     const minus = (t: number[], d: number[]) => t.map((x, s) => x - (d[s] ?? 0));
     // Per stage: the masters and moments; at stage 2 the gradient shard during the updates;
-    // during the rollouts also the weights, activations and gradients between updates.
+    // during the rollouts also the weights and gradients between updates.
     expect(off.totals.update).toEqual(
       minus(kept.totals.update, [10752 + 21504, 5632 + 11264, 5632 + 11264 + 5632]),
     );
     expect(off.totals.rollout).toEqual(
       minus(kept.totals.rollout, [
-        10752 + 21504 + 5376 + 6020 + 10752,
-        5632 + 11264 + 5632 + 6020 + 11264,
-        5632 + 11264 + 5632 + 6020,
+        10752 + 21504 + 5376 + 10752,
+        5632 + 11264 + 5632 + 11264,
+        5632 + 11264 + 5632,
       ]),
     );
     // The weights, masters, moments and the gradient's host copy.

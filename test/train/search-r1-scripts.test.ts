@@ -4,7 +4,14 @@
 // exit code (the scripts pipe into tee, whose status bash reports) and, for the real runs,
 // appends the test's small sizes after the script's own arguments.
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -128,6 +135,9 @@ describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl",
         /^per rank of 8: micro-batches of 8 \(actor\), log-prob passes of 16 \(old\) and 16 \(reference\)/m,
       );
       if (script.includes("ppo")) expect(r.stdout).toContain(", 1 (critic) and 1 (values)");
+      // 8 × 80 GB holds each: the forward-only passes keep two layer inputs, and a phase holds
+      // the activations of its own command alone (docs/memory.md).
+      expect(r.stdout).toMatch(/^fits 79\.00 GiB at ZeRO stage 2 \(/m);
     },
     60_000,
   );
@@ -320,4 +330,34 @@ describe("Search-R1's evaluate.sh, its BASE_MODEL set to a checkpoint", () => {
       await served.stop();
     }
   }, 240_000);
+});
+
+describe("every shipped recipe at its published scale", () => {
+  // templates/configs/ with the models they name (their config.json alone), as published: 8
+  // GPUs of 80 GB. The quickstart's tiny CPU recipe names no model.
+  const TEMPLATES = fileURLToPath(new URL("../../templates/configs/", import.meta.url));
+  it("fits 8 × 80 GB (train --dry-run)", () => {
+    for (const [name, config] of [
+      ["models/Qwen2.5-7B", CONFIGS["Qwen/Qwen2.5-7B"]],
+      ["models/Qwen2.5-3B", CONFIGS["Qwen/Qwen2.5-3B"]],
+      ["models/Qwen2.5-3B-Instruct", CONFIGS["Qwen/Qwen2.5-3B"]],
+    ] as const) {
+      mkdirSync(path.join(work, name), { recursive: true });
+      writeFileSync(path.join(work, name, "config.json"), JSON.stringify(config));
+    }
+    const recipes = readdirSync(TEMPLATES).filter(
+      (f) => f.endsWith(".yaml") && f !== "quickstart.yaml",
+    );
+    expect(recipes.length).toBeGreaterThanOrEqual(7);
+    for (const recipe of recipes) {
+      const r = spawnSync(
+        process.execPath,
+        [BIN, "train", "--config", path.join(TEMPLATES, recipe), "--dry-run"],
+        { cwd: work, encoding: "utf8" },
+      );
+      expect(r.status, `${recipe}: ${r.stderr}`).toBe(0);
+      expect(r.stdout, recipe).toMatch(/of 8 \(trainer\.gpus 8 × trainer\.nnodes 1\)/);
+      expect(r.stdout, recipe).toMatch(/^fits 79\.00 GiB at ZeRO stage 2/m);
+    }
+  }, 60_000);
 });

@@ -9,7 +9,10 @@
 namespace sr1 {
 
 // Device buffers for one batch shape. `layers` holds one set per layer when the backward
-// pass needs them all, or a single reused set (scoring, or recomputation).
+// pass needs them all, or a single reused set (scoring, or recomputation). `xs` holds every
+// layer's input for a backward pass, which reads them again (a recomputed layer from its
+// input); a forward-only pass (log-probs, values) reads each once, so two slots used in turn
+// hold the current layer's input and output.
 struct Qwen2Model::Activations : DeviceBuffers {
   struct Layer {
     XPtr ln1;
@@ -20,13 +23,14 @@ struct Qwen2Model::Activations : DeviceBuffers {
     float* rstd2;
     XPtr gu, act;
   };
-  size_t rows = 0;  // B*T capacity
-  int sets = 0, chunk = 0;
+  size_t rows = 0;    // B*T capacity
+  size_t hidden = 0;  // H
+  int sets = 0, chunk = 0, inputs = 0;
   bool backward = false;
   AttentionShape shape;
 
   int32_t *ids, *mask, *pos, *head_rows, *targets;
-  XPtr xs;  // [L+1, N, H]: the input of every layer, then the last layer's output
+  XPtr xs;  // [inputs, N, H]: the layers' inputs, then the last layer's output
   std::vector<Layer> layers;
   XPtr lnf, head_in, logits;
   XPtr values;  // a critic's value per row; then its gradient
@@ -36,6 +40,10 @@ struct Qwen2Model::Activations : DeviceBuffers {
   float *coef, *ent_coef;
 
   explicit Activations(Backend& backend) : DeviceBuffers(backend) {}
+  // The input of layer l (l = L: the last layer's output), in the current batch's shape.
+  XPtr input(int l) const {
+    return xs + static_cast<size_t>(l % inputs) * shape.B * shape.T * hidden;
+  }
 };
 
 Qwen2Model::Qwen2Model(ModelConfig config, Backend& backend, Head head, size_t pad_multiple)
@@ -213,6 +221,8 @@ void Qwen2Model::to_host() {
   weights_.p = nullptr;
 }
 
+void Qwen2Model::release_activations() { acts_.reset(); }
+
 void Qwen2Model::to_device() {
   if (!on_host()) return;
   weights_ = be_.alloc_x(capacity_);
@@ -326,6 +336,7 @@ int Qwen2Model::logits_rows(const RunOptions& opt, size_t N) const {
 void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions& opt) {
   const size_t N = static_cast<size_t>(batch.B) * batch.T;
   const int sets = for_backward && !opt.recompute ? config_.num_layers : 1;
+  const int inputs = for_backward ? config_.num_layers + 1 : 2;
   const int chunk = logits_rows(opt, N);
   Activations* a = acts_.get();
   const bool fits = a != nullptr && N <= a->rows && sets <= a->sets && chunk <= a->chunk &&
@@ -338,7 +349,9 @@ void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions
     auto fresh = std::make_unique<Activations>(be_);
     a = fresh.get();
     a->rows = N;
+    a->hidden = H;
     a->sets = sets;
+    a->inputs = inputs;
     a->chunk = chunk;
     a->backward = for_backward;
     a->ids = a->i(N);
@@ -346,7 +359,7 @@ void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions
     a->pos = a->i(N);
     a->head_rows = a->i(N);
     a->targets = a->i(N);
-    a->xs = a->x((c.num_layers + 1) * N * H);
+    a->xs = a->x(inputs * N * H);
     for (int s = 0; s < sets; s++) {
       a->layers.push_back(Activations::Layer{
           a->x(N * H), a->f(N), a->x(N * QKV), a->x(N * Q), a->f(N * c.num_heads), a->x(N * H),
@@ -387,7 +400,7 @@ void Qwen2Model::layer_forward(int l, int set, XPtr x_out) {
   const ModelConfig& c = config_;
   const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
   const XPtr P = weights_;
-  const XPtr x_in = a.xs + static_cast<size_t>(l) * N * H;
+  const XPtr x_in = a.input(l);
 
   be_.rmsnorm_forward(s.ln1, s.rstd1, x_in, P + lp.ln1, N, H, c.rms_norm_eps);
   be_.matmul_forward(s.qkv, s.ln1, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : XPtr{}, N, H,
@@ -412,7 +425,7 @@ void Qwen2Model::layer_backward(int l, int set) {
   const ModelConfig& c = config_;
   const int N = a.shape.B * a.shape.T, H = c.hidden_size, I = c.intermediate_size;
   const XPtr P = weights_;
-  const XPtr x_in = a.xs + static_cast<size_t>(l) * N * H;
+  const XPtr x_in = a.input(l);
 
   be_.matmul_backward(a.dact, grad(lp.down_w), nullptr, a.dres, s.act, P + lp.down_w, N, I, H,
                       false);
@@ -436,12 +449,10 @@ void Qwen2Model::forward(const Batch& batch, bool for_backward, const RunOptions
   const ModelConfig& c = config_;
   const int N = batch.B * batch.T, H = c.hidden_size, L = c.num_layers;
   const bool keep_all = for_backward && !opt.recompute;
-  be_.embedding_forward(a.xs, a.ids, weights_ + layout_.embed(), N, H);
-  for (int l = 0; l < L; l++) {
-    layer_forward(l, keep_all ? l : 0, a.xs + static_cast<size_t>(l + 1) * N * H);
-  }
-  be_.rmsnorm_forward(a.lnf, a.rstdf, a.xs + static_cast<size_t>(L) * N * H,
-                      weights_ + layout_.norm(), N, H, c.rms_norm_eps);
+  be_.embedding_forward(a.input(0), a.ids, weights_ + layout_.embed(), N, H);
+  for (int l = 0; l < L; l++) layer_forward(l, keep_all ? l : 0, a.input(l + 1));
+  be_.rmsnorm_forward(a.lnf, a.rstdf, a.input(L), weights_ + layout_.norm(), N, H,
+                      c.rms_norm_eps);
 }
 
 void Qwen2Model::head(const Batch& batch, const RunOptions& opt, TokenObjective* objective,
@@ -616,9 +627,8 @@ void Qwen2Model::trunk_backward(const Batch& batch, const RunOptions& opt) {
   const int N = batch.B * batch.T, H = config_.hidden_size, L = config_.num_layers;
   Activations& a = *acts_;
   be_.zero_x(a.dres, static_cast<size_t>(N) * H);
-  be_.rmsnorm_backward(a.dres, grad(layout_.norm()), a.dlnf,
-                       a.xs + static_cast<size_t>(L) * N * H, weights_ + layout_.norm(), a.rstdf,
-                       N, H);
+  be_.rmsnorm_backward(a.dres, grad(layout_.norm()), a.dlnf, a.input(L),
+                       weights_ + layout_.norm(), a.rstdf, N, H);
   const auto regions = gradient_regions();
   if (sink_ != nullptr) close_region();
   for (int l = L - 1; l >= 0; l--) {

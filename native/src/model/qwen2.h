@@ -90,6 +90,10 @@ class Qwen2Model {
   // the weights are on the host.
   void to_host();
   void to_device();
+  // Frees the activation buffers of the last pass (the next pass allocates its own): the
+  // trainer's commands release them when they end (session.cpp), so that one phase does not
+  // hold the buffers of another's passes nor one model's those of another.
+  void release_activations();
   bool on_host() const { return weights_.null() && !host_weights_.empty(); }
   size_t host_bytes() const { return host_weights_.bytes(); }
   // Call after writing weights() directly (a ZeRO learner's updated shard and all-gather):

@@ -253,13 +253,18 @@ void load(TrainerSession& s, const JsonFields& f) {
 // critic_offload) go back after it, as verl's workers wrap each method in
 // load_fsdp_model_to_gpu and offload_fsdp_model_to_cpu (verl/workers/fsdp_workers.py); after
 // a failed command too. A trained model's weights are copied out only when they changed
-// (Qwen2Model::to_host).
+// (Qwen2Model::to_host). Every one of them frees its activation buffers after the command
+// (to_host with the weights), so a phase holds those of its own passes alone, as PyTorch
+// frees a pass's activations when it ends (its caching allocator keeps the memory, to the
+// same effect for the next pass); the next command allocates them again (a cudaMalloc each
+// on CUDA, whose backend pools nothing: milliseconds, against commands of seconds).
 class OnDevice {
  public:
   OnDevice() = default;
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;
   ~OnDevice() {
+    for (Qwen2Model* m : used_) m->release_activations();
     for (Qwen2Model* m : back_) {
       try {
         m->to_host();
@@ -268,13 +273,14 @@ class OnDevice {
     }
   }
   void bring(Qwen2Model& m) {
+    used_.push_back(&m);
     if (!m.on_host()) return;
     back_.push_back(&m);
     m.to_device();
   }
 
  private:
-  std::vector<Qwen2Model*> back_;
+  std::vector<Qwen2Model*> used_, back_;
 };
 
 // Runs `write` on the ranks that `writes` (the ranks hold the same weights and outputs), then
