@@ -561,6 +561,10 @@ describe("searchr1 train --dry-run", () => {
       `trainer.output_dir=${out}`,
       "actor.ppo_micro_batch_size_per_gpu=1",
       "rollout.log_prob_micro_batch_size_per_gpu=1",
+      // The learner's own state on the device (the recipe offloads it, as Search-R1's scripts).
+      "actor.param_offload=false",
+      "actor.grad_offload=false",
+      "actor.optimizer_offload=false",
     ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/of 8 \(trainer\.gpus 8 × trainer\.nnodes 1\)/);
