@@ -196,7 +196,7 @@ export const VERL_KEYS: Readonly<Record<string, VerlKey>> = {
   "critic.forward_micro_batch_size": { to: "critic.ppo_micro_batch_size" },
   "critic.forward_micro_batch_size_per_gpu": { to: "critic.ppo_micro_batch_size_per_gpu" },
   "critic.ppo_epochs": {
-    noEffect: "the critic takes the actor's mini-batches and epochs (actor.ppo_epochs)",
+    noEffect: "the critic takes the actor's epochs (actor.ppo_epochs)",
   },
   "critic.shuffle": { noEffect: "the mini-batches are always shuffled, seeded" },
   "critic.ulysses_sequence_parallel_size": { only: [1], why: SP },
