@@ -3,7 +3,8 @@
  * the config describes (src/planning/memory-plan.ts), from the model folders' config.json
  * alone; it starts nothing and writes nothing.
  */
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { modelDims, readConfig } from "../ckpt/model-dims.js";
 import type { TrainConfig } from "../config/schemas/train.js";
@@ -16,39 +17,29 @@ import {
   type UpdateBatching,
   updateTokens,
 } from "../trainer/batch-sizes.js";
-import {
-  formatPlan,
-  memoryPlan,
-  type PlanModel,
-  paddedFloats,
-  paramLayout,
-  planInput,
-} from "./memory-plan.js";
+import { formatPlan, memoryPlan, type PlanModel, planInput } from "./memory-plan.js";
+import type { LearnerBytes, ModelBytes } from "./native-sizes.js";
 import { stepTraffic, trafficLine } from "./traffic.js";
 
-/** The plan's view of a Hugging Face folder's config.json. */
+/** The plan's view of a Hugging Face folder (its config.json). */
 export function readPlanModel(dir: string): PlanModel {
-  const path = join(dir, "config.json");
-  return planModelOf(readConfig(path), path);
-}
-
-function planModelOf(config: Record<string, unknown>, where: string): PlanModel {
-  const dims = modelDims(config, where);
-  return { dims, attentionBias: dims.modelType === "qwen2" || config.attention_bias === true };
+  return { dir, dims: modelDims(readConfig(join(dir, "config.json")), join(dir, "config.json")) };
 }
 
 /**
- * The plan's model for model.path: its folder's config.json or, where no such folder exists
- * and the path is a hub repository id (`Qwen/Qwen2.5-7B`), the config.json of that repository
- * on the hub (HF_ENDPOINT, HF_TOKEN, as `download`): the plan needs no weights.
+ * Runs `plan` with the plan's model for `path`: its folder's config.json or, where no such
+ * folder exists and the path is a hub repository id (`Qwen/Qwen2.5-7B`), the config.json of
+ * that repository on the hub (HF_ENDPOINT, HF_TOKEN, as `download`), in a temporary folder
+ * removed after: the plan needs no weights.
  */
-export async function planModel(
+export async function withPlanModel<T>(
   path: string,
   env: Record<string, string | undefined>,
+  plan: (m: PlanModel) => Promise<T>,
   signal?: AbortSignal,
-): Promise<PlanModel> {
+): Promise<T> {
   const dir = resolve(path);
-  if (existsSync(join(dir, "config.json")) || !isRepoId(path)) return readPlanModel(dir);
+  if (existsSync(join(dir, "config.json")) || !isRepoId(path)) return plan(readPlanModel(dir));
   const endpoint = env.HF_ENDPOINT || "https://huggingface.co";
   const client = new HubClient({
     endpoint,
@@ -79,7 +70,14 @@ export async function planModel(
   if (!config || typeof config !== "object" || Array.isArray(config)) {
     throw new InputError(`${where}: expected a JSON object`);
   }
-  return planModelOf(config as Record<string, unknown>, where);
+  const dims = modelDims(config as Record<string, unknown>, where);
+  const tmp = mkdtempSync(join(tmpdir(), "searchr1-plan-"));
+  try {
+    writeFileSync(join(tmp, "config.json"), text);
+    return await plan({ dir: tmp, dims });
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
 }
 
 /**
@@ -106,12 +104,17 @@ export async function dryRunText(
   config: TrainConfig,
   env: Record<string, string | undefined> = process.env,
 ): Promise<string> {
-  const policy = await planModel(config.model.path, env);
   const ppo = config.algorithm.name === "ppo";
-  const critic =
+  return withPlanModel(config.model.path, env, async (policy) =>
     ppo && config.critic.model_path !== null
-      ? await planModel(config.critic.model_path, env)
-      : policy;
+      ? withPlanModel(config.critic.model_path, env, async (critic) =>
+          planText(config, policy, critic),
+        )
+      : planText(config, policy, policy),
+  );
+}
+
+function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): string {
   const input = planInput(config, policy, critic);
   const batches = batchSizes(config, input.ranks);
   const plan = memoryPlan(input);
@@ -135,9 +138,11 @@ export async function dryRunText(
   ].join("\n");
   const notes: string[] = [];
   if (input.ranks > 1) {
-    const learner = (m: PlanModel, head: "lm" | "value", u: UpdateBatching) => ({
-      floats: paddedFloats(paramLayout(m, head).floats, input.ranks, input.stage),
-      computeBytes: input.device === "cuda" ? 2 : 4,
+    const computeBytes = input.device === "cuda" ? 2 : 4;
+    const learner = (bytes: ModelBytes, u: UpdateBatching) => ({
+      // The padded buffer: the compute copy's elements at the run's stage.
+      floats: (bytes.learner[input.stage] as LearnerBytes).weights / computeBytes,
+      computeBytes,
       rowsPerRank: u.miniBatch / input.ranks,
       // A token budget's micro-batches counted as budget ÷ the longest trajectory.
       microBatch: Math.max(
@@ -145,15 +150,16 @@ export async function dryRunText(
         Math.floor(updateTokens(u, input.trajectoryTokens) / input.trajectoryTokens),
       ),
     });
-    const learners = [learner(policy, "lm", batches.actor)];
-    if (batches.critic) learners.push(learner(critic, "value", batches.critic));
+    const learners = [learner(plan.sizes.policy, batches.actor)];
+    if (batches.critic && plan.sizes.critic) {
+      learners.push(learner(plan.sizes.critic, batches.critic));
+    }
     notes.push(trafficLine(stepTraffic(learners, input.ranks, batches.optimizerSteps)));
   }
   if (input.engineElsewhere) notes.push(`not on this device: ${input.engineElsewhere}`);
   if (input.device === "cuda") {
     notes.push(
-      "not counted: each process's CUDA context (about 0.5 GiB), the engine's block tables " +
-        "(at most 2 MiB), the allocator's fragmentation",
+      "not counted: each process's CUDA context (about 0.5 GiB), the allocator's fragmentation",
     );
   }
   return formatPlan(plan, title) + notes.map((n) => `${n}\n`).join("");

@@ -1,32 +1,27 @@
 /**
  * The memory plan of a `train` run: the bytes one device holds, its trainer rank and its
- * native engine replica, computed from the model's dimensions and the run's config as the
- * native code allocates them (not measured, and not a rule of thumb). `searchr1 train
- * --dry-run` prints it (src/planning/dry-run.ts). What it follows:
- * - native/src/model/params.h: one flat fp32 parameter buffer, each weight group starting at
- *   a multiple of 128 floats; train/learner.h: ZeRO pads it to a multiple of ranks × 128 and
- *   gives each rank one equal shard of the masters, the AdamW moments and (stage 2) the
- *   gradients, which the backward hands over region by region (the embeddings, a layer, the
- *   head: two buckets); the compute copy (bf16 on CUDA, the fp32 masters themselves on the
- *   CPU) stays whole on every rank, as does the fp32 gradient buffer during an update below
- *   stage 2.
- * - train/learner.h, its offloads (actor.* and critic.*_offload, verl's fsdp_config ones): what
- *   a learner keeps in host memory instead, shown apart and in no device total; with param
- *   offload its compute copy is on the device during its log-probs and updates only.
+ * native engine replica, moment by moment. The sizes are the native code's own
+ * (src/planning/native-sizes.ts: `searchr1-trainer plan` counts them with the code that
+ * allocates them); this file adds them up as a step holds them (not measured, and not a rule
+ * of thumb). `searchr1 train --dry-run` prints it (src/planning/dry-run.ts). What it follows:
+ * - train/learner.h: a learner's compute copy, fp32 masters, AdamW moments and gradients at
+ *   each ZeRO stage, and what its offloads (actor.* and critic.*_offload, verl's fsdp_config
+ *   ones) keep in host memory instead, shown apart and in no device total.
+ * - train/session.cpp: the trainer runs one command at a time (a model's log-probs, values or
+ *   updates). A command holds its activations, and frees them when it ends; with param
+ *   offload it brings its model's compute copy to the device and sends it back after; at
+ *   stage 2 or with grad offload the gradients a pass computes are on the device during its
+ *   updates only. So a moment holds what is kept throughout plus its largest command.
  * - train/session.cpp: the reference keeps its compute copy alone.
- * - model/qwen2.cpp reserve(): the activations of one pass over N tokens (a forward-only pass
- *   holds two layer inputs, a backward pass every layer's); train/session.cpp frees a model's
- *   when the command that ran it ends, so a phase holds its own command's alone.
- * - backend/cuda: the 32 MiB cuBLASLt workspace, the attention's scratch.
+ * - backend/cuda: the cuBLASLt workspace, the attention's scratch (the largest pass's).
  * - cli/engine/main.cpp: the engine's compute copy, the buffers of its largest step, and its
  *   KV cache filling rollout.gpu_memory_utilization × the device's memory (vLLM's meaning)
  *   after them; with rollout.free_cache_engine the KV cache's memory and the step's buffers
  *   go back to the device while the trainer works (src/train/step.ts: after the rollouts,
  *   until the new weights are in).
- * Three moments of a step are summed: the rollout (the engine's weights and KV cache, and all
- * the trainer keeps between commands: no activations), the log-probs and the updates (the
- * gradients too, the engine's KV cache unless it was released, and the activations of the
- * largest command of the phase, as the trainer runs one at a time). The peak is the largest.
+ * Three moments of a step: the rollout (the engine's weights and KV cache, and all the
+ * trainer keeps between commands), the log-probs and the updates (the engine's KV cache
+ * unless it was released, and the largest command of the phase). The peak is the largest.
  */
 import type { ModelDims } from "../ckpt/model-dims.js";
 import type { TrainConfig } from "../config/schemas/train.js";
@@ -37,33 +32,25 @@ import {
   type UpdateBatching,
   updateTokens,
 } from "../trainer/batch-sizes.js";
+import {
+  type Device,
+  type LearnerBytes,
+  type ModelBytes,
+  modelBytes,
+  NO_OFFLOAD,
+  type Offload,
+  passOf,
+} from "./native-sizes.js";
 
-/** ParamLayout::kAlign: each weight group starts at a multiple of it (floats). */
-export const PARAM_ALIGN = 128;
-/** kCpuLogitsChunk / kGpuLogitsChunk (model/qwen2.h): the trainer's predicted rows per head chunk. */
-export const LOGITS_CHUNK: Record<Device, number> = { cpu: 256, cuda: 2048 };
-/** cuda::Matmul::kWorkspaceBytes: each CUDA process's cuBLASLt workspace. */
-export const CUDA_WORKSPACE = 32 * 2 ** 20;
 export const GiB = 2 ** 30;
-/** The native engine's KV block: positions per block (cli/engine/main.cpp kBlockSize). */
-export const KV_BLOCK = 16;
-/**
- * searchr1-engine's defaults on a GPU, which the engine started by `train` keeps
- * (engine/engine.h EngineOptions): prompt tokens prefilled per step, sequences per step, rows
- * of a logits chunk.
- */
-export const ENGINE_CHUNK_TOKENS = 8192;
-export const ENGINE_MAX_RUNNING = 256;
-export const ENGINE_LOGITS_CHUNK = 64;
 
 export type ZeroStage = 0 | 1 | 2;
-export type Device = "cuda" | "cpu";
+export type { Device, Offload };
 
-/** A model as the plan needs it: config.json's sizes and whether q/k/v have biases. */
+/** A model as the plan needs it: a folder with its config.json, and its sizes from it. */
 export interface PlanModel {
+  dir: string;
   dims: ModelDims;
-  /** Qwen2 always has q/k/v biases; Llama as its config.json says. */
-  attentionBias: boolean;
 }
 
 /** trainer.zero_stage, null resolved: 0 on one rank, 2 on several. */
@@ -72,159 +59,6 @@ export function zeroStageOf(config: TrainConfig): ZeroStage {
   return (config.trainer.zero_stage ?? (ranks > 1 ? 2 : 0)) as ZeroStage;
 }
 
-/** The flat buffer of a model (ParamLayout): its floats, alignment gaps included, and its parameters. */
-export function paramLayout(m: PlanModel, head: "lm" | "value"): ParamLayout {
-  const {
-    hiddenSize: H,
-    intermediateSize: I,
-    vocabSize: V,
-    layers,
-    heads,
-    kvHeads,
-    headDim,
-  } = m.dims;
-  const Q = heads * headDim;
-  const KV = kvHeads * headDim;
-  let floats = 0;
-  let parameters = 0;
-  const add = (numel: number, aligned = true) => {
-    if (aligned) floats = Math.ceil(floats / PARAM_ALIGN) * PARAM_ALIGN;
-    floats += numel;
-    parameters += numel;
-  };
-  add(V * H);
-  const layerStarts: number[] = [];
-  for (let l = 0; l < layers; l++) {
-    add(H);
-    layerStarts.push(floats - H);
-    add(Q * H);
-    add(KV * H, false);
-    add(KV * H, false);
-    if (m.attentionBias) {
-      add(Q);
-      add(KV, false);
-      add(KV, false);
-    }
-    add(H * Q);
-    add(H);
-    add(I * H);
-    add(I * H, false);
-    add(H * I);
-  }
-  add(H);
-  const norm = floats - H;
-  if (head === "value") {
-    add(H);
-    add(1, false);
-  } else if (!m.dims.tied) {
-    add(V * H);
-  }
-  const ends = [...layerStarts.slice(1), norm];
-  return {
-    floats,
-    parameters,
-    embedRegion: layerStarts[0] ?? norm,
-    widestLayer: Math.max(0, ...layerStarts.map((start, l) => (ends[l] as number) - start)),
-    norm,
-  };
-}
-
-/**
- * The flat buffer of a model (native/src/model/params.h) and the regions a backward pass
- * hands a ZeRO stage 2 learner (Qwen2Model::GradientSink): the embeddings [0, embedRegion),
- * each layer (the widest is widestLayer floats), and the final norm and head [norm, the
- * padded end).
- */
-export interface ParamLayout {
-  /** Floats with the alignment gaps, before ZeRO's padding. */
-  floats: number;
-  parameters: number;
-  embedRegion: number;
-  widestLayer: number;
-  norm: number;
-}
-
-/** What one pass allocates: forward only (log-probs, values) or forward and backward. */
-export interface PassShape {
-  /** Token rows of the pass (the packed micro-batch's real tokens). */
-  tokens: number;
-  backward: boolean;
-  /** gradient_checkpointing: one layer's buffers, recomputed, instead of every layer's. */
-  recompute: boolean;
-}
-
-/** Bytes of Qwen2Model's activations for one pass on `device` (qwen2.cpp reserve()). */
-export function activationBytes(d: ModelDims, pass: PassShape, device: Device): number {
-  const N = pass.tokens;
-  const x = device === "cuda" ? 2 : 4;
-  const { hiddenSize: H, intermediateSize: I, vocabSize: V, layers: L, heads: NH } = d;
-  const Q = NH * d.headDim;
-  const QKV = (NH + 2 * d.kvHeads) * d.headDim;
-  const C = Math.max(1, Math.min(LOGITS_CHUNK[device], N)); // Qwen2Model::logits_rows
-  const sets = pass.backward && !pass.recompute ? L : 1;
-  // A backward pass reads every layer's input again; a forward-only one uses two in turn.
-  const inputs = pass.backward ? L + 1 : 2;
-  // Compute-type buffers: the layers' inputs, the layer sets, the final norm, the head's
-  // chunk and logits, the values row.
-  let xs = inputs * N * H + sets * N * (3 * H + QKV + Q + 3 * I) + N * H + C * H + C * V + N;
-  let fs = sets * N * (2 + NH) + 3 * N; // rstd1, lse, rstd2 per set; rstdf, logprob, entropy
-  const ints = 5 * N; // ids, mask, positions, head rows, targets
-  if (pass.backward) {
-    xs += N * (3 * H + QKV + Q + 3 * I) + C * H; // dres, dln, dlnf, dqkv, datt, dgu, dact; dhead_in
-    fs += 2 * N; // coef, ent_coef
-  }
-  return xs * x + fs * 4 + ints * 4;
-}
-
-/**
- * Bytes of the engine's buffers for its largest step (model/paged.h PagedBuffers): a prefill
- * chunk beside a decode row for every running sequence, and `tableEntries` block-table
- * entries (the plan leaves them out: at most 2 MiB, at a context of 32,768).
- */
-export function engineStepBytes(
-  d: ModelDims,
-  x: number,
-  engine = { chunkTokens: ENGINE_CHUNK_TOKENS, maxRunning: ENGINE_MAX_RUNNING, tableEntries: 0 },
-): number {
-  const R = engine.chunkTokens + engine.maxRunning;
-  const { hiddenSize: H, intermediateSize: I, vocabSize: V, heads: NH } = d;
-  const Q = NH * d.headDim;
-  const QKV = (NH + 2 * d.kvHeads) * d.headDim;
-  const C = ENGINE_LOGITS_CHUNK;
-  const xs = R * (3 * H + QKV + Q + 3 * I) + C * H + C * V; // x, ln, h, qkv, att, gu, act; head
-  return xs * x + R * 4 + (5 * R + engine.tableEntries) * 4; // rstd; the step's integers
-}
-
-/** The CUDA attention's scratch for one pass (attention.cu): spans, and the backward's fp32 dq. */
-export function attentionScratchBytes(d: ModelDims, pass: PassShape): number {
-  const N = pass.tokens;
-  const spans = 8 * N;
-  return pass.backward ? spans + 4 * N * (d.heads * d.headDim + d.heads) : spans;
-}
-
-/** A trained model's bytes on one rank (Learner::Memory), at one ZeRO stage. */
-export interface LearnerBytes {
-  /** Device memory. */
-  weights: number;
-  masters: number;
-  optimizer: number;
-  gradients: number;
-  gradientsBetween: number;
-  /** Host memory (the offloads). */
-  hostWeights: number;
-  hostMasters: number;
-  hostOptimizer: number;
-  hostGradients: number;
-}
-
-/** What a learner keeps in host memory (its param_offload, grad_offload, optimizer_offload). */
-export interface Offload {
-  param: boolean;
-  grad: boolean;
-  optimizer: boolean;
-}
-export const NO_OFFLOAD: Offload = { param: false, grad: false, optimizer: false };
-
 /** A learner's offload keys as the plan takes them. */
 export function offloadOf(l: {
   param_offload: boolean;
@@ -232,49 +66,6 @@ export function offloadOf(l: {
   optimizer_offload: boolean;
 }): Offload {
   return { param: l.param_offload, grad: l.grad_offload, optimizer: l.optimizer_offload };
-}
-
-/** The flat buffer's floats as ZeRO pads them (a multiple of ranks × 128 from stage 1 on). */
-export function paddedFloats(floats: number, ranks: number, stage: ZeroStage): number {
-  const multiple = stage > 0 ? ranks * PARAM_ALIGN : 1;
-  return Math.ceil(floats / multiple) * multiple;
-}
-
-/**
- * Learner::Memory for a model over `ranks` ranks at `stage`. At stage 2 over several ranks
- * the gradients are the rank's shard and the backward's buckets: the embeddings' region and
- * the widest of the others (a layer, or the final norm and head up to the padded end).
- * `weights` is the compute copy while on the device (param offload: during its commands).
- * The offloads move the masters and moments (optimizer), the gradient shard at stage 2 and
- * the whole buffer between updates below it (grad), to host memory; the host step reads a
- * host copy of the gradient (grad or optimizer). On the CPU the learner's host masters are a
- * copy apart from the fp32 compute copy.
- */
-export function learnerBytes(
-  layout: ParamLayout,
-  ranks: number,
-  stage: ZeroStage,
-  device: Device,
-  offload: Offload = NO_OFFLOAD,
-): LearnerBytes {
-  const { floats } = layout;
-  const capacity = paddedFloats(floats, ranks, stage);
-  const shard = stage > 0 ? capacity / ranks : floats;
-  const x = device === "cuda" ? 2 : 4;
-  const buckets = layout.embedRegion + Math.max(layout.widestLayer, capacity - layout.norm);
-  const bucketed = stage === 2 && ranks > 1;
-  return {
-    weights: x * capacity,
-    // On the CPU the compute copy is fp32 and is the masters.
-    masters: device === "cuda" && !offload.optimizer ? 4 * shard : 0,
-    optimizer: offload.optimizer ? 0 : 8 * shard,
-    gradients: bucketed ? 4 * ((offload.grad ? 0 : shard) + buckets) : 4 * capacity,
-    gradientsBetween: stage === 2 || offload.grad ? 0 : 4 * capacity,
-    hostWeights: offload.param ? x * capacity : 0,
-    hostMasters: offload.optimizer ? 4 * shard : 0,
-    hostOptimizer: offload.optimizer ? 8 * shard : 0,
-    hostGradients: offload.grad || offload.optimizer ? 4 * shard : 0,
-  };
 }
 
 /** Everything the plan takes; planInput() derives it from a train config. */
@@ -368,12 +159,21 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
 
 type Triple = [number, number, number];
 
+/** The trainer's commands (train/session.cpp), one at a time. */
+export type Command =
+  | "actor log-probs"
+  | "actor update"
+  | "reference log-probs"
+  | "critic values"
+  | "critic update";
+
 /**
  * One line of the plan: the bytes at ZeRO stage 0, 1, 2 held during the rollouts, during the
  * log-probs (old, reference, values) and during the updates; `counted` false: shown for
  * comparison, in no total; `host`: held in host memory (an offload), in no device total;
- * `perCommand`: held by one trainer command alone (its activations), so a moment's total
- * counts the largest such row, not their sum.
+ * `commands`: held only while one of these trainer commands runs (its activations, an
+ * offloaded model's compute copy), so a moment's total counts its largest command's rows, not
+ * every such row.
  */
 export interface PlanRow {
   part: "actor" | "reference" | "critic" | "engine" | "trainer";
@@ -383,7 +183,7 @@ export interface PlanRow {
   update: Triple;
   counted: boolean;
   host?: boolean;
-  perCommand?: boolean;
+  commands?: Command[];
 }
 
 export interface MemoryPlan {
@@ -397,6 +197,8 @@ export interface MemoryPlan {
   totals: { rollout: Triple; logProbs: Triple; update: Triple; peak: Triple; host: Triple };
   /** The engine's KV cache is out of room (its weights alone exceed its share). */
   engineRefuses: boolean;
+  /** The native sizes the plan adds up: the policy's (and its engine's), the critic's. */
+  sizes: { policy: ModelBytes; critic: ModelBytes | null };
 }
 
 const STAGES: ZeroStage[] = [0, 1, 2];
@@ -408,14 +210,45 @@ const MOMENTS: [Moment, string][] = [
 ];
 const same = (b: number): Triple => [b, b, b];
 const byStage = (f: (s: ZeroStage) => number): Triple => STAGES.map(f) as Triple;
+const MOMENT_OF: Record<Command, Moment> = {
+  "actor log-probs": "logProbs",
+  "reference log-probs": "logProbs",
+  "critic values": "logProbs",
+  "actor update": "update",
+  "critic update": "update",
+};
 
-/** The plan: pure arithmetic over `input`. */
-export function memoryPlan(input: PlanInput): MemoryPlan {
-  const { device, ranks, recompute, tokens } = input;
-  const x = device === "cuda" ? 2 : 4;
+/** The native sizes of the run's models (`searchr1-trainer plan`). */
+export function planSizes(input: PlanInput): MemoryPlan["sizes"] {
+  const { device, ranks, tokens } = input;
+  const policy = modelBytes({
+    dir: input.policy.dir,
+    head: "lm",
+    device,
+    ranks,
+    offload: input.actorOffload ?? NO_OFFLOAD,
+    tokens: [tokens.update, tokens.logProbs],
+    engine: input.engine
+      ? { deviceGiB: input.deviceBytes / GiB, utilization: input.engine.utilization }
+      : undefined,
+  });
+  const critic = input.critic
+    ? modelBytes({
+        dir: input.critic.dir,
+        head: "value",
+        device,
+        ranks,
+        offload: input.criticOffload ?? NO_OFFLOAD,
+        tokens: [tokens.criticUpdate, tokens.values],
+      })
+    : null;
+  return { policy, critic };
+}
+
+/** The plan: the native sizes of `input`'s models, added up moment by moment. */
+export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPlan {
+  const { device, recompute, tokens } = input;
   const xName = device === "cuda" ? "bf16" : "fp32";
-  const d = input.policy.dims;
-  const policy = paramLayout(input.policy, "lm");
   const rows: PlanRow[] = [];
   // Held throughout (`update` omitted), or `rollout` during the rollouts, `update` during the
   // updates and `logProbs` (default: `update`) during the log-probs.
@@ -424,9 +257,27 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     item: string,
     rollout: Triple,
     update: Triple = rollout,
-    counted = true,
     logProbs: Triple = update,
-  ) => rows.push({ part, item, rollout, logProbs, update, counted });
+  ) => rows.push({ part, item, rollout, logProbs, update, counted: true });
+  // Held while one of `commands` runs: `bytes` in the moments of those commands.
+  const commandRow = (
+    part: PlanRow["part"],
+    item: string,
+    commands: Command[],
+    bytes: Triple,
+    counted = true,
+  ) => {
+    const at = (m: Moment) => (commands.some((c) => MOMENT_OF[c] === m) ? bytes : same(0));
+    rows.push({
+      part,
+      item,
+      rollout: same(0),
+      logProbs: at("logProbs"),
+      update: at("update"),
+      counted,
+      commands,
+    });
+  };
   // A line of host memory (an offload): shown after the device's, in no device total.
   const hostRows: PlanRow[] = [];
   const hostRow = (part: PlanRow["part"], item: string, bytes: Triple) => {
@@ -442,189 +293,161 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
       });
     }
   };
-  const learnerRows = (part: "actor" | "critic", layout: ParamLayout, offload: Offload) => {
-    const at = STAGES.map((s) => learnerBytes(layout, ranks, s, device, offload));
-    const pick = (k: keyof LearnerBytes) => at.map((b) => b[k]) as Triple;
+  const learnerRows = (
+    part: "actor" | "critic",
+    bytes: ModelBytes,
+    offload: Offload,
+    commands: [Command, Command],
+  ) => {
+    const pick = (k: keyof LearnerBytes) => bytes.learner.map((b) => b[k]) as Triple;
+    const weights = `weights (${xName} compute copy)`;
     if (offload.param) {
-      row(
+      commandRow(
         part,
-        `weights (${xName} compute copy), on the device for its log-probs and updates only`,
-        same(0),
+        `${weights}, on the device during its commands only`,
+        commands,
         pick("weights"),
       );
     } else {
-      row(part, `weights (${xName} compute copy)`, pick("weights"));
+      row(part, weights, pick("weights"));
     }
     if (device === "cuda" && !offload.optimizer) row(part, "fp32 master weights", pick("masters"));
     if (!offload.optimizer) row(part, "AdamW moments (fp32 m, v)", pick("optimizer"));
-    row(
-      part,
-      offload.grad
-        ? "fp32 gradients (during the backward only: stage 2 its buckets, below it the whole)"
-        : "fp32 gradients (stage 2: a shard, and buckets during the backward; in updates only)",
-      pick("gradientsBetween"),
-      pick("gradients"),
-      true,
-      pick("gradientsBetween"),
+    // Kept between updates (below stage 2 without grad offload: the whole buffer), or
+    // during the updates only (stage 2: a shard and the backward's buckets).
+    const between = pick("gradientsBetween");
+    if (between.some((b) => b > 0)) row(part, "fp32 gradients, kept between updates", between);
+    const during = byStage((s) =>
+      between[s] > 0 ? 0 : (bytes.learner[s] as LearnerBytes).gradients,
     );
-    hostRow(
+    commandRow(
       part,
-      `weights (${xName} compute copy) between its log-probs and updates`,
-      pick("hostWeights"),
+      "fp32 gradients, during its updates only (stage 2: a shard and the backward's buckets)",
+      [commands[1]],
+      during,
     );
+    hostRow(part, `${weights} between its commands`, pick("hostWeights"));
     hostRow(part, "fp32 master weights", pick("hostMasters"));
     hostRow(part, "AdamW moments (fp32 m, v)", pick("hostOptimizer"));
     hostRow(part, "fp32 gradients the step reads", pick("hostGradients"));
   };
   const tok = (n: number) => `${n.toLocaleString("en-US")} tokens`;
-  // The activations of one command's passes, during its phase only (`moment`): session.cpp
-  // frees them when the command ends.
-  const commandRow = (
-    part: PlanRow["part"],
-    item: string,
-    moment: "logProbs" | "update",
-    bytes: number,
-    counted = true,
-  ) =>
-    rows.push({
-      part,
-      item,
-      rollout: same(0),
-      logProbs: same(moment === "logProbs" ? bytes : 0),
-      update: same(moment === "update" ? bytes : 0),
-      counted,
-      perCommand: true,
-    });
+  const checkpointing = (yes: boolean) => `gradient checkpointing ${yes ? "on" : "off"}`;
+  // A learner's activations: its update's micro-batch (and, for comparison, the same with
+  // checkpointing the other way), and its forward pass.
   const actsRows = (
     part: "actor" | "critic",
-    m: PlanModel,
+    bytes: ModelBytes,
     train: number,
     forward: number,
+    [forwardCommand, updateCommand]: [Command, Command],
     forwardName: string,
-    forwardPhase: string,
   ) => {
-    const on = activationBytes(m.dims, { tokens: train, backward: true, recompute: true }, device);
-    const off = activationBytes(
-      m.dims,
-      { tokens: train, backward: true, recompute: false },
-      device,
-    );
-    const fwd = activationBytes(m.dims, { tokens: forward, backward: false, recompute }, device);
-    const checkpointing = (yes: boolean) => `gradient checkpointing ${yes ? "on" : "off"}`;
+    const update = passOf(bytes, train);
+    const on = update.backwardRecompute;
+    const off = update.backward;
     commandRow(
       part,
-      `activations, update micro-batch (${tok(train)}), ${checkpointing(recompute)}, during its updates only`,
-      "update",
-      recompute ? on : off,
+      `activations, update micro-batch (${tok(train)}), ${checkpointing(recompute)}`,
+      [updateCommand],
+      same(recompute ? on : off),
     );
     commandRow(
       part,
       `activations, the same, ${checkpointing(!recompute)}`,
-      "update",
-      recompute ? off : on,
+      [updateCommand],
+      same(recompute ? off : on),
       false,
     );
     commandRow(
       part,
-      `activations, ${forwardName} (${tok(forward)}, forward), during its ${forwardPhase} only`,
-      "logProbs",
-      fwd,
+      `activations, ${forwardName} (${tok(forward)}, forward)`,
+      [forwardCommand],
+      same(passOf(bytes, forward).forward),
     );
   };
 
-  const actorOffload = input.actorOffload ?? NO_OFFLOAD;
-  learnerRows("actor", policy, actorOffload);
-  actsRows(
-    "actor",
-    input.policy,
-    tokens.update,
-    tokens.logProbs,
-    "log-prob micro-batch",
-    "log-probs",
-  );
+  const { policy, critic } = sizes;
+  const actorCommands: [Command, Command] = ["actor log-probs", "actor update"];
+  learnerRows("actor", policy, input.actorOffload ?? NO_OFFLOAD, actorCommands);
+  actsRows("actor", policy, tokens.update, tokens.logProbs, actorCommands, "log-prob micro-batch");
   if (input.reference) {
-    // ref.param_offload: in host memory but for its log-probs.
-    const weights = x * policy.floats;
+    const weights = `weights (${xName} compute copy)`;
     if (input.referenceOffload) {
-      row(
+      commandRow(
         "reference",
-        `weights (${xName} compute copy), on the device for its log-probs only`,
-        same(0),
-        same(0),
-        true,
-        same(weights),
+        `${weights}, on the device during its log-probs only`,
+        ["reference log-probs"],
+        same(policy.computeCopy),
       );
     } else {
-      row("reference", `weights (${xName} compute copy)`, same(weights));
+      row("reference", weights, same(policy.computeCopy));
     }
     commandRow(
       "reference",
-      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward), during its log-probs only`,
-      "logProbs",
-      activationBytes(d, { tokens: tokens.logProbs, backward: false, recompute }, device),
+      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward)`,
+      ["reference log-probs"],
+      same(passOf(policy, tokens.logProbs).forward),
     );
   }
-  if (input.critic) {
-    const criticOffload = input.criticOffload ?? NO_OFFLOAD;
-    learnerRows("critic", paramLayout(input.critic, "value"), criticOffload);
+  if (input.critic && critic) {
+    const criticCommands: [Command, Command] = ["critic values", "critic update"];
+    learnerRows("critic", critic, input.criticOffload ?? NO_OFFLOAD, criticCommands);
     actsRows(
       "critic",
-      input.critic,
+      critic,
       tokens.criticUpdate,
       tokens.values,
+      criticCommands,
       "values micro-batch",
-      "values pass",
     );
   }
   if (device === "cuda") {
-    const passes: [PlanModel, PassShape][] = [
-      [input.policy, { tokens: tokens.update, backward: true, recompute }],
-      [input.policy, { tokens: tokens.logProbs, backward: false, recompute }],
-    ];
-    if (input.critic) {
-      passes.push([input.critic, { tokens: tokens.criticUpdate, backward: true, recompute }]);
-    }
-    const scratch = Math.max(...passes.map(([m, p]) => attentionScratchBytes(m.dims, p)));
-    row("trainer", "cuBLASLt workspace and attention scratch", same(CUDA_WORKSPACE + scratch));
+    const scratch = Math.max(
+      passOf(policy, tokens.update).attentionBackwardScratch,
+      passOf(policy, tokens.logProbs).attentionForwardScratch,
+      critic ? passOf(critic, tokens.criticUpdate).attentionBackwardScratch : 0,
+    );
+    row("trainer", "cuBLASLt workspace and attention scratch", same(policy.workspace + scratch));
   }
 
-  let engineRefuses = false;
-  if (input.engine) {
-    const weights = x * policy.floats;
-    row("engine", `weights (${xName} compute copy)`, same(weights));
-    const budget = input.engine.utilization * input.deviceBytes;
-    const step = engineStepBytes(d, x);
-    const kv = Math.max(0, budget - weights - CUDA_WORKSPACE - step);
-    // PagedKvCache::bytes_per_block: keys and values of 16 positions, every layer.
-    const block = 2 * d.layers * d.kvHeads * KV_BLOCK * d.headDim * x;
-    engineRefuses = kv < block;
-    const positions = Math.floor(kv / block) * KV_BLOCK;
+  const engine = input.engine ? policy.engine : null;
+  if (input.engine && engine) {
+    row("engine", `weights (${xName} compute copy)`, same(engine.weights));
+    const kv = engine.kvBlocks * engine.kvBlock;
     const release = input.engine.release;
     row(
       "engine",
       `KV cache: ${input.engine.utilization} × device − weights, ` +
-        `${positions.toLocaleString("en-US")} token positions` +
+        `${(engine.kvBlocks * engine.blockSize).toLocaleString("en-US")} token positions` +
         (release ? " (released while the trainer works)" : ""),
       same(kv),
       same(release ? 0 : kv),
     );
     row(
       "engine",
-      `buffers of its largest step (${ENGINE_CHUNK_TOKENS} prompt tokens and ` +
-        `${ENGINE_MAX_RUNNING} sequences)` +
+      `buffers of its largest step (${engine.chunkTokens} prompt tokens and ` +
+        `${engine.maxRunning} sequences of ${tok(engine.contextLength)})` +
         (release ? ", given back with the KV cache" : ""),
-      same(step),
-      same(release ? 0 : step),
+      same(engine.step),
+      same(release ? 0 : engine.step),
     );
-    row("engine", "cuBLASLt workspace", same(CUDA_WORKSPACE));
+    if (engine.workspace > 0) row("engine", "cuBLASLt workspace", same(engine.workspace));
   }
   rows.push(...hostRows);
-  // What is held throughout a moment, and the largest command's activations.
+  // What is held throughout a moment, and its largest command's rows.
+  const counted = rows.filter((r) => r.counted);
   const sum = (moment: Moment) =>
     byStage((s) => {
-      const counted = rows.filter((r) => r.counted);
-      const held = counted.reduce((t, r) => t + (r.perCommand ? 0 : r[moment][s]), 0);
-      return held + Math.max(0, ...counted.map((r) => (r.perCommand ? r[moment][s] : 0)));
+      const held = counted.reduce((t, r) => t + (r.commands ? 0 : r[moment][s]), 0);
+      const commands = Object.keys(MOMENT_OF) as Command[];
+      const largest = Math.max(
+        0,
+        ...commands.map((c) =>
+          counted.reduce((t, r) => t + (r.commands?.includes(c) ? r[moment][s] : 0), 0),
+        ),
+      );
+      return held + largest;
     });
   const rollout = sum("rollout");
   const logProbs = sum("logProbs");
@@ -636,7 +459,8 @@ export function memoryPlan(input: PlanInput): MemoryPlan {
     parameters: policy.parameters,
     rows,
     totals: { rollout, logProbs, update, peak, host },
-    engineRefuses,
+    engineRefuses: engine !== null && engine.refused !== null,
+    sizes,
   };
 }
 

@@ -11,19 +11,14 @@
 //  - resumed from the first checkpoint with the same offload: the last two updates and the
 //    final checkpoint again;
 //  - the load reply's memory: what is on the device and what in host memory, as the memory
-//    plan computes it (learnerBytes in src/planning/memory-plan.ts).
+//    plan has it (`searchr1-trainer plan`, Learner::planned, through
+//    src/planning/native-sizes.ts).
 // A malformed offload field is refused, naming it.
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { readPlanModel } from "../../src/planning/dry-run.js";
-import {
-  learnerBytes,
-  NO_OFFLOAD,
-  type Offload,
-  paramLayout,
-  type ZeroStage,
-} from "../../src/planning/memory-plan.js";
+import type { ZeroStage } from "../../src/planning/memory-plan.js";
+import { modelBytes, NO_OFFLOAD, type Offload } from "../../src/planning/native-sizes.js";
 import {
   FIXTURES,
   get,
@@ -194,7 +189,8 @@ function expectSame(got: Continued, want: Continued, what: string) {
 
 /** What the load reply says a learner holds: Learner::Memory as the plan computes it. */
 function expectedMemory(model: string, head: "lm" | "value", t: Topology, offload: Offload) {
-  const b = learnerBytes(paramLayout(readPlanModel(model), head), t.ranks, t.stage, "cpu", offload);
+  const b = modelBytes({ dir: model, head, device: "cpu", ranks: t.ranks, offload, tokens: [] })
+    .learner[t.stage];
   return {
     weights: offload.param ? 0 : b.weights, // in host memory right after load
     master_weights: b.masters,

@@ -14,8 +14,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { readPlanModel } from "../../src/planning/dry-run.js";
-import { learnerBytes, paramLayout } from "../../src/planning/memory-plan.js";
+import { modelBytes, NO_OFFLOAD } from "../../src/planning/native-sizes.js";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { ServeProcess } from "../helpers/serve-process.js";
 import {
@@ -387,7 +386,15 @@ describe("ZeRO stage 1 and 2 on two CPU ranks: the optimizer sharded, the run st
         optimizer_state: 8 * (C / 2),
         gradients:
           stage === 2
-            ? learnerBytes(paramLayout(readPlanModel(POLICY), "lm"), 2, 2, "cpu").gradients
+            ? // What the plan says the shard and buckets take (searchr1-trainer plan).
+              modelBytes({
+                dir: POLICY,
+                head: "lm",
+                device: "cpu",
+                ranks: 2,
+                offload: NO_OFFLOAD,
+                tokens: [],
+              }).learner[2].gradients
             : 4 * C,
         gradients_between_updates: stage === 2 ? 0 : 4 * C,
         ...NO_HOST,

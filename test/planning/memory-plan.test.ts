@@ -1,111 +1,99 @@
-// The memory plan of `searchr1 train --dry-run` (src/planning/memory-plan.ts) against numbers
-// worked out by hand here, for a small model and for Qwen2.5-3B and 7B (their config.json
-// values: /work/shared/reference/native.md §2.2, whose parameter counts §2.3 checks), and
-// against what the native trainer really allocates for the test fixture (the CPU backend
-// counts every allocation: score --repeat reports the peak).
+// The memory plan of `searchr1 train --dry-run`: the native sizes it adds up
+// (`searchr1-trainer plan`, src/planning/native-sizes.ts) against numbers worked out by hand
+// here, for a small model and for Qwen2.5-3B and 7B, and against what the native trainer
+// and engine really allocate for the test fixtures (the CPU backend counts every
+// allocation: score --repeat and sft report their peaks, the engine its step's buffers);
+// then src/planning/memory-plan.ts's sums, moment by moment.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import type { ModelDims } from "../../src/ckpt/model-dims.js";
 import { resolveConfig } from "../../src/config/resolve.js";
 import { trainSpec } from "../../src/config/schemas/train.js";
 import { readPlanModel } from "../../src/planning/dry-run.js";
 import {
-  activationBytes,
-  engineStepBytes,
   fitsAt,
   formatPlan,
   GiB,
-  learnerBytes,
   memoryPlan,
+  type PlanInput,
   type PlanModel,
-  paramLayout,
   planInput,
   trajectoryBound,
   zeroStageOf,
 } from "../../src/planning/memory-plan.js";
+import {
+  type LearnerBytes,
+  modelBytes,
+  NO_OFFLOAD,
+  type Offload,
+  passOf,
+  type SizesRequest,
+} from "../../src/planning/native-sizes.js";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { runCli } from "../helpers/cli.js";
 import { modelDir, tempDir } from "../native/helpers.js";
+import { QWEN_CONFIGS, SMALL_CONFIG, writeModelConfig } from "./model-configs.js";
 
-const qwen2 = (dims: Omit<ModelDims, "modelType">): PlanModel => ({
-  dims: { modelType: "qwen2", ...dims },
-  attentionBias: true,
-});
+const model = (config: object): PlanModel => readPlanModel(writeModelConfig(tempDir(), config));
+const SMALL = model(SMALL_CONFIG);
+const QWEN_3B = model(QWEN_CONFIGS["Qwen/Qwen2.5-3B"]);
+const QWEN_7B = model(QWEN_CONFIGS["Qwen/Qwen2.5-7B"]);
+const sizes = (m: PlanModel, req: Partial<SizesRequest> = {}) =>
+  modelBytes({
+    dir: m.dir,
+    head: "lm",
+    device: "cuda",
+    ranks: 1,
+    offload: NO_OFFLOAD,
+    tokens: [],
+    ...req,
+  });
+const learner = (m: PlanModel, ranks: number, stage: 0 | 1 | 2, req: Partial<SizesRequest> = {}) =>
+  sizes(m, { ranks, ...req }).learner[stage] as LearnerBytes;
 
-// H 8, I 16, 2 layers, 2 heads of 4 (Q 8), 1 KV head (KV 4), V 32, untied, q/k/v biases.
-const SMALL = qwen2({
-  vocabSize: 32,
-  hiddenSize: 8,
-  intermediateSize: 16,
-  layers: 2,
-  heads: 2,
-  kvHeads: 1,
-  headDim: 4,
-  tied: false,
-});
-const QWEN_3B = qwen2({
-  vocabSize: 151936,
-  hiddenSize: 2048,
-  intermediateSize: 11008,
-  layers: 36,
-  heads: 16,
-  kvHeads: 2,
-  headDim: 128,
-  tied: true,
-});
-// The brief for this file said vocab 151936 for both; Qwen2.5-7B's config.json says 152064
-// (native.md §2.2), which the parameter count below confirms.
-const QWEN_7B = qwen2({
-  vocabSize: 152064,
-  hiddenSize: 3584,
-  intermediateSize: 18944,
-  layers: 28,
-  heads: 28,
-  kvHeads: 4,
-  headDim: 128,
-  tied: false,
-});
-
-describe("the flat parameter buffer (native/src/model/params.h)", () => {
+describe("searchr1-trainer plan: the flat parameter buffer (native/src/model/params.h)", () => {
   // Groups start at multiples of 128 floats. Embedding [32, 8]: 0..256. Layer 0: ln1 at 256
   // (..264); q at 384 (..448), k, v follow (..512); the biases at 512 (..528); o at 640
   // (..704); ln2 at 768 (..776); gate at 896, up (..1152); down at 1152 (..1280). Layer 1
   // the same from 1280: ..2304. Final norm at 2304 (..2312); lm_head at 2432 (..2688).
   // Parameters: 256 + 2 × 608 (8 + 64 + 32 + 32 + 16 + 64 + 8 + 3 × 128) + 8 + 256.
-  // ZeRO stage 2's regions: the embeddings up to layer 0 (256), each layer 1024 wide, the
-  // final norm from 2304 on.
-  it("a small model: the floats with the alignment gaps, the parameters and the regions", () => {
-    const regions = { embedRegion: 256, widestLayer: 1024, norm: 2304 };
-    expect(paramLayout(SMALL, "lm")).toEqual({ floats: 2688, parameters: 1736, ...regions });
+  it("a small model: the floats with the alignment gaps and the parameters", () => {
+    expect(sizes(SMALL)).toMatchObject({ floats: 2688, parameters: 1736, computeCopy: 2 * 2688 });
     // A critic: no lm_head; the value head [1, 8] at 2432 and its bias: 2441.
-    expect(paramLayout(SMALL, "value")).toEqual({ floats: 2441, parameters: 1489, ...regions });
+    expect(sizes(SMALL, { head: "value" })).toMatchObject({ floats: 2441, parameters: 1489 });
   });
 
   // Every Qwen2.5-3B/7B size is a multiple of 128: no gaps. The counts are Hugging Face's.
   it("Qwen2.5-3B and 7B: Hugging Face's parameter counts", () => {
-    expect(paramLayout(QWEN_3B, "lm")).toMatchObject({
-      floats: 3_085_938_688,
-      parameters: 3_085_938_688,
-    });
-    expect(paramLayout(QWEN_7B, "lm")).toMatchObject({
-      floats: 7_615_616_512,
-      parameters: 7_615_616_512,
-    });
+    expect(sizes(QWEN_3B)).toMatchObject({ floats: 3_085_938_688, parameters: 3_085_938_688 });
+    expect(sizes(QWEN_7B)).toMatchObject({ floats: 7_615_616_512, parameters: 7_615_616_512 });
     // The 7B critic: the lm_head (152064 × 3584) replaced by a value head of 3584 + 1.
-    expect(paramLayout(QWEN_7B, "value").parameters).toBe(
+    expect(sizes(QWEN_7B, { head: "value" }).parameters).toBe(
       7_615_616_512 - 152_064 * 3584 + 3584 + 1,
     );
   });
 
-  it("the fixture the native tests train: the trainer's own count", () => {
-    expect(paramLayout(readPlanModel(modelDir("untied")), "lm").floats).toBe(140160);
+  it("refuses what it cannot plan, naming the option or the file", () => {
+    const plan = (args: string[]) =>
+      spawnSync(nativeExecutable("searchr1-trainer"), ["plan", ...args], { encoding: "utf8" });
+    const bad = [
+      [["--model", SMALL.dir, "--device", "tpu"], /--device: 'tpu' is not cpu or cuda/],
+      [["--model", SMALL.dir, "--device", "cpu", "--offload", "disk"], /--offload: 'disk'/],
+      [["--model", SMALL.dir, "--device", "cpu", "--tokens", "12,x"], /--tokens: 'x'/],
+      [["--model", "/nonexistent", "--device", "cpu"], /\/nonexistent\/config\.json/],
+    ] as const;
+    for (const [args, message] of bad) {
+      const r = plan([...args]);
+      expect(r.status).not.toBe(0);
+      expect(r.stderr).toMatch(message);
+      expect(r.stdout).toBe("");
+    }
   });
 });
 
-describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
+describe("searchr1-trainer plan: a learner's bytes per rank (native/src/train/learner.h)", () => {
   // Without offload nothing is in host memory.
   const NO_HOST = { hostWeights: 0, hostMasters: 0, hostOptimizer: 0, hostGradients: 0 };
   // 8 ranks: the buffer padded to a multiple of 8 × 128 = 1024 floats. 3B: 3,085,938,688 /
@@ -113,8 +101,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
   // buffer padded to 7,437,126 × 1024 = 7,615,617,024, shards of 951,952,128.
   it("Qwen2.5-3B on 8 GPUs: ZeRO stage 0, 1, 2", () => {
     const P = 3_085_938_688;
-    const layout = paramLayout(QWEN_3B, "lm");
-    expect(learnerBytes(layout, 8, 0, "cuda")).toEqual({
+    expect(learner(QWEN_3B, 8, 0)).toEqual({
       weights: 2 * P,
       masters: 4 * P, // 11.50 GiB
       optimizer: 8 * P, // 22.99 GiB
@@ -123,7 +110,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
       ...NO_HOST,
     });
     const S = 385_742_336;
-    expect(learnerBytes(layout, 8, 1, "cuda")).toEqual({
+    expect(learner(QWEN_3B, 8, 1)).toEqual({
       weights: 2 * P,
       masters: 4 * S, // 1.44 GiB
       optimizer: 8 * S, // 2.87 GiB
@@ -134,7 +121,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
     // Stage 2: the shard, the embeddings' bucket (151936 × 2048 = 311,164,928, the tied head
     // adds to it) and one layer's (2048 + 2048² + 2 × 256 × 2048 + 2048 + 512 + 2048² + 2048 +
     // 3 × 11008 × 2048 = 77,076,992; the final norm's region is 2048): 2.88 GiB, not 11.50.
-    expect(learnerBytes(layout, 8, 2, "cuda")).toMatchObject({
+    expect(learner(QWEN_3B, 8, 2)).toMatchObject({
       optimizer: 8 * S,
       gradients: 4 * (S + 311_164_928 + 77_076_992),
       gradientsBetween: 0,
@@ -147,7 +134,7 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
     // The buckets: the embeddings (152064 × 3584 = 544,997,376) and the final norm with the
     // untied head up to the padded end (3584 + 544,997,376 + 512 of padding), wider than a
     // layer (233,057,792): 7.61 GiB with the shard, not 28.37.
-    expect(learnerBytes(paramLayout(QWEN_7B, "lm"), 8, 2, "cuda")).toEqual({
+    expect(learner(QWEN_7B, 8, 2)).toEqual({
       weights: 2 * C,
       masters: 4 * S,
       optimizer: 8 * S,
@@ -159,8 +146,8 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
     // Search-R1's scripts offload all three: the device keeps the buckets during the backward
     // (4.06 GiB) and the bf16 compute copy during the trainer's commands; host memory the
     // rest, 14.18 GiB of masters, moments and gradient shard and 14.18 of weights a rank.
-    const all = { param: true, grad: true, optimizer: true };
-    expect(learnerBytes(paramLayout(QWEN_7B, "lm"), 8, 2, "cuda", all)).toEqual({
+    const offload = { param: true, grad: true, optimizer: true };
+    expect(learner(QWEN_7B, 8, 2, { offload })).toEqual({
       weights: 2 * C,
       masters: 0,
       optimizer: 0,
@@ -176,20 +163,18 @@ describe("a learner's bytes per rank (native/src/train/learner.h)", () => {
   it("on the CPU the fp32 compute copy is the masters", () => {
     // The fixture on 2 CPU ranks, as test/native/ranks.test.ts measures it (its shard and
     // buckets: 560,640 bytes).
-    expect(learnerBytes(paramLayout(readPlanModel(modelDir("untied")), "lm"), 2, 2, "cpu")).toEqual(
-      {
-        weights: 4 * 140288,
-        masters: 0,
-        optimizer: 8 * 70144,
-        gradients: 560_640,
-        gradientsBetween: 0,
-        ...NO_HOST,
-      },
-    );
+    expect(learner(readPlanModel(modelDir("untied")), 2, 2, { device: "cpu" })).toEqual({
+      weights: 4 * 140288,
+      masters: 0,
+      optimizer: 8 * 70144,
+      gradients: 560_640,
+      gradientsBetween: 0,
+      ...NO_HOST,
+    });
   });
 });
 
-describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () => {
+describe("searchr1-trainer plan: the activations of one pass (native/src/model/qwen2.cpp)", () => {
   // The small model, N = 10 tokens, fp32 (x = 4), logits chunk 256 cut to the 10 rows, Q 8,
   // QKV 16: compute-type: two layer inputs used in turn 2·10·8 = 160; per layer set
   // 10·(3·8 + 16 + 8 + 3·16) = 960; final norm 80; head input 10·8 = 80; logits 10·32 = 320;
@@ -197,28 +182,33 @@ describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () =>
   // set 10·(2 + 2 heads) = 40, then 30; backward 20. int32: 50.
   it("a small model, forward and backward, with and without recompute", () => {
     const forward = (160 + 960 + 80 + 80 + 320 + 10) * 4 + (40 + 30) * 4 + 50 * 4;
-    const cpu = (tokens: number, backward: boolean, recompute: boolean) =>
-      activationBytes(SMALL.dims, { tokens, backward, recompute }, "cpu");
-    expect(cpu(10, false, false)).toBe(forward);
-    // A forward pass is the same with and without recompute (one set, two inputs).
-    expect(cpu(10, false, true)).toBe(forward);
     const recompute = forward + (80 + 960 + 80) * 4 + 20 * 4;
-    expect(cpu(10, true, true)).toBe(recompute);
-    // Without recompute every layer keeps its set: one more of 960 + 40.
-    expect(cpu(10, true, false)).toBe(recompute + (960 + 40) * 4);
+    expect(passOf(sizes(SMALL, { device: "cpu", tokens: [10] }), 10)).toEqual({
+      tokens: 10,
+      forward,
+      // Without recompute every layer keeps its set: one more of 960 + 40.
+      backward: recompute + (960 + 40) * 4,
+      backwardRecompute: recompute,
+      attentionForwardScratch: 0,
+      attentionBackwardScratch: 0,
+    });
+    // On CUDA the attention's scratch: the spans 8 × 10, and the backward's fp32 dq and
+    // delta 4 × 10 × (8 + 2).
+    expect(passOf(sizes(SMALL, { tokens: [10] }), 10)).toMatchObject({
+      attentionForwardScratch: 80,
+      attentionBackwardScratch: 80 + 400,
+    });
   });
 
   // The head's chunk: the device's default, never more rows than the pass has.
   it("logits chunks of 256 rows on the CPU and 2,048 on CUDA, cut to the pass's rows", () => {
-    const bytes = (tokens: number, device: "cpu" | "cuda") =>
-      activationBytes(SMALL.dims, { tokens, backward: false, recompute: false }, device);
-    const V = SMALL.dims.vocabSize;
-    const H = SMALL.dims.hiddenSize;
+    const forward = (device: "cpu" | "cuda", at: number) => {
+      const s = sizes(SMALL, { device, tokens: [at, at + 1] });
+      return passOf(s, at + 1).forward - passOf(s, at).forward;
+    };
     // One more token adds its own rows; past the chunk it no longer adds head rows.
-    const perToken = (device: "cpu" | "cuda", at: number) =>
-      bytes(at + 1, device) - bytes(at, device);
-    expect(perToken("cpu", 100) - perToken("cpu", 300)).toBe((V + H) * 4);
-    expect(perToken("cuda", 300) - perToken("cuda", 3000)).toBe((V + H) * 2);
+    expect(forward("cpu", 100) - forward("cpu", 300)).toBe((32 + 8) * 4);
+    expect(forward("cuda", 300) - forward("cuda", 3000)).toBe((32 + 8) * 2);
   });
 
   // What the trainer really holds: score's peak, less the fp32 weights; sft's second step's,
@@ -230,7 +220,7 @@ describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () =>
     [1, 23],
     [4, 80],
   ])(
-    "the fixture, %i × %i tokens: the trainer's own peaks, forward and backward, with and without recompute",
+    "the fixture, %i × %i tokens: the trainer's measured peaks, forward and backward, with and without recompute",
     async (B, T) => {
       const dir = tempDir();
       const ids = new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 7) % 500)));
@@ -257,13 +247,12 @@ describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () =>
           .split("\n")
           .map((l) => (JSON.parse(l) as { peak_memory_mb: number }).peak_memory_mb * 2 ** 20);
       };
-      const fixture = readPlanModel(modelDir("untied"));
-      const P = paramLayout(fixture, "lm").floats;
-      const pass = (backward: boolean, recompute: boolean) =>
-        activationBytes(fixture.dims, { tokens: B * T, backward, recompute }, "cpu");
+      const plan = sizes(readPlanModel(modelDir("untied")), { device: "cpu", tokens: [B * T] });
+      const pass = passOf(plan, B * T);
+      const learnt = plan.learner[0];
       const out = join(dir, "out.safetensors");
       const [scored] = trainer(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
-      expect(Math.abs((scored ?? 0) - 4 * P - pass(false, false))).toBeLessThanOrEqual(524);
+      expect(Math.abs((scored ?? 0) - learnt.weights - pass.forward)).toBeLessThanOrEqual(524);
       for (const recompute of [false, true]) {
         const metrics = join(dir, `sft-${recompute}.jsonl`);
         const steps = trainer(
@@ -281,11 +270,44 @@ describe("activations of one pass (native/src/model/qwen2.cpp reserve())", () =>
           ],
           metrics,
         );
-        const second = steps[1] ?? 0;
-        expect(Math.abs(second - 16 * P - pass(true, recompute))).toBeLessThanOrEqual(524);
+        const held = learnt.weights + learnt.gradients + learnt.optimizer;
+        const acts = recompute ? pass.backwardRecompute : pass.backward;
+        expect(Math.abs((steps[1] ?? 0) - held - acts)).toBeLessThanOrEqual(524);
       }
     },
   );
+});
+
+describe("searchr1-trainer plan: the engine (cli/engine/main.cpp)", () => {
+  // searchr1-engine sets its step's buffers aside before sizing its KV cache and says how
+  // many bytes and blocks in its ready event; on the CPU (fp32) for a fixture model, with the
+  // block tables counted.
+  it("its step's buffers are what the engine reports, to the byte", () => {
+    const dir = "test/engine/fixtures/qwen-hd16";
+    const r = spawnSync(
+      nativeExecutable("searchr1-engine"),
+      ["--model", dir, "--device", "cpu", "--threads", "1"],
+      { input: '{"op":"shutdown"}\n', encoding: "utf8" },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const ready = JSON.parse(r.stdout.split("\n")[0] as string) as Record<string, number>;
+    const plan = modelBytes({
+      dir,
+      head: "lm",
+      device: "cpu",
+      ranks: 1,
+      offload: NO_OFFLOAD,
+      tokens: [],
+      engine: { deviceGiB: 1, utilization: 0.5 },
+    });
+    expect(plan.engine).toMatchObject({
+      chunkTokens: ready.chunk_tokens,
+      maxRunning: ready.max_running,
+      contextLength: ready.context_length,
+      blockSize: ready.block_size,
+      step: ready.step_buffer_bytes,
+    });
+  });
 });
 
 const config = (overrides: string[]) =>
@@ -361,26 +383,27 @@ describe("the whole plan", () => {
   // The small model on 2 CUDA ranks, a reference, the engine on the device at 0.5 of 1 GiB,
   // passes of 10 tokens. bf16 (x = 2). Actor at stage 0: weights 2 × 2688, masters 4 × 2688,
   // moments 8 × 2688, gradients 4 × 2688; at stages 1 and 2 the buffer is padded to
-  // 11 × 256 = 2816 floats and a shard is 1408; stage 2 holds no gradient during the
-  // rollouts, and during the updates the shard and two buckets (the embeddings' 256 and a
-  // layer's 1024, wider than the final norm's 512 with the head and padding): 4 × 2688.
+  // 11 × 256 = 2816 floats and a shard is 1408; stage 2 holds no gradient between updates,
+  // and during its updates the shard and two buckets (the embeddings' 256 and a layer's
+  // 1024, wider than the final norm's 512 with the head and padding): 4 × 2688.
   // Activations (the counts above, x = 2; the head's chunk of 2,048 rows cut to the 10): the
-  // update 2730 × 2 + 90 × 4 + 50 × 4 = 6020 (recompute), during the updates alone; the
-  // log-prob pass 1610 × 2 + 70 × 4 + 50 × 4 = 3700, the actor's and the reference's, during
-  // the log-probs alone, where the total counts one (the trainer runs one command at a time
-  // and frees its activations after it). The
-  // trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 × (8 + 2)
-  // = 480. The engine: u × device = 2^29 in all: its weights, the buffers of its largest
-  // step (8192 + 256 = 8448 rows × (3·8 + 16 + 8 + 3·16) bf16, a 64-row head chunk of
-  // 8 + 32 bf16, 8448 × 4 bytes of rstd and 5 × 8448 ints: 1,829,888 bytes), the workspace and
-  // its KV cache, the rest: 2^29 − 5376 − 1829888 − 32 MiB.
-  const input = (release: boolean) => ({
+  // update 2730 × 2 + 90 × 4 + 50 × 4 = 6020 (recompute), during the actor's update alone; the
+  // log-prob pass 1610 × 2 + 70 × 4 + 50 × 4 = 3700, the actor's and the reference's, each
+  // during its own command (the trainer runs one at a time and frees its activations after
+  // it). The trainer's backend: 32 MiB + the attention's backward scratch 8 × 10 + 4 × 10 ×
+  // (8 + 2) = 480. The engine: its weights; the buffers of its largest step (8192 + 256 = 8448
+  // rows × (3·8 + 16 + 8 + 3·16) bf16, a 64-row head chunk of 8 + 32 bf16, 8448 × 4 bytes of
+  // rstd and 5 × 8448 ints: 1,829,888 bytes; and block tables of 256 sequences × 2,048 columns
+  // for a context of 32,768: 2 MiB); the workspace; and its KV cache: what is left of
+  // 0.5 × 1 GiB, but no more than 256 sequences of full context use, 256 × 2,049 blocks of
+  // 2 × 2 layers × 16 positions × 4 × 2 bytes = 268,566,528 (as kv_budget.cpp caps it).
+  const input = (release: boolean): PlanInput => ({
     policy: SMALL,
     critic: null,
     reference: true,
     ranks: 2,
-    stage: 2 as const,
-    device: "cuda" as const,
+    stage: 2,
+    device: "cuda",
     recompute: true,
     tokens: { update: 10, logProbs: 10, criticUpdate: 10, values: 10 },
     engine: { utilization: 0.5, release },
@@ -388,8 +411,9 @@ describe("the whole plan", () => {
     trajectoryTokens: 10,
   });
   const MiB32 = 32 * 2 ** 20;
-  const STEP = 1829888;
-  const KV = 2 ** 29 - 5376 - STEP - MiB32;
+  const STEP = 1829888 + 2 * 2 ** 20;
+  const KV = 256 * 2049 * 512;
+  const ENGINE = 5376 + KV + STEP + MiB32;
 
   it("the small model on two GPUs: every row, during the rollouts, the log-probs and the updates", () => {
     const plan = memoryPlan(input(false));
@@ -406,7 +430,8 @@ describe("the whole plan", () => {
       ["actor", ...all(5376, 5632)],
       ["actor", ...all(10752, 5632)],
       ["actor", ...all(21504, 11264)],
-      ["actor", [10752, 11264, 0], [10752, 11264, 0], [10752, 11264, 10752]],
+      ["actor", ...all(10752, 11264, 0)],
+      ["actor", zero, zero, [0, 0, 10752]],
       ["actor", zero, zero, [6020, 6020, 6020]],
       ["actor", zero, [3700, 3700, 3700], zero],
       ["reference", ...all(5376)],
@@ -417,21 +442,19 @@ describe("the whole plan", () => {
       ["engine", ...all(STEP)],
       ["engine", ...all(MiB32)],
     ]);
-    // Held throughout at stage 0 and 1; at stage 2 without the gradients but in the updates.
-    const held0 = 5376 + 10752 + 21504 + 10752 + 5376 + MiB32 + 480 + 2 ** 29;
-    const held1 = 5632 + 5632 + 11264 + 11264 + 5376 + MiB32 + 480 + 2 ** 29;
+    // Held throughout at stage 0 and 1; at stage 2 the gradients in the actor's updates only.
+    const held0 = 5376 + 10752 + 21504 + 10752 + 5376 + MiB32 + 480 + ENGINE;
+    const held1 = 5632 + 5632 + 11264 + 11264 + 5376 + MiB32 + 480 + ENGINE;
     const rollout = [held0, held1, held1 - 11264];
+    const update = [held0 + 6020, held1 + 6020, held1 - 11264 + 10752 + 6020];
     expect(plan.totals).toEqual({
       rollout,
       logProbs: rollout.map((t) => t + 3700),
-      update: [held0 + 6020, held1 + 6020, held1 - 11264 + 10752 + 6020],
-      peak: [held0 + 6020, held1 + 6020, held1 - 11264 + 10752 + 6020],
+      update,
+      peak: update,
       host: [0, 0, 0],
     });
-    expect(fitsAt(plan, 2)).toEqual({
-      fits: true,
-      margin: GiB - (held1 - 11264 + 10752 + 6020),
-    });
+    expect(fitsAt(plan, 2)).toEqual({ fits: true, margin: GiB - (update[2] as number) });
     expect(plan.engineRefuses).toBe(false);
   });
 
@@ -439,12 +462,13 @@ describe("the whole plan", () => {
     const plan = memoryPlan(input(true));
     const kv = plan.rows.find((r) => r.part === "engine" && r.item.startsWith("KV cache"));
     expect(kv).toMatchObject({ rollout: [KV, KV, KV], update: [0, 0, 0] });
+    expect(kv?.item).toContain(`${(KV / 512) * 16}`.replace(/\B(?=(\d{3})+$)/g, ","));
     const step = plan.rows.find((r) => r.part === "engine" && r.item.startsWith("buffers"));
     expect(step).toMatchObject({ rollout: [STEP, STEP, STEP], update: [0, 0, 0] });
     const kept = memoryPlan(input(false));
     expect(plan.totals.rollout).toEqual(kept.totals.rollout);
     expect(plan.totals.update).toEqual(kept.totals.update.map((t) => t - KV - STEP));
-    // Stage 2: the rollouts hold the KV cache, the updates the gradients (11264 < KV).
+    // Stage 2: the rollouts hold the KV cache, the updates the gradients (10752 < KV).
     expect(plan.totals.peak[2]).toBe(plan.totals.rollout[2]);
   });
 
@@ -455,7 +479,8 @@ describe("the whole plan", () => {
     for (const [a, b] of refs(kept).map((r, i) => [r, refs(off)[i]] as const)) {
       expect(b).toMatchObject({ rollout: [0, 0, 0], update: [0, 0, 0], logProbs: a.logProbs });
     }
-    // Its weights; its activations are in the log-probs alone either way.
+    // Its weights, during its own command: with its activations, one command of the
+    // log-probs (the actor's holds only activations).
     expect(off.totals.rollout).toEqual(kept.totals.rollout.map((t) => t - 5376));
     expect(off.totals.update).toEqual(kept.totals.update.map((t) => t - 5376));
     expect(off.totals.logProbs).toEqual(kept.totals.logProbs);
@@ -464,28 +489,31 @@ describe("the whole plan", () => {
   // actor.*_offload (native/src/train/learner.h): with all three, the masters (4 × 2688 |
   // 1408 | 1408) and moments (8 × the same) go to host memory; the gradient too, to a host
   // copy of the shard (4 × 2688 | 1408 | 1408), so the device holds none between updates
-  // (stage 0 and 1: 4 × 2688 | 2816) and at stage 2 only the buckets during the backward
-  // (4 × (256 + 1024)); the compute copy (2 × 2688 | 2816 | 2816) leaves the device during
-  // the rollouts (its activations are in its own commands alone either way). Host lines
-  // count in no device total: their own.
+  // and during its updates the whole buffer (stage 0 and 1: 4 × 2688 | 2816) or at stage 2
+  // the buckets (4 × (256 + 1024)); the compute copy (2 × 2688 | 2816 | 2816) is on the
+  // device during the actor's own commands only. Host lines count in no device total.
   it("actor offloads: their bytes leave the device totals for host memory lines", () => {
     const kept = memoryPlan(input(false));
-    const off = memoryPlan({
-      ...input(false),
-      actorOffload: { param: true, grad: true, optimizer: true },
-    });
+    const all: Offload = { param: true, grad: true, optimizer: true };
+    const off = memoryPlan({ ...input(false), actorOffload: all });
     const minus = (t: number[], d: number[]) => t.map((x, s) => x - (d[s] ?? 0));
-    // Per stage: the masters and moments; at stage 2 the gradient shard during the updates;
-    // during the rollouts also the weights and gradients between updates.
-    expect(off.totals.update).toEqual(
-      minus(kept.totals.update, [10752 + 21504, 5632 + 11264, 5632 + 11264 + 5632]),
-    );
+    // The masters and moments leave every moment; the weights and the gradients kept between
+    // updates leave the rollouts, and the log-probs but for the weights, which the actor's
+    // log-probs bring back (with its activations, the largest command there).
+    const masters = [10752 + 21504, 5632 + 11264, 5632 + 11264];
     expect(off.totals.rollout).toEqual(
       minus(kept.totals.rollout, [
-        10752 + 21504 + 5376 + 10752,
-        5632 + 11264 + 5632 + 11264,
-        5632 + 11264 + 5632,
+        masters[0] + 5376 + 10752,
+        masters[1] + 5632 + 11264,
+        masters[2] + 5632,
       ]),
+    );
+    expect(off.totals.logProbs).toEqual(
+      minus(kept.totals.logProbs, [masters[0] + 10752, masters[1] + 11264, masters[2]]),
+    );
+    // The updates: stage 2 keeps the buckets (4 × 1280 = 5120) but not the shard.
+    expect(off.totals.update).toEqual(
+      minus(kept.totals.update, [masters[0], masters[1], masters[2] + 10752 - 5120]),
     );
     // The weights, masters, moments and the gradient's host copy.
     expect(off.totals.host).toEqual([
@@ -495,7 +523,7 @@ describe("the whole plan", () => {
     ]);
     const host = off.rows.filter((r) => r.host);
     expect(host.map((r) => r.item)).toEqual([
-      "weights (bf16 compute copy) between its log-probs and updates",
+      "weights (bf16 compute copy) between its commands",
       "fp32 master weights",
       "AdamW moments (fp32 m, v)",
       "fp32 gradients the step reads",
@@ -505,6 +533,36 @@ describe("the whole plan", () => {
     expect(printed).toMatch(/^actor +fp32 master weights \(host memory\) +0\.00 +0\.00 +0\.00$/m);
     expect(printed).toMatch(/^total in host memory \(offloads, apart from the above\) +0\.00/m);
     expect(formatPlan(kept, "plan")).not.toMatch(/host memory/);
+  });
+
+  // With param offload every model's compute copy is on the device during its own commands
+  // alone: a moment holds the largest command's, not all of them.
+  it("offloaded models: a moment counts the largest command, not every model at once", () => {
+    const all: Offload = { param: true, grad: true, optimizer: true };
+    const ppo: PlanInput = {
+      ...input(false),
+      critic: SMALL,
+      referenceOffload: true,
+      actorOffload: all,
+      criticOffload: all,
+    };
+    const plan = memoryPlan(ppo);
+    const critic = plan.sizes.critic?.learner[2] as LearnerBytes;
+    const actor = plan.sizes.policy.learner[2] as LearnerBytes;
+    const held = MiB32 + 480 + ENGINE;
+    expect(plan.totals.rollout[2]).toBe(held);
+    // Log-probs: the actor's, the reference's (5376 + 3700 each, the policy's sizes) or the
+    // critic's values (its compute copy and its forward pass), the largest.
+    const values = critic.weights + passOf(plan.sizes.critic ?? plan.sizes.policy, 10).forward;
+    expect(plan.totals.logProbs[2]).toBe(
+      held + Math.max(actor.weights + 3700, 5376 + 3700, values),
+    );
+    // Updates: the actor's (compute copy, buckets, activations) or the critic's.
+    const criticUpdate =
+      critic.weights +
+      critic.gradients +
+      passOf(plan.sizes.critic ?? plan.sizes.policy, 10).backwardRecompute;
+    expect(plan.totals.update[2]).toBe(held + Math.max(actor.weights + 5120 + 6020, criticUpdate));
   });
 
   it("an engine whose share cannot hold its weights and one KV block refuses", () => {
@@ -523,6 +581,7 @@ describe("the whole plan", () => {
     });
     expect(plan.engineRefuses).toBe(true);
     expect(fitsAt(plan, 2).fits).toBe(false);
+    expect(plan.sizes.policy.engine?.refused).toMatch(/--gpu-memory-utilization 0\.1/);
   });
 });
 
@@ -531,21 +590,7 @@ describe("searchr1 train --dry-run", () => {
   // one trajectory per micro-batch: printed, nothing started, nothing written.
   it("prints the plan of one device and whether it fits; writes nothing", () => {
     const dir = tempDir();
-    const model = join(dir, "Qwen2.5-7B");
-    mkdirSync(model);
-    writeFileSync(
-      join(model, "config.json"),
-      JSON.stringify({
-        model_type: "qwen2",
-        hidden_size: 3584,
-        intermediate_size: 18944,
-        num_attention_heads: 28,
-        num_key_value_heads: 4,
-        num_hidden_layers: 28,
-        vocab_size: 152064,
-        tie_word_embeddings: false,
-      }),
-    );
+    const model = writeModelConfig(join(dir, "Qwen2.5-7B"), QWEN_CONFIGS["Qwen/Qwen2.5-7B"]);
     const out = join(dir, "runs");
     const r = runCli([
       "train",
@@ -575,7 +620,7 @@ describe("searchr1 train --dry-run", () => {
     expect(r.stdout).toMatch(/actor +AdamW moments \(fp32 m, v\) +56\.74 +7\.09 +7\.09/);
     // The recipe offloads the reference (ref.param_offload, as Search-R1's scripts).
     expect(r.stdout).toMatch(
-      /reference weights \(bf16 compute copy\), on the device for its log-probs only +14\.19/,
+      /reference weights \(bf16 compute copy\), on the device during its log-probs only +14\.19/,
     );
     expect(r.stdout).toMatch(/^total during the log-probs +\d/m);
     expect(r.stdout).toMatch(/^total during the updates +\d/m);
@@ -597,30 +642,5 @@ describe("searchr1 train --dry-run", () => {
       /^gradient traffic of one rank per step \(collective volumes, 10 optimizer step\(s\)\): stage 0\/1 533\.1 GB \(an all-reduce per optimizer step\); stage 2 up to 9\.75 TB \(a reduce per micro-batch pass, up to 32 per optimizer step\); from stage 1 on the all-gather of the updated weights adds 133\.3 GB$/m,
     );
     expect(existsSync(out)).toBe(false);
-  });
-});
-
-describe("the engine's step buffers", () => {
-  // searchr1-engine sets them aside before sizing its KV cache and says how many bytes in its
-  // ready event; on the CPU (fp32) for a fixture model, with the block tables counted.
-  it("are what the engine reports, to the byte", () => {
-    const dir = "test/engine/fixtures/qwen-hd16";
-    const r = spawnSync(
-      nativeExecutable("searchr1-engine"),
-      ["--model", dir, "--device", "cpu", "--threads", "1"],
-      { input: '{"op":"shutdown"}\n', encoding: "utf8" },
-    );
-    expect(r.status, r.stderr).toBe(0);
-    const ready = JSON.parse(r.stdout.split("\n")[0] as string) as Record<string, number>;
-    const chunkTokens = ready.chunk_tokens as number;
-    const maxRunning = ready.max_running as number;
-    // Each sequence's block table is a power of two wide, for the whole context.
-    let columns = 1;
-    while (columns < Math.ceil((ready.context_length as number) / 16)) columns *= 2;
-    const dims = readPlanModel(dir).dims;
-    expect(chunkTokens).toBe(512); // the CPU's default
-    expect(
-      engineStepBytes(dims, 4, { chunkTokens, maxRunning, tableEntries: maxRunning * columns }),
-    ).toBe(ready.step_buffer_bytes);
   });
 });

@@ -17,34 +17,10 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BIN, startCli, startServing } from "../helpers/cli.js";
 import { createHubServer } from "../helpers/hub-server.js";
+import { QWEN_CONFIGS, writeModelConfig } from "../planning/model-configs.js";
 import { MODEL, type SmallRun, smallRun } from "./small-run.js";
 
 const FIXTURES = fileURLToPath(new URL("./fixtures/search-r1/", import.meta.url));
-
-// Qwen2.5-7B's and 3B's config.json (native.md §2.2): the dry run plans from these alone,
-// under the relative paths the scripts name.
-const CONFIGS = {
-  "Qwen/Qwen2.5-7B": {
-    model_type: "qwen2",
-    hidden_size: 3584,
-    intermediate_size: 18944,
-    num_attention_heads: 28,
-    num_key_value_heads: 4,
-    num_hidden_layers: 28,
-    vocab_size: 152064,
-    tie_word_embeddings: false,
-  },
-  "Qwen/Qwen2.5-3B": {
-    model_type: "qwen2",
-    hidden_size: 2048,
-    intermediate_size: 11008,
-    num_attention_heads: 16,
-    num_key_value_heads: 2,
-    num_hidden_layers: 36,
-    vocab_size: 151936,
-    tie_word_embeddings: true,
-  },
-};
 
 let small: SmallRun;
 let work: string;
@@ -52,9 +28,9 @@ let work: string;
 beforeAll(() => {
   small = smallRun("searchr1-scripts-");
   work = path.join(small.dir, "work");
-  for (const [name, config] of Object.entries(CONFIGS)) {
-    mkdirSync(path.join(work, name), { recursive: true });
-    writeFileSync(path.join(work, name, "config.json"), JSON.stringify(config));
+  // The dry run plans from Qwen2.5's config.json alone, under the relative paths the scripts name.
+  for (const [name, config] of Object.entries(QWEN_CONFIGS)) {
+    writeModelConfig(path.join(work, name), config);
   }
 }, 60_000);
 
@@ -179,7 +155,7 @@ describe("--dry-run --model <hub repository id>", () => {
           files: [
             {
               path: "config.json",
-              content: Buffer.from(JSON.stringify(CONFIGS["Qwen/Qwen2.5-7B"])),
+              content: Buffer.from(JSON.stringify(QWEN_CONFIGS["Qwen/Qwen2.5-7B"])),
             },
             { path: "model-00001-of-00004.safetensors", content: Buffer.alloc(64), lfs: true },
           ],
@@ -338,12 +314,11 @@ describe("every shipped recipe at its published scale", () => {
   const TEMPLATES = fileURLToPath(new URL("../../templates/configs/", import.meta.url));
   it("fits 8 × 80 GB (train --dry-run)", () => {
     for (const [name, config] of [
-      ["models/Qwen2.5-7B", CONFIGS["Qwen/Qwen2.5-7B"]],
-      ["models/Qwen2.5-3B", CONFIGS["Qwen/Qwen2.5-3B"]],
-      ["models/Qwen2.5-3B-Instruct", CONFIGS["Qwen/Qwen2.5-3B"]],
+      ["models/Qwen2.5-7B", QWEN_CONFIGS["Qwen/Qwen2.5-7B"]],
+      ["models/Qwen2.5-3B", QWEN_CONFIGS["Qwen/Qwen2.5-3B"]],
+      ["models/Qwen2.5-3B-Instruct", QWEN_CONFIGS["Qwen/Qwen2.5-3B"]],
     ] as const) {
-      mkdirSync(path.join(work, name), { recursive: true });
-      writeFileSync(path.join(work, name, "config.json"), JSON.stringify(config));
+      writeModelConfig(path.join(work, name), config);
     }
     const recipes = readdirSync(TEMPLATES).filter(
       (f) => f.endsWith(".yaml") && f !== "quickstart.yaml",

@@ -30,6 +30,22 @@ struct AttentionShape {
   int qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
 };
 
+// Device scratch the CUDA attention (backend/cuda/attention.cu) takes for a shape: each row's
+// key span (two int32), and for the backward its fp32 dq [B*T, NH*hd] and delta [B*T, NH].
+// Here, not in the CUDA sources, so that a build without CUDA plans them too.
+inline size_t attention_forward_scratch(const AttentionShape& s) {
+  return 2 * sizeof(int32_t) * static_cast<size_t>(s.B) * s.T;
+}
+inline size_t attention_backward_scratch(const AttentionShape& s) {
+  const size_t N = static_cast<size_t>(s.B) * s.T;
+  return attention_forward_scratch(s) +
+         sizeof(float) * (N * s.num_heads * s.head_dim + N * s.num_heads);
+}
+
+// The cuBLASLt workspace each CUDA process holds (backend/cuda/matmul.h); Hopper's kernels
+// want 32 MiB.
+constexpr size_t kMatmulWorkspaceBytes = size_t(32) << 20;
+
 // A device pointer to elements of the backend's compute type. The model only offsets
 // these and hands them from one backend call to the next; null (p == nullptr) means
 // "absent" where an argument is optional.

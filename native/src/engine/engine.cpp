@@ -351,11 +351,11 @@ int Engine::table_columns(int blocks) {
   return columns;
 }
 
-size_t Engine::largest_step_bytes(const Qwen2Model& model, const EngineOptions& options,
-                                  int block_size) {
+size_t Engine::largest_step_bytes(const ModelConfig& config, size_t x_elem,
+                                  const EngineOptions& options, int block_size) {
   const int columns = table_columns((options.context_length + block_size - 1) / block_size);
-  return model.paged_step_bytes(options.chunk_tokens + options.max_running,
-                                options.max_running * columns, options.logits_chunk);
+  return PagedBuffers::bytes(x_elem, config, options.chunk_tokens + options.max_running,
+                             options.max_running * columns, options.logits_chunk);
 }
 
 StepResult Engine::step() {

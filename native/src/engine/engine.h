@@ -116,8 +116,10 @@ class Engine {
 
   // Device bytes of the model's buffers for the largest step under `options` (a prefill
   // chunk beside a decode row for every running sequence), which the KV cache must leave.
-  static size_t largest_step_bytes(const Qwen2Model& model, const EngineOptions& options,
-                                   int block_size);
+  static size_t largest_step_bytes(const ModelConfig& config, size_t x_elem,
+                                   const EngineOptions& options, int block_size);
+  // Positions per KV-cache block (vLLM's default block size).
+  static constexpr int kBlockSize = 16;
 
  private:
   struct Sequence;

@@ -26,4 +26,14 @@ struct KvBudget {
 // UsageError, naming the option, when that leaves no room for one block.
 int kv_blocks_for(const KvBudget& budget, const Backend& backend, const ModelConfig& config);
 
+// What the budget reads of a device: the backend's, or a planned one's (searchr1-trainer plan).
+struct DeviceMemory {
+  bool cpu = false;
+  size_t total = 0;  // the device's memory
+  size_t live = 0;   // taken when the cache is sized: the weights, the cuBLASLt workspace
+  size_t free = 0;   // free then
+  size_t x_elem = 0;  // bytes of a compute-type element
+};
+int kv_blocks_for(const KvBudget& budget, const DeviceMemory& device, const ModelConfig& config);
+
 }  // namespace sr1

@@ -150,4 +150,13 @@ ModelConfig load_model_config(const std::string& dir) {
   return c;
 }
 
+int read_max_positions(const std::string& dir) {
+  const json::Value root = json::parse_file(dir + "/config.json");
+  const json::Value* v = root.find("max_position_embeddings");
+  if (v == nullptr || !v->is_integer() || v->as_int() < 2) {
+    throw UsageError(dir + "/config.json has no max_position_embeddings: pass --context-length");
+  }
+  return static_cast<int>(v->as_int());
+}
+
 }  // namespace sr1

@@ -32,4 +32,8 @@ struct ModelConfig {
 // than SiLU).
 ModelConfig load_model_config(const std::string& dir);
 
+// `<dir>/config.json`'s max_position_embeddings: the engine's context length by default.
+// Throws UsageError, telling to pass --context-length, when it has none.
+int read_max_positions(const std::string& dir);
+
 }  // namespace sr1

@@ -62,15 +62,13 @@ class PagedKvCache {
 // decode steps recorded on them (which die with them).
 struct PagedBuffers {
   // Room for steps of `rows` rows, `seqs_blocks` block-table entries and logits chunks of
-  // `chunk` rows (allocated, or only counted by bytes()).
-  PagedBuffers(Backend& backend, const ModelConfig& c, int rows, int seqs_blocks, int chunk,
-               bool allocate);
-  // Device bytes of such a set, without allocating it.
-  static size_t bytes(Backend& backend, const ModelConfig& c, int rows, int seqs_blocks,
-                      int chunk);
+  // `chunk` rows: allocated from `backend`, or with none only counted (DeviceBuffers).
+  PagedBuffers(Backend* backend, size_t x_elem, const ModelConfig& c, int rows, int seqs_blocks,
+               int chunk);
+  // Device bytes of such a set with compute-type elements of `x_elem` bytes, unallocated.
+  static size_t bytes(size_t x_elem, const ModelConfig& c, int rows, int seqs_blocks, int chunk);
   DeviceBuffers mem;
   int rows = 0, seqs_blocks = 0, chunk = 0;
-  size_t total_bytes = 0;
   // The step's ids, pos, slots, seq (each of the rows run), sample_rows (as many) and
   // block_tables end to end, and their copy on the host.
   int32_t* ints = nullptr;

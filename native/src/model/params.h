@@ -41,6 +41,7 @@ class ParamLayout {
   size_t value_w() const { return value_w_; }  // the value head's weight [1, H], then bias
   size_t value_b() const { return value_w_ + value_b_offset_; }
   const LayerParams& layer(int l) const { return layers_[l]; }
+  size_t layers() const { return layers_.size(); }
   // Every stored tensor, in checkpoint order (no lm_head when tied).
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
 

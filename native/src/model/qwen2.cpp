@@ -39,7 +39,49 @@ struct Qwen2Model::Activations : DeviceBuffers {
   XPtr dres, dln, dqkv, datt, dgu, dact, dlnf, dhead_in;
   float *coef, *ent_coef;
 
-  explicit Activations(Backend& backend) : DeviceBuffers(backend) {}
+  // The buffers of passes over up to `N` rows: `sets` layer sets, `inputs` layer inputs, a
+  // head chunk of `chunk` rows, the backward's own with `backward`; allocated from `backend`,
+  // or with none only counted (bytes()), which is how the memory plan sizes them.
+  Activations(Backend* backend, size_t x_elem, const ModelConfig& c, size_t N, int sets_,
+              int inputs_, int chunk_, bool backward_)
+      : DeviceBuffers(backend, x_elem),
+        rows(N),
+        hidden(c.hidden_size),
+        sets(sets_),
+        chunk(chunk_),
+        inputs(inputs_),
+        backward(backward_) {
+    const size_t H = c.hidden_size, I = c.intermediate_size, QKV = c.qkv_dim(), Q = c.q_dim(),
+                 V = c.vocab_size, C = chunk;
+    ids = i(N);
+    mask = i(N);
+    pos = i(N);
+    head_rows = i(N);
+    targets = i(N);
+    xs = x(inputs * N * H);
+    for (int s = 0; s < sets; s++) {
+      layers.push_back(Layer{x(N * H), f(N), x(N * QKV), x(N * Q), f(N * c.num_heads), x(N * H),
+                             x(N * H), f(N), x(N * 2 * I), x(N * I)});
+    }
+    lnf = x(N * H);
+    rstdf = f(N);
+    logprob = f(N);
+    entropy = f(N);
+    head_in = x(C * H);
+    logits = x(C * V);
+    values = x(N);
+    if (!backward) return;
+    dres = x(N * H);
+    dln = x(N * H);
+    dqkv = x(N * QKV);
+    datt = x(N * Q);
+    dgu = x(N * 2 * I);
+    dact = x(N * I);
+    dlnf = x(N * H);
+    coef = f(N);
+    ent_coef = f(N);
+    dhead_in = x(C * H);
+  }
   // The input of layer l (l = L: the last layer's output), in the current batch's shape.
   XPtr input(int l) const {
     return xs + static_cast<size_t>(l % inputs) * shape.B * shape.T * hidden;
@@ -241,9 +283,14 @@ size_t Qwen2Model::grad_bytes() const { return grads_ != nullptr ? capacity_ * s
 void Qwen2Model::zero_grad() { be_.zero(grads(), capacity_); }
 
 std::vector<std::pair<size_t, size_t>> Qwen2Model::gradient_regions() const {
-  const int L = config_.num_layers;
-  const auto layer_begin = [&](int l) { return l < L ? layout_.layer(l).ln1 : layout_.norm(); };
-  std::vector<std::pair<size_t, size_t>> out{{layout_.norm(), capacity_}};
+  return gradient_regions(layout_, capacity_);
+}
+
+std::vector<std::pair<size_t, size_t>> Qwen2Model::gradient_regions(const ParamLayout& layout,
+                                                                    size_t capacity) {
+  const int L = static_cast<int>(layout.layers());
+  const auto layer_begin = [&](int l) { return l < L ? layout.layer(l).ln1 : layout.norm(); };
+  std::vector<std::pair<size_t, size_t>> out{{layout.norm(), capacity}};
   for (int l = L - 1; l >= 0; l--) out.emplace_back(layer_begin(l), layer_begin(l + 1));
   out.emplace_back(0, layer_begin(0));
   return out;
@@ -326,66 +373,46 @@ void Qwen2Model::save_weights(const std::string& dir, DType dtype, uint64_t max_
   write_model_weights(dir, out, max_shard_bytes);
 }
 
-int Qwen2Model::logits_rows(const RunOptions& opt, size_t N) const {
-  const int chunk = opt.logits_chunk > 0     ? opt.logits_chunk
-                    : be_.name() == "cuda" ? kGpuLogitsChunk
-                                           : kCpuLogitsChunk;
+int Qwen2Model::logits_rows(int chunk, size_t N) {
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(chunk, N)));
+}
+
+int Qwen2Model::logits_rows(const RunOptions& opt, size_t N) const {
+  const bool cuda = be_.name() == "cuda";
+  return logits_rows(opt.logits_chunk > 0 ? opt.logits_chunk : default_logits_chunk(cuda), N);
+}
+
+// A backward pass without recomputation keeps every layer's set; the others, one reused.
+int Qwen2Model::layer_sets(const ModelConfig& c, bool for_backward, bool recompute) {
+  return for_backward && !recompute ? c.num_layers : 1;
+}
+
+// A backward pass reads every layer's input again; a forward-only pass uses two in turn.
+int Qwen2Model::layer_inputs(const ModelConfig& c, bool for_backward) {
+  return for_backward ? c.num_layers + 1 : 2;
+}
+
+size_t Qwen2Model::activation_bytes(const ModelConfig& c, size_t x_elem, size_t N,
+                                    bool for_backward, bool recompute, int chunk) {
+  return Activations(nullptr, x_elem, c, N, layer_sets(c, for_backward, recompute),
+                     layer_inputs(c, for_backward), logits_rows(chunk, N), for_backward)
+      .bytes();
 }
 
 void Qwen2Model::reserve(const Batch& batch, bool for_backward, const RunOptions& opt) {
   const size_t N = static_cast<size_t>(batch.B) * batch.T;
-  const int sets = for_backward && !opt.recompute ? config_.num_layers : 1;
-  const int inputs = for_backward ? config_.num_layers + 1 : 2;
+  const int sets = layer_sets(config_, for_backward, opt.recompute);
+  const int inputs = layer_inputs(config_, for_backward);
   const int chunk = logits_rows(opt, N);
   Activations* a = acts_.get();
   const bool fits = a != nullptr && N <= a->rows && sets <= a->sets && chunk <= a->chunk &&
                     (a->backward || !for_backward);
   if (!fits) {
     acts_.reset();  // free before allocating the larger set
-    const ModelConfig& c = config_;
-    const size_t H = c.hidden_size, I = c.intermediate_size, QKV = c.qkv_dim(),
-                 Q = c.q_dim(), V = c.vocab_size;
-    auto fresh = std::make_unique<Activations>(be_);
-    a = fresh.get();
-    a->rows = N;
-    a->hidden = H;
-    a->sets = sets;
-    a->inputs = inputs;
-    a->chunk = chunk;
-    a->backward = for_backward;
-    a->ids = a->i(N);
-    a->mask = a->i(N);
-    a->pos = a->i(N);
-    a->head_rows = a->i(N);
-    a->targets = a->i(N);
-    a->xs = a->x(inputs * N * H);
-    for (int s = 0; s < sets; s++) {
-      a->layers.push_back(Activations::Layer{
-          a->x(N * H), a->f(N), a->x(N * QKV), a->x(N * Q), a->f(N * c.num_heads), a->x(N * H),
-          a->x(N * H), a->f(N), a->x(N * 2 * I), a->x(N * I)});
-    }
-    a->lnf = a->x(N * H);
-    a->rstdf = a->f(N);
-    a->logprob = a->f(N);
-    a->entropy = a->f(N);
-    a->head_in = a->x(chunk * H);
-    a->logits = a->x(chunk * V);
-    if (for_backward) {
-      a->dres = a->x(N * H);
-      a->dln = a->x(N * H);
-      a->dqkv = a->x(N * QKV);
-      a->datt = a->x(N * Q);
-      a->dgu = a->x(N * 2 * I);
-      a->dact = a->x(N * I);
-      a->dlnf = a->x(N * H);
-      a->coef = a->f(N);
-      a->ent_coef = a->f(N);
-      a->dhead_in = a->x(chunk * H);
-    }
-    acts_ = std::move(fresh);
+    acts_ = std::make_unique<Activations>(&be_, be_.x_elem(), config_, N, sets, inputs, chunk,
+                                          for_backward);
+    a = acts_.get();
   }
-  if (a->values.null()) a->values = a->x(N);
   a->shape = AttentionShape{batch.B, batch.T, config_.num_heads, config_.num_kv_heads,
                             config_.head_dim};
   be_.upload_i32(a->ids, batch.ids.data(), N);

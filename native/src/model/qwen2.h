@@ -152,6 +152,9 @@ class Qwen2Model {
   // norm and the head, then each layer from the last, each open alone; then the embeddings,
   // open for the whole pass, as a tied head adds to them first.
   std::vector<std::pair<size_t, size_t>> gradient_regions() const;
+  // The same for a buffer of `capacity` floats laid out as `layout` (a model not loaded).
+  static std::vector<std::pair<size_t, size_t>> gradient_regions(const ParamLayout& layout,
+                                                                 size_t capacity);
   // Hands the sink zeros for every region, in a pass's order: a pass without rows, so that
   // a rank with fewer micro-batches than the others still meets them in every collective.
   void empty_pass();
@@ -166,11 +169,16 @@ class Qwen2Model {
   // graph recorded for its shape (graph_rows).
   std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
                                        int logits_chunk, bool graphs);
-  // Device bytes of the buffers of engine steps of up to `rows` rows, `seqs_blocks`
-  // block-table entries and logits chunks of `logits_chunk` rows.
-  size_t paged_step_bytes(int rows, int seqs_blocks, int logits_chunk) const;
   // Frees the engine step's buffers (and the graphs on them); the next step takes them again.
   void release_paged() { paged_.reset(); }
+  // Device bytes of the activations of a pass over N token rows (forward only, or for a
+  // backward pass, with recomputation or without) whose head runs chunks of up to `chunk`
+  // rows, with compute-type elements of `x_elem` bytes: counted by the code that allocates
+  // them (the memory plan's source).
+  static size_t activation_bytes(const ModelConfig& c, size_t x_elem, size_t N,
+                                 bool for_backward, bool recompute, int chunk);
+  // The head's rows per chunk when RunOptions::logits_chunk leaves it to the device.
+  static int default_logits_chunk(bool cuda) { return cuda ? kGpuLogitsChunk : kCpuLogitsChunk; }
   // The rows a graph of a decode step of n rows runs (n rounded up: 1, 2, 4, then multiples
   // of 8, as vLLM's capture sizes), 0 past the largest graph.
   static int graph_rows(int n);
@@ -190,6 +198,9 @@ class Qwen2Model {
   // Rows of the head's logits buffer for N token rows: opt.logits_chunk, or this device's
   // default, and never more than N.
   int logits_rows(const RunOptions& opt, size_t N) const;
+  static int logits_rows(int chunk, size_t N);
+  static int layer_sets(const ModelConfig& c, bool for_backward, bool recompute);
+  static int layer_inputs(const ModelConfig& c, bool for_backward);
   void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
   void layer_forward(int l, int acts, XPtr x_out);

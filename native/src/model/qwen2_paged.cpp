@@ -40,40 +40,27 @@ size_t PagedKvCache::bytes_per_block(const ModelConfig& c, int block_size, size_
          x_elem;
 }
 
-PagedBuffers::PagedBuffers(Backend& backend, const ModelConfig& c, int rows_, int seqs_blocks_,
-                           int chunk_, bool allocate)
-    : mem(backend), rows(rows_), seqs_blocks(seqs_blocks_), chunk(chunk_) {
+PagedBuffers::PagedBuffers(Backend* backend, size_t x_elem, const ModelConfig& c, int rows_,
+                           int seqs_blocks_, int chunk_)
+    : mem(backend, x_elem), rows(rows_), seqs_blocks(seqs_blocks_), chunk(chunk_) {
   const size_t R = rows, H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const size_t C = chunk, x = backend.x_elem();
-  // Each buffer once, for both the allocation and the count.
-  const auto ints_of = [&](int32_t*& p, size_t n) {
-    total_bytes += n * sizeof(int32_t);
-    if (allocate) p = mem.i(n);
-  };
-  const auto floats_of = [&](float*& p, size_t n) {
-    total_bytes += n * sizeof(float);
-    if (allocate) p = mem.f(n);
-  };
-  const auto x_of = [&](XPtr& p, size_t n) {
-    total_bytes += n * x;
-    if (allocate) p = mem.x(n);
-  };
-  ints_of(ints, 5 * R + seqs_blocks);
-  x_of(this->x, R * H);
-  x_of(ln, R * H);
-  floats_of(rstd, R);
-  x_of(qkv, R * c.qkv_dim());
-  x_of(att, R * c.q_dim());
-  x_of(h, R * H);
-  x_of(gu, R * 2 * I);
-  x_of(act, R * I);
-  x_of(head_in, C * H);
-  x_of(logits, C * V);
+  const size_t C = chunk;
+  ints = mem.i(5 * R + seqs_blocks);
+  x = mem.x(R * H);
+  ln = mem.x(R * H);
+  rstd = mem.f(R);
+  qkv = mem.x(R * c.qkv_dim());
+  att = mem.x(R * c.q_dim());
+  h = mem.x(R * H);
+  gu = mem.x(R * 2 * I);
+  act = mem.x(R * I);
+  head_in = mem.x(C * H);
+  logits = mem.x(C * V);
 }
 
-size_t PagedBuffers::bytes(Backend& backend, const ModelConfig& c, int rows, int seqs_blocks,
+size_t PagedBuffers::bytes(size_t x_elem, const ModelConfig& c, int rows, int seqs_blocks,
                            int chunk) {
-  return PagedBuffers(backend, c, rows, seqs_blocks, chunk, false).total_bytes;
+  return PagedBuffers(nullptr, x_elem, c, rows, seqs_blocks, chunk).mem.bytes();
 }
 
 namespace {
@@ -95,10 +82,6 @@ std::unique_ptr<DeviceGraph> record(Backend& be, const Run& run) {
 }
 
 }  // namespace
-
-size_t Qwen2Model::paged_step_bytes(int rows, int seqs_blocks, int logits_chunk) const {
-  return PagedBuffers::bytes(be_, config_, rows, seqs_blocks, logits_chunk);
-}
 
 int Qwen2Model::graph_rows(int n) {
   constexpr int kLargestGraph = 512;
@@ -155,8 +138,8 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
   PagedBuffers* b = paged_.get();
   if (b == nullptr || R > b->rows || table_size > b->seqs_blocks || chunk > b->chunk) {
     paged_.reset();  // free before allocating the larger set
-    paged_ = std::make_unique<PagedBuffers>(be_, c, std::max(R, 64), std::max(table_size, 1024),
-                                            chunk, true);
+    paged_ = std::make_unique<PagedBuffers>(&be_, be_.x_elem(), c, std::max(R, 64),
+                                            std::max(table_size, 1024), chunk);
     b = paged_.get();
   }
   // The step's integers go to the device in one copy (each copy waits for the device).

@@ -7,13 +7,22 @@
 
 namespace sr1 {
 
+namespace {
+
+// Floats of the widest region but the last (whose bucket is its own).
+size_t widest_of(const std::vector<std::pair<size_t, size_t>>& regions) {
+  size_t widest = 0;
+  for (size_t r = 0; r + 1 < regions.size(); r++) {
+    widest = std::max(widest, regions[r].second - regions[r].first);
+  }
+  return widest;
+}
+
+}  // namespace
+
 GradientBuckets::GradientBuckets(Backend& backend,
                                  const std::vector<std::pair<size_t, size_t>>& regions)
-    : be_(backend), whole_pass_(regions.back()) {
-  for (size_t r = 0; r + 1 < regions.size(); r++) {
-    widest_ = std::max(widest_, regions[r].second - regions[r].first);
-  }
-}
+    : be_(backend), whole_pass_(regions.back()), widest_(widest_of(regions)) {}
 
 GradientBuckets::~GradientBuckets() { release(); }
 
@@ -41,6 +50,10 @@ void GradientBuckets::release() {
 
 size_t GradientBuckets::bytes() const {
   return (widest_ + whole_pass_.second - whole_pass_.first) * sizeof(float);
+}
+
+size_t GradientBuckets::bytes(const std::vector<std::pair<size_t, size_t>>& regions) {
+  return (widest_of(regions) + regions.back().second - regions.back().first) * sizeof(float);
 }
 
 }  // namespace sr1

@@ -28,6 +28,8 @@ class GradientBuckets {
   void release();
   // Device bytes of the two buckets, allocated or not (what a pass holds).
   size_t bytes() const;
+  // The same for `regions`, without a backend (the memory plan).
+  static size_t bytes(const std::vector<std::pair<size_t, size_t>>& regions);
 
  private:
   Backend& be_;

@@ -317,4 +317,41 @@ Learner::Memory Learner::memory() const {
   return m;
 }
 
+json::Value Learner::Memory::json() const {
+  const auto n = [](size_t b) { return json::Value(static_cast<int64_t>(b)); };
+  return json::Value::object({{"weights", n(weights)},
+                              {"master_weights", n(masters)},
+                              {"optimizer_state", n(optimizer)},
+                              {"gradients", n(gradients)},
+                              {"gradients_between_updates", n(gradients_between)},
+                              {"host_weights", n(host_weights)},
+                              {"host_master_weights", n(host_masters)},
+                              {"host_optimizer_state", n(host_optimizer)},
+                              {"host_gradients", n(host_gradients)}});
+}
+
+Learner::Memory Learner::planned(const ParamLayout& layout, int ranks, int zero_stage,
+                                 size_t x_elem, Offload offload) {
+  const size_t multiple = zero_pad_multiple(zero_stage, ranks);
+  const size_t capacity = (layout.total() + multiple - 1) / multiple * multiple;
+  const size_t shard = (zero_stage == 0 ? layout.total() : capacity / ranks) * sizeof(float);
+  const bool bucketed = zero_stage == 2 && ranks > 1;
+  // fp32 compute: the model's params are its weights, and the masters are them (the
+  // constructor keeps no copy apart).
+  const bool apart = x_elem != sizeof(float);
+  Memory m;
+  m.weights = capacity * x_elem;
+  m.masters = apart && !offload.optimizer ? shard : 0;
+  m.optimizer = offload.optimizer ? 0 : 2 * shard;
+  m.gradients = bucketed ? (offload.grad ? 0 : shard) +
+                               GradientBuckets::bytes(Qwen2Model::gradient_regions(layout, capacity))
+                         : capacity * sizeof(float);
+  m.gradients_between = zero_stage == 2 || offload.grad ? 0 : m.gradients;
+  m.host_weights = offload.param ? capacity * x_elem : 0;
+  m.host_masters = offload.optimizer ? shard : 0;
+  m.host_optimizer = offload.optimizer ? 2 * shard : 0;
+  m.host_gradients = offload.grad || offload.optimizer ? shard : 0;
+  return m;
+}
+
 }  // namespace sr1

@@ -66,6 +66,7 @@
 #include "train/adamw.h"
 #include "train/gradient_buckets.h"
 #include "train/schedule.h"
+#include "util/json.h"
 
 namespace sr1 {
 
@@ -151,8 +152,17 @@ class Learner : private Qwen2Model::GradientSink {
     size_t host_masters = 0;    // optimizer offload: the fp32 masters (whole, or this shard)
     size_t host_optimizer = 0;  // optimizer offload: AdamW's two moments
     size_t host_gradients = 0;  // grad or optimizer offload: the gradient the step reads
+    // As the load reply and searchr1-trainer plan print it.
+    json::Value json() const;
   };
   Memory memory() const;
+  // What memory() says of a learner of a model laid out as `layout` over `ranks` ranks at
+  // `zero_stage`, with compute-type elements of `x_elem` bytes (4: fp32, the CPU's, where
+  // the compute copy is the masters) and `offload`, the model not loaded: the memory plan's
+  // source (searchr1-trainer plan), checked against live learners' by the tests. `weights` is
+  // the compute copy while it is on the device (with param offload, during its commands).
+  static Memory planned(const ParamLayout& layout, int ranks, int zero_stage, size_t x_elem,
+                        Offload offload);
 
  private:
   // Rank 0's host copy of the first param_buffer_size() values of the ranks' shards

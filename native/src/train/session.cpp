@@ -372,19 +372,7 @@ void bring_trained(TrainerSession& s, OnDevice& on_device) {
 
 // The load reply's `memory`: bytes this rank holds for each model (Learner::Memory).
 json::Value memory_reply(const TrainerSession& s) {
-  const auto learner = [](const Learner& l) {
-    const Learner::Memory m = l.memory();
-    return json::Value::object({{"weights", static_cast<int64_t>(m.weights)},
-                                {"master_weights", static_cast<int64_t>(m.masters)},
-                                {"optimizer_state", static_cast<int64_t>(m.optimizer)},
-                                {"gradients", static_cast<int64_t>(m.gradients)},
-                                {"gradients_between_updates",
-                                 static_cast<int64_t>(m.gradients_between)},
-                                {"host_weights", static_cast<int64_t>(m.host_weights)},
-                                {"host_master_weights", static_cast<int64_t>(m.host_masters)},
-                                {"host_optimizer_state", static_cast<int64_t>(m.host_optimizer)},
-                                {"host_gradients", static_cast<int64_t>(m.host_gradients)}});
-  };
+  const auto learner = [](const Learner& l) { return l.memory().json(); };
   json::Value r = json::Value::object({{"actor", learner(*s.actor)}});
   if (s.reference) {
     r.set("reference",

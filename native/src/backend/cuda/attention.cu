@@ -526,10 +526,6 @@ struct Spans {
   int32_t* end;
 };
 
-size_t spans_bytes(const AttentionShape& s) {
-  return 2 * sizeof(int32_t) * static_cast<size_t>(s.B) * s.T;
-}
-
 Spans find_spans(void* scratch, const int32_t* key_mask, const AttentionShape& s,
                  cudaStream_t stream) {
   int32_t* begin = static_cast<int32_t*>(scratch);
@@ -569,8 +565,6 @@ bool attention_supports(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
-size_t attention_forward_scratch(const AttentionShape& s) { return spans_bytes(s); }
-
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* key_mask,
                        const AttentionShape& s, void* scratch, bool mma, cudaStream_t stream) {
   if (s.B == 0 || s.T == 0) return;
@@ -584,12 +578,6 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* ke
   with_head_dim(s.head_dim, [&](auto hd) {
     forward_hd<decltype(hd)::value>(out, lse, qkv, key_mask, spans, s, stream);
   });
-}
-
-// The spans, then dq [B*T, NH*hd] and delta [B, NH, T] in fp32.
-size_t attention_backward_scratch(const AttentionShape& s) {
-  const size_t N = static_cast<size_t>(s.B) * s.T;
-  return spans_bytes(s) + sizeof(float) * (N * s.num_heads * s.head_dim + N * s.num_heads);
 }
 
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,

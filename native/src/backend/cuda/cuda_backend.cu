@@ -248,14 +248,14 @@ class CudaBackend final : public Backend {
                          const AttentionShape& s) override {
     require_head_dim(s.head_dim);
     cuda::attention_forward(X(out), lse, X(qkv), key_mask, s,
-                            scratch(cuda::attention_forward_scratch(s)), opt_in_.attention_mma,
+                            scratch(attention_forward_scratch(s)), opt_in_.attention_mma,
                             stream_);
   }
   void attention_backward(XPtr dqkv, XPtr dout, XPtr qkv, XPtr out, const float* lse,
                           const int32_t* key_mask, const AttentionShape& s) override {
     require_head_dim(s.head_dim);
     cuda::attention_backward(X(dqkv), X(dout), X(qkv), X(out), lse, key_mask, s,
-                             scratch(cuda::attention_backward_scratch(s)),
+                             scratch(attention_backward_scratch(s)),
                              opt_in_.attention_mma, stream_);
   }
   void rope_kv_store(XPtr qkv, const int32_t* pos, XPtr k, XPtr v, const int32_t* slots,

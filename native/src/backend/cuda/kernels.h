@@ -110,9 +110,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
 // attention, the engine's paged_attention included; the backend refuses other head dims
 // with one message (CudaBackend::require_head_dim).
 bool attention_supports(int head_dim);
-// Bytes of device scratch each call needs for this shape (the same buffer may serve both).
-size_t attention_forward_scratch(const AttentionShape& s);
-size_t attention_backward_scratch(const AttentionShape& s);
+// Their device scratch: attention_forward_scratch and attention_backward_scratch
+// (backend/backend.h; the same buffer may serve both).
 // mma: attention_mma.cu's kernels (FlashAttention-2's arrangement; SEARCHR1_ATTENTION=mma,
 // not yet run on a GPU); else the WMMA ones of attention.cu (the default, which ran on the
 // H200).

@@ -21,8 +21,8 @@ namespace sr1::cuda {
 class Matmul {
  public:
   // Size of the `workspace` every call takes (device memory, 256-byte aligned as cudaMalloc
-  // returns it); Hopper's kernels want 32 MiB.
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  // returns it).
+  static constexpr size_t kWorkspaceBytes = kMatmulWorkspaceBytes;
 
   // Loads cuBLASLt and creates a handle; nullptr and *why set when it cannot.
   static std::unique_ptr<Matmul> open(std::string* why);

@@ -70,15 +70,6 @@ std::vector<int32_t> read_eos_ids(const std::string& dir) {
   return {};
 }
 
-int read_max_positions(const std::string& dir) {
-  const json::Value root = json::parse_file(dir + "/config.json");
-  const json::Value* v = root.find("max_position_embeddings");
-  if (v == nullptr || !v->is_integer() || v->as_int() < 2) {
-    throw UsageError(dir + "/config.json has no max_position_embeddings: pass --context-length");
-  }
-  return static_cast<int>(v->as_int());
-}
-
 void emit(const std::string& line) {
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fputc('\n', stdout);
@@ -135,8 +126,9 @@ int run(const std::vector<std::string>& argv) {
                                                     : EngineOptions::kGpuChunkTokens;
   opt.chunk_tokens = static_cast<int>(args.integer("chunk-tokens", device_chunk, 1));
   opt.graphs = !args.flag("enforce-eager");
-  constexpr int kBlockSize = 16;
-  const size_t step_bytes = Engine::largest_step_bytes(*model, opt, kBlockSize);
+  constexpr int kBlockSize = Engine::kBlockSize;
+  const size_t step_bytes =
+      Engine::largest_step_bytes(model->config(), backend->x_elem(), opt, kBlockSize);
   KvBudget budget;
   if (args.has("kv-cache-mb")) budget.cache_mb = args.number("kv-cache-mb", 0);
   if (args.has("gpu-memory-utilization")) {

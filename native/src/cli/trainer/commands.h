@@ -11,5 +11,6 @@ int cmd_grad(const std::vector<std::string>& argv);
 int cmd_sft(const std::vector<std::string>& argv);
 int cmd_info(const std::vector<std::string>& argv);
 int cmd_serve(const std::vector<std::string>& argv);
+int cmd_plan(const std::vector<std::string>& argv);
 
 }  // namespace sr1

@@ -20,6 +20,7 @@ const char* kUsage =
     "  sft     supervised next-token training with AdamW; saves a Hugging Face folder\n"
     "  info    whether the CUDA backend is built and usable here, as JSON\n"
     "  serve   the long-lived trainer a `train` run drives (JSON lines on stdin/stdout)\n"
+    "  plan    the device bytes the trainer and engine would allocate for a model, as JSON\n"
     "\n"
     "Run 'searchr1-trainer <command> --help' for a command's options.\n"
     "\n"
@@ -46,7 +47,9 @@ int main(int argc, char** argv) {
     if (command == "sft") return sr1::cmd_sft(rest);
     if (command == "info") return sr1::cmd_info(rest);
     if (command == "serve") return sr1::cmd_serve(rest);
-    throw sr1::UsageError("unknown command '" + command + "' (score, grad, sft, info, serve)");
+    if (command == "plan") return sr1::cmd_plan(rest);
+    throw sr1::UsageError("unknown command '" + command +
+                          "' (score, grad, sft, info, serve, plan)");
   } catch (const sr1::Interrupted&) {
     std::fputs("searchr1-trainer: interrupted; nothing was saved\n", stderr);
     return 130;
