@@ -7,7 +7,7 @@ export function register(program: Command): Command {
   return defineCommand(program, {
     spec: serveRetrieverSpec,
     description:
-      "serve POST /retrieve exactly as Search-R1's retrieval servers do (BM25, or e5/bge over a faiss index file; or web search through SerpAPI, Serper or Google, cached)",
+      "serve POST /retrieve exactly as Search-R1's retrieval servers do (BM25, or e5/bge over a faiss index file, optionally reranked by a cross-encoder with POST /rerank; or web search through SerpAPI, Serper or Google, cached)",
     flags: [
       { flags: "--retriever <kind>", key: "retriever" },
       { flags: "--index <path>", key: "index" },
@@ -27,6 +27,9 @@ export function register(program: Command): Command {
       { flags: "--fp16", key: "fp16" },
       { flags: "--corpus-cache <dir>", key: "corpus_cache" },
       { flags: "--gpus <n>", key: "gpus" },
+      { flags: "--reranker <dir>", key: "reranker" },
+      { flags: "--retrieval-topk <n>", key: "retrieval_topk" },
+      { flags: "--rerank-topk <n>", key: "rerank_topk" },
       { flags: "--search-url <url>", key: "search_url" },
       { flags: "--search-cache <dir>", key: "search_cache" },
       { flags: "--replay-only", key: "replay_only" },
@@ -52,6 +55,26 @@ export function register(program: Command): Command {
         description: "Search-R1's spelling of --retriever-model",
       },
       {
+        flags: "--reranker_model <dir>",
+        key: "reranker",
+        description: "Search-R1's spelling of --reranker (retrieval_rerank_server.py)",
+      },
+      {
+        flags: "--retrieval_topk <n>",
+        key: "retrieval_topk",
+        description: "Search-R1's spelling of --retrieval-topk",
+      },
+      {
+        flags: "--reranking_topk <n>",
+        key: "rerank_topk",
+        description: "Search-R1's spelling of --rerank-topk",
+      },
+      {
+        flags: "--reranker_batch_size <n>",
+        key: "reranker_batch_size",
+        description: "Search-R1's flag: pairs per forward pass of the reranker",
+      },
+      {
         flags: "--search_url <url>",
         key: "search_url",
         description: "Search-R1's spelling of --search-url",
@@ -73,6 +96,7 @@ export function register(program: Command): Command {
       "searchr1 serve-retriever --index idx --corpus corpus.jsonl --host 0.0.0.0 --threads 8 max_queries=8192",
       "searchr1 serve-retriever --retriever e5 --index /data/e5_Flat.index --corpus /data/wiki-18.jsonl --retriever-model /models/e5-base-v2",
       "searchr1 serve-retriever --index_path /data/e5_HNSW64.index --corpus_path /data/wiki-18.jsonl --retriever_name e5 --retriever_model /models/e5-base-v2 --topk 3 --ef-search 256",
+      "searchr1 serve-retriever --retriever e5 --index /data/e5_Flat.index --corpus /data/wiki-18.jsonl --retriever-model /models/e5-base-v2 --reranker /models/ms-marco-MiniLM-L12-v2 --retrieval-topk 10 --rerank-topk 3",
       "searchr1 serve-retriever --retriever serpapi --search_url https://serpapi.com/search --topk 3",
       "searchr1 serve-retriever --retriever serper --search-cache /data/search-cache search_concurrency=32",
       "searchr1 serve-retriever --retriever serper --search-cache /data/search-cache --replay-only",

@@ -277,6 +277,11 @@ const INPUTS: Input[] = [
     when: /--retriever_model \S*models\/e5-base-v2\b|--retriever-model \S*models\/e5-base-v2\b/,
     make: copy(join(RETRIEVAL, "bert", "model"), "models/e5-base-v2"),
   },
+  // the reranker: the random BERT cross-encoder
+  {
+    when: /--reranker(_model)? \S*models\/ms-marco-MiniLM-L12-v2\b/,
+    make: copy(join(RETRIEVAL, "cross-encoder", "model"), "models/ms-marco-MiniLM-L12-v2"),
+  },
   {
     when: /^searchr1 serve-retriever .*--index(_path)? \S*data\/e5_(Flat|HNSW64)\.index\b/,
     make: (d, line) => {

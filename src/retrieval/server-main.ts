@@ -15,6 +15,8 @@ import { defaultCorpusCache } from "./corpus-cache.js";
 import { openOnlineSearch } from "./online/open-search.js";
 import { OnlineRetrievalServer } from "./online/server.js";
 import { openRetriever } from "./open-retriever.js";
+import { CrossEncoder } from "./rerank/cross-encoder.js";
+import { RerankingRetriever } from "./rerank/reranking-retriever.js";
 import { RetrievalServer, type ServerLimits } from "./server.js";
 import type { RetrieveServer } from "./server-routes.js";
 
@@ -39,6 +41,7 @@ export async function serveRetriever(
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<void> {
   const kind = config.retriever;
+  checkRerankKeys(config);
   const serving = isOnline(kind)
     ? await serveOnline(kind, config, err)
     : await serveIndex(config, err);
@@ -71,6 +74,26 @@ export async function serveRetriever(
   await serving.close();
   if (died) throw died;
   err("retriever stopped");
+}
+
+/** The reranker's keys do something only with a reranker, which needs corpus rows. */
+function checkRerankKeys(config: ServeRetrieverConfig): void {
+  if (config.reranker !== null && isOnline(config.retriever)) {
+    throw new UsageError(
+      `--reranker applies to bm25, e5 and bge (a corpus and its index), not --retriever ${config.retriever}`,
+    );
+  }
+  if (config.reranker !== null) return;
+  const set = [
+    ["retrieval_topk", "--retrieval-topk", config.retrieval_topk !== 10],
+    ["rerank_topk", "--rerank-topk", config.rerank_topk !== null],
+    ["reranker_batch_size", "--reranker_batch_size", config.reranker_batch_size !== 32],
+  ].find(([, , given]) => given);
+  if (set) {
+    throw new UsageError(
+      `${set[1]} (${set[0]}) applies with a reranker: set --reranker <cross-encoder folder>`,
+    );
+  }
 }
 
 function isOnline(kind: ServeRetrieverConfig["retriever"]): kind is OnlineRetrieverKind {
@@ -118,20 +141,39 @@ async function serveIndex(
       progress: createProgress(),
     },
   });
+  let encoder: CrossEncoder | null = null;
+  if (config.reranker !== null) {
+    try {
+      encoder = await CrossEncoder.open({
+        model: config.reranker,
+        device: config.device,
+        threads: config.threads,
+        batchSize: config.reranker_batch_size,
+      });
+    } catch (e) {
+      await opened.close();
+      throw e;
+    }
+  }
+  const close = async () => {
+    await Promise.all([opened.close(), encoder?.close()]);
+  };
   let server: RetrievalServer;
   try {
     server = await RetrievalServer.listen({
-      retriever: opened.retriever,
+      retriever: encoder
+        ? new RerankingRetriever(opened.retriever, opened.corpus, encoder, config.retrieval_topk)
+        : opened.retriever,
       corpus: opened.corpus,
       corpusInfo: opened.corpusInfo,
-      defaultTopk: config.topk,
+      defaultTopk: encoder ? (config.rerank_topk ?? config.topk) : config.topk,
       limits: limitsOf(config),
       host: config.host,
       port: config.port,
       log: err,
     });
   } catch (e) {
-    await opened.close();
+    await close();
     throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
   }
   const seconds = (performance.now() - started) / 1000;
@@ -139,10 +181,14 @@ async function serveIndex(
     server,
     what:
       `${opened.retriever.kind} retrieval over ` +
-      `${opened.retriever.documents.toLocaleString("en-US")} passages`,
+      `${opened.retriever.documents.toLocaleString("en-US")} passages` +
+      (encoder ? `, reranked by ${config.reranker}` : ""),
     detail: `loaded in ${seconds.toFixed(1)} s`,
-    close: opened.close,
-    onDeath: opened.onDeath ? (listener) => opened.onDeath?.(listener) : undefined,
+    close,
+    onDeath: (listener) => {
+      opened.onDeath?.(listener);
+      encoder?.onDeath(listener);
+    },
   };
 }
 

@@ -38,7 +38,7 @@ export function parseRetrieveRequest(
   };
 }
 
-function readQueries(b: Record<string, unknown>, maxQueries: number): string[] {
+export function readQueries(b: Record<string, unknown>, maxQueries: number): string[] {
   const hasList = b.queries !== undefined;
   const hasOne = b.query !== undefined;
   if (hasList && hasOne) {
@@ -75,22 +75,28 @@ function readQueries(b: Record<string, unknown>, maxQueries: number): string[] {
   return queries as string[];
 }
 
-function readTopk(value: unknown, defaultTopk: number, maxTopk: number): number {
+/** `field` ("topk", or /rerank's "rerank_topk"): missing, null or 0 mean `defaultTopk`. */
+export function readTopk(
+  value: unknown,
+  defaultTopk: number,
+  maxTopk: number,
+  field = "topk",
+): number {
   // Search-R1: a missing, null or 0 topk means the server's --topk.
   if (value === undefined || value === null || value === 0) return defaultTopk;
   if (typeof value !== "number" || !Number.isInteger(value) || value < 0) {
-    throw new HttpError(400, `"topk" must be a non-negative integer, got ${typeOf(value)}`);
+    throw new HttpError(400, `"${field}" must be a non-negative integer, got ${typeOf(value)}`);
   }
   if (value > maxTopk) {
     throw new HttpError(
       400,
-      `"topk" = ${value} is more than this server's limit of ${maxTopk} (--max-topk)`,
+      `"${field}" = ${value} is more than this server's limit of ${maxTopk} (--max-topk)`,
     );
   }
   return value;
 }
 
-function readReturnScores(value: unknown): boolean {
+export function readReturnScores(value: unknown): boolean {
   if (value === undefined) return false;
   if (typeof value !== "boolean") {
     throw new HttpError(400, `"return_scores" must be true or false, got ${typeOf(value)}`);

@@ -31,6 +31,11 @@ export abstract class RetrieveServer extends JsonHttpServer {
   /** Answers `POST /retrieve`. */
   protected abstract retrieve(req: IncomingMessage, res: ServerResponse): Promise<void>;
 
+  /** The routes a 404 names. */
+  protected routes(): string {
+    return "POST /retrieve and GET /health";
+  }
+
   /** The body of `GET /health`, after its `status` and `ready`. */
   protected abstract health(): Record<string, unknown>;
 
@@ -55,7 +60,7 @@ export abstract class RetrieveServer extends JsonHttpServer {
     }
     throw new HttpError(
       404,
-      `no route ${req.method} ${path}; this server answers POST /retrieve and GET /health`,
+      `no route ${req.method} ${path}; this server answers ${this.routes()}`,
     );
   }
 }

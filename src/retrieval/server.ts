@@ -13,11 +13,18 @@
  *
  * Documents are the corpus rows' JSON text, embedded verbatim: the response carries the
  * row object exactly as it is in the corpus file, as Search-R1's dense path returns it.
+ *
+ * With a reranker (rerank/), `/retrieve` retrieves then reranks (the retriever given is a
+ * RerankingRetriever) and `POST /rerank` reranks the documents a client sends, as
+ * Search-R1's retrieval_rerank_server.py and rerank_server.py do.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { drained, readJsonBody } from "../runtime/http-server.js";
+import { drained, HttpError, readJsonBody } from "../runtime/http-server.js";
 import type { CorpusStore } from "./corpus-store.js";
 import type { CorpusInfo } from "./open-retriever.js";
+import { rerankLists } from "./rerank/rerank.js";
+import { parseRerankRequest } from "./rerank/rerank-request.js";
+import { RerankingRetriever } from "./rerank/reranking-retriever.js";
 import type { Hit, Retriever } from "./retriever.js";
 import { parseRetrieveRequest, type RequestLimits } from "./server-request.js";
 import { type RetrieveListen, RetrieveServer } from "./server-routes.js";
@@ -28,10 +35,11 @@ export interface ServerLimits extends RequestLimits {
 }
 
 export interface RetrievalServerOptions extends RetrieveListen {
+  /** A RerankingRetriever serves `/rerank` too. */
   retriever: Retriever;
   corpus: CorpusStore;
   corpusInfo: CorpusInfo;
-  /** Documents per query when a request's topk is missing, null or 0. */
+  /** Documents per query when a request's topk (/rerank: rerank_topk) is missing, null or 0. */
   defaultTopk: number;
   limits: ServerLimits;
 }
@@ -52,12 +60,46 @@ export class RetrievalServer extends RetrieveServer {
     return s;
   }
 
+  private get reranking(): RerankingRetriever | null {
+    const r = this.options.retriever;
+    return r instanceof RerankingRetriever ? r : null;
+  }
+
+  protected override routes(): string {
+    return this.reranking
+      ? "POST /retrieve, POST /rerank and GET /health"
+      : "POST /retrieve and GET /health (POST /rerank with --reranker)";
+  }
+
+  protected override async route(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+  ): Promise<void> {
+    if (path !== "/rerank" || !this.reranking) return super.route(req, res, path);
+    if (req.method !== "POST") {
+      throw new HttpError(405, `${req.method} /rerank: use POST with a JSON body`, {
+        Allow: "POST",
+      });
+    }
+    return this.rerank(req, res, this.reranking);
+  }
+
   protected health(): Record<string, unknown> {
     const { retriever, corpusInfo, defaultTopk, limits } = this.options;
+    const reranking = this.reranking;
     return {
       retriever: retriever.kind,
       documents: retriever.documents,
       index: retriever.describe(),
+      ...(reranking
+        ? {
+            reranker: {
+              ...reranking.encoder.describe(),
+              retrieval_topk: reranking.retrievalTopk,
+            },
+          }
+        : {}),
       corpus: corpusInfo,
       topk: defaultTopk,
       limits: {
@@ -76,6 +118,27 @@ export class RetrievalServer extends RetrieveServer {
       ? await retriever.search(request.queries, request.topk)
       : [];
     await this.writeResult(res, hits, request.returnScores);
+  }
+
+  /** `{"result": [[doc, ...], ...]}` or with scores `[[{"document": doc, "score": s}]]`. */
+  private async rerank(
+    req: IncomingMessage,
+    res: ServerResponse,
+    reranking: RerankingRetriever,
+  ): Promise<void> {
+    const { limits, defaultTopk } = this.options;
+    const body = await readJsonBody(req, limits.maxBodyBytes, "send fewer documents per request");
+    const request = parseRerankRequest(body, defaultTopk, limits);
+    const lists = await rerankLists(
+      reranking.encoder,
+      request.queries,
+      request.documents,
+      request.topk,
+    );
+    const result = lists.map((list) =>
+      list.map(({ doc, score }) => (request.returnScores ? { document: doc, score } : doc)),
+    );
+    this.sendJson(res, 200, { result });
   }
 
   /**

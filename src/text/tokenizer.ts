@@ -11,7 +11,7 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { Tokenizer } from "tokenizers";
+import { Tokenizer, type TruncationStrategy } from "tokenizers";
 import { InputError } from "../runtime/errors.js";
 
 export interface EncodeOptions {
@@ -86,7 +86,13 @@ export class TextTokenizer {
 
   private static configured(backend: Tokenizer, path: string, options: LoadOptions): TextTokenizer {
     if (options.maxLength === undefined) backend.disableTruncation();
-    else backend.setTruncation(options.maxLength);
+    else {
+      // LongestFirst (the library's default, transformers' truncation=True) said outright, as
+      // a pair (encodePairBatch) is cut by it. The binding's TruncationStrategy is a const
+      // enum, absent at run time: its value.
+      const strategy = "LongestFirst" as TruncationStrategy;
+      backend.setTruncation(options.maxLength, { strategy });
+    }
     backend.disablePadding();
     return new TextTokenizer(backend, path);
   }
@@ -111,6 +117,22 @@ export class TextTokenizer {
       addSpecialTokens: options.addSpecialTokens,
     });
     return encodings.map((e) => e.getIds());
+  }
+
+  /**
+   * Each (first, second) pair as `tokenizer(first, second)` encodes it, special tokens added
+   * by the post-processor's pair template (BERT: `[CLS] first [SEP] second [SEP]`, types 0
+   * then 1); with `maxLength`, cut as transformers' `truncation="longest_first"` cuts a pair
+   * (the library's LongestFirst: the longer text loses tokens first).
+   */
+  async encodePairBatch(
+    pairs: readonly (readonly [string, string])[],
+  ): Promise<{ ids: number[]; typeIds: number[] }[]> {
+    // The binding's encodeBatch takes single texts only: one asynchronous call per pair.
+    const encodings = await Promise.all(
+      pairs.map(([a, b]) => this.backend.encode(a, b, { addSpecialTokens: true })),
+    );
+    return encodings.map((e) => ({ ids: e.getIds(), typeIds: e.getTypeIds() }));
   }
 
   /**

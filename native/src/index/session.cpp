@@ -23,6 +23,11 @@ BertEncoder& IndexSession::bert() const {
   return *encoder;
 }
 
+BertEncoder& IndexSession::cross_encoder() const {
+  if (!reranker) throw Error("no reranker is loaded (start serve with --reranker)");
+  return *reranker;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -33,8 +38,9 @@ double seconds_since(Clock::time_point start) {
 
 using TokenRows = std::vector<std::vector<int32_t>>;
 
-// `key`: a list of non-empty lists of token ids, each one a text the encoder can take.
-TokenRows read_token_rows(const JsonFields& f, const char* key, const BertConfig& c) {
+// `key`: a list of non-empty lists of token ids, each one a text the encoder can take, each
+// id in 0..limit-1 (the vocabulary; for token types, type_vocab_size).
+TokenRows read_token_rows(const JsonFields& f, const char* key, const BertConfig& c, int limit) {
   const json::Value& v = f.required(key);
   if (!v.is_array()) throw Error(std::string("'") + key + "' must be a list of lists of token ids");
   TokenRows rows;
@@ -55,9 +61,11 @@ TokenRows read_token_rows(const JsonFields& f, const char* key, const BertConfig
       const std::string here = at + "[" + std::to_string(j) + "]";
       if (!ids[j].is_integer()) throw Error(here + ": not an integer token id");
       const int64_t id = ids[j].as_int();
-      if (id < 0 || id >= c.vocab_size) {
-        throw Error(here + ": token id " + std::to_string(id) + " outside the vocabulary (0.." +
-                    std::to_string(c.vocab_size - 1) + ")");
+      if (id < 0 || id >= limit) {
+        throw Error(here + ": " + (limit == c.vocab_size ? "token id " : "token type ") +
+                    std::to_string(id) + " outside " +
+                    (limit == c.vocab_size ? "the vocabulary" : "type_vocab_size") + " (0.." +
+                    std::to_string(limit - 1) + ")");
       }
       out.push_back(static_cast<int32_t>(id));
     }
@@ -88,19 +96,17 @@ std::vector<float> read_vectors(const JsonFields& f, int d) {
   return out;
 }
 
-// Embeddings [rows, dim] of token rows. The rows, sorted by length, are cut into
-// micro-batches of at most batch_tokens padded tokens (one row at least), so that short
-// texts are not padded to long ones and the encoder's activations stay bounded; each
-// embedding goes back to its row's place.
-std::vector<float> encode_rows(const IndexSession& s, const TokenRows& rows) {
-  BertEncoder& bert = s.bert();
-  const size_t dim = static_cast<size_t>(bert.dim());
-  std::vector<size_t> order(rows.size());
+// Runs `run(first, B, T)` over the rows sorted by length and cut into micro-batches of at
+// most batch_tokens padded tokens (one row at least), so that short texts are not padded to
+// long ones and the encoder's activations stay bounded; `order[first..first+B)` are the
+// batch's rows, the longest last, whose length T is the batch's width.
+template <typename Run>
+void for_each_batch(const IndexSession& s, const TokenRows& rows, std::vector<size_t>& order,
+                    Run run) {
+  order.resize(rows.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return rows[a].size() < rows[b].size(); });
-  std::vector<float> out(rows.size() * dim), pooled;
-  std::vector<int32_t> ids, mask;
   for (size_t first = 0, last = 0; first < order.size(); first = last) {
     // Rows only grow longer: the last one taken sets the batch's width.
     last = first + 1;
@@ -108,22 +114,42 @@ std::vector<float> encode_rows(const IndexSession& s, const TokenRows& rows) {
            static_cast<int64_t>((last + 1 - first) * rows[order[last]].size()) <= s.batch_tokens) {
       last++;
     }
-    const int B = static_cast<int>(last - first);
-    const size_t T = rows[order[last - 1]].size();
-    ids.assign(B * T, 0);
-    mask.assign(B * T, 0);
-    for (int b = 0; b < B; b++) {
-      const std::vector<int32_t>& row = rows[order[first + b]];
-      std::copy(row.begin(), row.end(), ids.begin() + b * T);
-      std::fill_n(mask.begin() + b * T, row.size(), 1);
-    }
+    run(first, static_cast<int>(last - first), rows[order[last - 1]].size());
+  }
+}
+
+// Pads the batch's rows of `rows` (and `more`, rows of the same lengths, when given) into
+// B x T matrices with their mask.
+void pad_batch(const TokenRows& rows, const TokenRows* more, const size_t* order, int B,
+               size_t T, std::vector<int32_t>& ids, std::vector<int32_t>& extra,
+               std::vector<int32_t>& mask) {
+  ids.assign(B * T, 0);
+  extra.assign(more != nullptr ? B * T : 0, 0);
+  mask.assign(B * T, 0);
+  for (int b = 0; b < B; b++) {
+    const std::vector<int32_t>& row = rows[order[b]];
+    std::copy(row.begin(), row.end(), ids.begin() + b * T);
+    if (more != nullptr) std::copy((*more)[order[b]].begin(), (*more)[order[b]].end(), extra.begin() + b * T);
+    std::fill_n(mask.begin() + b * T, row.size(), 1);
+  }
+}
+
+// Embeddings [rows, dim] of token rows, each back in its row's place.
+std::vector<float> encode_rows(const IndexSession& s, const TokenRows& rows) {
+  BertEncoder& bert = s.bert();
+  const size_t dim = static_cast<size_t>(bert.dim());
+  std::vector<float> out(rows.size() * dim), pooled;
+  std::vector<int32_t> ids, none, mask;
+  std::vector<size_t> order;
+  for_each_batch(s, rows, order, [&](size_t first, int B, size_t T) {
+    pad_batch(rows, nullptr, order.data() + first, B, T, ids, none, mask);
     pooled.resize(B * dim);
     bert.encode(ids.data(), mask.data(), B, static_cast<int>(T), s.pooling, s.normalize,
                 pooled.data());
     for (int b = 0; b < B; b++) {
       std::copy_n(pooled.data() + b * dim, dim, out.data() + order[first + b] * dim);
     }
-  }
+  });
   return out;
 }
 
@@ -141,6 +167,14 @@ json::Value info(const IndexSession& s) {
       {{"index", s.index ? index_info_json(*s.index) : json::Value()},
        {"encoder", encoder},
        {"fp16", s.index && (s.index->vectors_f16 != nullptr || s.gpu != nullptr)}});
+  if (s.reranker) {  // only then, as index_device below
+    const BertConfig& c = s.reranker->config();
+    r.set("reranker", json::Value::object({{"dim", c.hidden_size},
+                                           {"layers", c.num_layers},
+                                           {"vocab_size", c.vocab_size},
+                                           {"type_vocab_size", c.type_vocab_size},
+                                           {"max_position_embeddings", c.max_position_embeddings}}));
+  }
   if (s.gpu) {  // only then, so that the reply of a CPU index stays as it was
     json::Value gpus = json::Value::array();
     for (const CudaShardInfo& shard : s.gpu->shards()) {
@@ -167,7 +201,7 @@ json::Value search(const IndexSession& s, const JsonFields& f) {
   std::vector<float> queries;
   double encode_seconds = 0;
   if (f.has("input_ids")) {
-    const TokenRows rows = read_token_rows(f, "input_ids", s.bert().config());
+    const TokenRows rows = read_token_rows(f, "input_ids", s.bert().config(), s.bert().config().vocab_size);
     const auto start = Clock::now();
     queries = encode_rows(s, rows);
     encode_seconds = seconds_since(start);
@@ -206,6 +240,38 @@ json::Value search(const IndexSession& s, const JsonFields& f) {
                               {"search_seconds", search_seconds}});
 }
 
+// The cross-encoder's score of each (query, passage) pair: `input_ids` and `token_type_ids`
+// as the tokenizer makes them for a pair, row by row of the same lengths.
+json::Value rerank(const IndexSession& s, const JsonFields& f) {
+  BertEncoder& model = s.cross_encoder();
+  const BertConfig& c = model.config();
+  const TokenRows rows = read_token_rows(f, "input_ids", c, c.vocab_size);
+  const TokenRows types = read_token_rows(f, "token_type_ids", c, c.type_vocab_size);
+  if (types.size() != rows.size()) {
+    throw Error("'token_type_ids' has " + std::to_string(types.size()) + " rows but 'input_ids' " +
+                std::to_string(rows.size()));
+  }
+  for (size_t i = 0; i < rows.size(); i++) {
+    if (types[i].size() != rows[i].size()) {
+      throw Error("token_type_ids[" + std::to_string(i) + "]: " + std::to_string(types[i].size()) +
+                  " types for " + std::to_string(rows[i].size()) + " tokens");
+    }
+  }
+  const auto start = Clock::now();
+  std::vector<float> scores(rows.size()), logits;
+  std::vector<int32_t> ids, type, mask;
+  std::vector<size_t> order;
+  for_each_batch(s, rows, order, [&](size_t first, int B, size_t T) {
+    pad_batch(rows, &types, order.data() + first, B, T, ids, type, mask);
+    logits.resize(B);  // one label (checked at start)
+    model.classify(ids.data(), type.data(), mask.data(), B, static_cast<int>(T), logits.data());
+    for (int b = 0; b < B; b++) scores[order[first + b]] = logits[b];
+  });
+  json::Value out = json::Value::array();
+  for (float x : scores) out.push(static_cast<double>(x));
+  return json::Value::object({{"scores", out}, {"seconds", seconds_since(start)}});
+}
+
 json::Value build_open(IndexSession& s, const JsonFields& f) {
   const int dim = s.bert().dim();
   const std::string path = f.text("path"), metric = f.text("metric", "ip");
@@ -221,7 +287,7 @@ json::Value build_open(IndexSession& s, const JsonFields& f) {
 json::Value build_append(IndexSession& s, const JsonFields& f) {
   if (!s.build) throw Error("no build is open (send build_open first)");
   const auto start = Clock::now();
-  const TokenRows rows = read_token_rows(f, "input_ids", s.bert().config());
+  const TokenRows rows = read_token_rows(f, "input_ids", s.bert().config(), s.bert().config().vocab_size);
   const std::vector<float> embeddings = encode_rows(s, rows);
   try {
     s.build->append(embeddings.data(), static_cast<int64_t>(rows.size()));
@@ -249,6 +315,7 @@ json::Value build_commit(IndexSession& s, const JsonFields& f) {
 const std::vector<std::pair<std::string, std::vector<std::string>>> kOps = {
     {"info", {}},
     {"search", {"k", "input_ids", "vectors"}},
+    {"rerank", {"input_ids", "token_type_ids"}},
     {"build_open", {"path", "metric"}},
     {"build_append", {"input_ids"}},
     {"build_commit", {"out"}},
@@ -274,6 +341,7 @@ json::Value handle_command(IndexSession& s, const std::string& op, const JsonFie
   check_fields(op, f);
   if (op == "info") return info(s);
   if (op == "search") return search(s, f);
+  if (op == "rerank") return rerank(s, f);
   if (op == "build_open") return build_open(s, f);
   if (op == "build_append") return build_append(s, f);
   return build_commit(s, f);

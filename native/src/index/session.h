@@ -1,9 +1,10 @@
 // The dense retriever as `searchr1-index serve` keeps it between commands: a faiss index
 // (memory-mapped, its fp16 copy, or a flat index's fp16 copy on the GPU(s):
-// flat_search_cuda.h), a BERT encoder, and the flat index being built. Each command of the
-// protocol (SERVE.md beside this file) is one call of handle_command(): searches by token
-// ids or by vectors, and builds of a flat index from token ids into a file that survives a
-// kill. Opening the index and the encoder is the command line's (cli/index/serve.cpp).
+// flat_search_cuda.h), a BERT encoder, a BERT cross-encoder (the reranker), and the flat
+// index being built. Each command of the protocol (SERVE.md beside this file) is one call of
+// handle_command(): searches by token ids or by vectors, scores of (query, passage) pairs,
+// and builds of a flat index from token ids into a file that survives a kill. Opening the
+// index and the models is the command line's (cli/index/serve.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@ struct IndexSession {
   std::unique_ptr<CudaFlatIndex> gpu;  // the index's vectors on the GPU(s), --device cuda
   std::unique_ptr<Backend> backend;  // declared before the encoder, which releases into it
   std::unique_ptr<BertEncoder> encoder;
+  std::unique_ptr<BertEncoder> reranker;  // with its sequence-classification head, one label
   std::string pooling_name;
   Pooling pooling = Pooling::Mean;
   bool normalize = true;
@@ -32,6 +34,7 @@ struct IndexSession {
 
   const FaissIndex& searched() const;
   BertEncoder& bert() const;
+  BertEncoder& cross_encoder() const;
 };
 
 // One command (`shutdown` is the caller's loop's): checks its fields, runs it and returns

@@ -2,7 +2,8 @@
 // forward pass (q, k and v stacked into one matrix; every matrix and vector starting at a
 // multiple of ParamLayout::kAlign elements, as cuBLASLt wants), and the forward pass over the
 // whole batch on the Backend. Pooling and normalisation run on the host: they read each
-// hidden value once, which a download costs anyway.
+// hidden value once, which a download costs anyway; so does the classification head, which
+// reads one [CLS] row per text (a pooler of H x H and a classifier of num_labels x H).
 #include "model/bert.h"
 
 #include <algorithm>
@@ -52,9 +53,8 @@ class BertLayout {
   explicit BertLayout(const BertConfig& c) {
     const int64_t H = c.hidden_size, I = c.intermediate_size;
     wte = add("embeddings.word_embeddings.weight", {c.vocab_size, H});
-    // Not a checkpoint tensor: position_embeddings + token_type_embeddings[0], summed at load
-    // in fp32 (every token has type 0), so the forward pass adds one table instead of two.
-    pte = reserve(static_cast<size_t>(c.max_position_embeddings) * H);
+    pte = add("embeddings.position_embeddings.weight", {c.max_position_embeddings, H});
+    tte = add("embeddings.token_type_embeddings.weight", {c.type_vocab_size, H});
     ln_w = add("embeddings.LayerNorm.weight", {H});
     ln_b = add("embeddings.LayerNorm.bias", {H});
     for (int l = 0; l < c.num_layers; l++) {
@@ -81,7 +81,7 @@ class BertLayout {
   }
 
   size_t total = 0;  // floats, alignment gaps included
-  size_t wte = 0, pte = 0, ln_w = 0, ln_b = 0;
+  size_t wte = 0, pte = 0, tte = 0, ln_w = 0, ln_b = 0;
   std::vector<BertLayer> layers;
   std::vector<Slot> slots;
 
@@ -124,7 +124,8 @@ const TensorView& find_tensor(const SafetensorsSet& w, const std::string& prefix
 }
 
 // A checkpoint whose layers go past num_hidden_layers belongs to another config: refuse it
-// rather than silently run its first layers. (The pooler and task heads are not used.)
+// rather than silently run its first layers. (The pooler and task heads are checked when
+// loaded: BertHead.)
 void check_layer_count(const SafetensorsSet& w, const std::string& prefix, int layers) {
   const std::string stem = prefix + "encoder.layer.";
   for (const std::string& name : w.names()) {
@@ -176,6 +177,15 @@ BertConfig load_bert_config(const std::string& dir) {
     if (f.boolean("is_decoder", false)) {
       throw Error("'is_decoder' is true: a decoder's causal attention is not supported");
     }
+    // transformers' PretrainedConfig: num_labels = len(id2label) when id2label is given.
+    if (const json::Value* labels = root.find("id2label"); labels != nullptr && !labels->is_null()) {
+      if (!labels->is_object() || labels->as_object().empty()) {
+        throw Error("'id2label' must be an object of label names (\"0\": \"LABEL_0\", ...)");
+      }
+      c.num_labels = static_cast<int>(labels->as_object().size());
+    } else {
+      c.num_labels = positive_int(f, "num_labels", 2);
+    }
   } catch (const Error& e) {
     throw Error(path + ": field " + e.what());
   }
@@ -194,13 +204,13 @@ namespace {
 struct EncoderActivations : DeviceBuffers {
   size_t rows = 0;
   int seqs = 0;
-  int32_t *ids, *pos, *mask, *cls_rows;
+  int32_t *ids, *pos, *types, *mask, *cls_rows;
   XPtr hidden;  // [N, H]: the embeddings, then each layer's output in place
   XPtr qkv;     // [N, 3H]
-  XPtr att;     // [N, H]: attention output (the position embeddings before that)
+  XPtr att;     // [N, H]: attention output (the type and position embeddings before that)
   XPtr h;       // [N, H]: attention block output, the feed-forward's input and residual
   XPtr ffn;     // [N, I]: the feed-forward's inner activations
-  XPtr cls;     // [B, H]: the [CLS] rows, for Pooling::Cls
+  XPtr cls;     // [B, H]: the [CLS] rows, for Pooling::Cls and the classification head
   explicit EncoderActivations(Backend& backend) : DeviceBuffers(backend) {}
 };
 
@@ -212,9 +222,14 @@ struct BertEncoder::Impl {
   float* params = nullptr;  // fp32 weights; released once converted when x_elem() != 4
   XPtr weights;             // the compute-type copy the layers read (aliases params on CPU)
   std::unique_ptr<EncoderActivations> acts;
+  // BertHead::SequenceClassification, on the host in fp32: bert.pooler.dense [H, H] and [H],
+  // classifier [num_labels, H] and [num_labels]. Empty without the head.
+  std::vector<float> pooler_w, pooler_b, classifier_w, classifier_b;
 
   void reserve(Backend& be, const BertConfig& c, int B, int T);
   void layer_forward(Backend& be, const BertConfig& c, int l, const AttentionShape& s);
+  // The [CLS] (first) row of each of the B sequences of T hidden rows, into acts->cls.
+  void gather_cls(Backend& be, int B, int T, int H);
 };
 
 BertEncoder::BertEncoder(BertConfig config, Backend& backend)
@@ -228,7 +243,8 @@ BertEncoder::~BertEncoder() {
   if (impl_->params != nullptr) be_.release(impl_->params);
 }
 
-std::unique_ptr<BertEncoder> BertEncoder::load(const std::string& dir, Backend& backend) {
+std::unique_ptr<BertEncoder> BertEncoder::load(const std::string& dir, Backend& backend,
+                                               BertHead head) {
   std::unique_ptr<BertEncoder> enc(new BertEncoder(load_bert_config(dir), backend));
   const BertConfig& c = enc->config_;
   Impl& m = *enc->impl_;
@@ -238,6 +254,26 @@ std::unique_ptr<BertEncoder> BertEncoder::load(const std::string& dir, Backend& 
       w.find("bert.embeddings.word_embeddings.weight") != nullptr ? "bert." : "";
   check_layer_count(w, prefix, c.num_layers);
   for (const Slot& s : L.slots) check_f32(find_tensor(w, prefix, s.name), s.shape);
+  if (head == BertHead::SequenceClassification) {
+    // BertForSequenceClassification: bert.pooler.dense (BertPooler) and classifier, an
+    // nn.Linear(hidden_size, num_labels) outside the "bert." prefix (transformers'
+    // models/bert/modeling_bert.py).
+    const int64_t H = c.hidden_size, NL = c.num_labels;
+    const auto read = [&](const TensorView& t, std::vector<int64_t> shape, std::vector<float>& to) {
+      to.resize(static_cast<size_t>(t.numel()));
+      read_f32(t, shape, to.data());
+    };
+    read(find_tensor(w, prefix, "pooler.dense.weight"), {H, H}, m.pooler_w);
+    read(find_tensor(w, prefix, "pooler.dense.bias"), {H}, m.pooler_b);
+    for (const char* name : {"classifier.weight", "classifier.bias"}) {
+      if (w.find(name) == nullptr) {
+        throw Error(w.source() + ": tensor '" + name + "' is missing: not a sequence " +
+                    "classification checkpoint (BertForSequenceClassification, a cross-encoder)");
+      }
+    }
+    read(*w.find("classifier.weight"), {NL, H}, m.classifier_w);
+    read(*w.find("classifier.bias"), {NL}, m.classifier_b);
+  }
 
   m.params = backend.alloc(L.total);
   backend.zero(m.params, L.total);  // the alignment gaps
@@ -248,16 +284,6 @@ std::unique_ptr<BertEncoder> BertEncoder::load(const std::string& dir, Backend& 
     read_f32(t, s.shape, staging.data());
     backend.upload(m.params + s.offset, staging.data(), staging.size());
   }
-  const size_t H = c.hidden_size, P = c.max_position_embeddings;
-  std::vector<float> pte(P * H), types(static_cast<size_t>(c.type_vocab_size) * H);
-  read_f32(find_tensor(w, prefix, "embeddings.position_embeddings.weight"),
-           {c.max_position_embeddings, c.hidden_size}, pte.data());
-  read_f32(find_tensor(w, prefix, "embeddings.token_type_embeddings.weight"),
-           {c.type_vocab_size, c.hidden_size}, types.data());
-  for (size_t p = 0; p < P; p++) {
-    for (size_t k = 0; k < H; k++) pte[p * H + k] += types[k];
-  }
-  backend.upload(m.params + L.pte, pte.data(), pte.size());
 
   if (backend.x_elem() == sizeof(float)) {
     m.weights = XPtr{m.params, sizeof(float)};
@@ -284,6 +310,7 @@ void BertEncoder::Impl::reserve(Backend& be, const BertConfig& c, int B, int T) 
   fresh->seqs = seqs;
   fresh->ids = fresh->i(rows);
   fresh->pos = fresh->i(rows);
+  fresh->types = fresh->i(rows);
   fresh->mask = fresh->i(rows);
   fresh->cls_rows = fresh->i(seqs);
   fresh->hidden = fresh->x(rows * H);
@@ -318,37 +345,42 @@ void BertEncoder::Impl::layer_forward(Backend& be, const BertConfig& c, int l,
   be.layernorm_forward(a.hidden, a.hidden, P + L.ln2_w, P + L.ln2_b, N, H, eps);
 }
 
-void BertEncoder::encode(const int32_t* ids, const int32_t* mask, int B, int T, Pooling pooling,
-                         bool normalize, float* out) {
+bool BertEncoder::has_classifier() const { return !impl_->classifier_w.empty(); }
+
+std::vector<int> BertEncoder::forward(const int32_t* ids, const int32_t* types,
+                                      const int32_t* mask, int B, int T) {
   const BertConfig& c = config_;
-  if (B < 0 || T < 1) {
-    throw Error("BERT encoder: a batch of " + std::to_string(B) + " x " + std::to_string(T) +
-                " tokens");
-  }
-  if (B == 0) return;
   if (T > c.max_position_embeddings) {
     throw Error("BERT encoder: sequences of " + std::to_string(T) +
                 " tokens exceed the model's max_position_embeddings (" +
                 std::to_string(c.max_position_embeddings) + ")");
   }
   const int H = c.hidden_size, N = B * T;
-  // Padding ids become 0: their rows are computed but never seen (keys are masked, and
-  // pooling skips them), so any id there is harmless once it indexes the table.
-  std::vector<int32_t> tok(N), pos(N), key(N), cls_rows(B);
+  // Padding ids (and types) become 0: their rows are computed but never seen (keys are
+  // masked, and pooling skips them), so any id there is harmless once it indexes the table.
+  std::vector<int32_t> tok(N), pos(N), type(N, 0), key(N);
   std::vector<int> real(B, 0);
+  const auto where = [](int b, int t) {
+    return " at [" + std::to_string(b) + ", " + std::to_string(t) + "]";
+  };
   for (int b = 0; b < B; b++) {
-    cls_rows[b] = b * T;
     for (int t = 0; t < T; t++) {
       const int i = b * T + t;
       key[i] = mask[i] != 0;
       pos[i] = t;
       real[b] += key[i];
-      if (key[i] && (ids[i] < 0 || ids[i] >= c.vocab_size)) {
-        throw Error("BERT encoder: token id " + std::to_string(ids[i]) + " at [" +
-                    std::to_string(b) + ", " + std::to_string(t) +
-                    "] is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+      if (!key[i]) continue;
+      if (ids[i] < 0 || ids[i] >= c.vocab_size) {
+        throw Error("BERT encoder: token id " + std::to_string(ids[i]) + where(b, t) +
+                    " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
       }
-      tok[i] = key[i] ? ids[i] : 0;
+      tok[i] = ids[i];
+      if (types == nullptr) continue;
+      if (types[i] < 0 || types[i] >= c.type_vocab_size) {
+        throw Error("BERT encoder: token type " + std::to_string(types[i]) + where(b, t) +
+                    " is outside [0, " + std::to_string(c.type_vocab_size) + ") (type_vocab_size)");
+      }
+      type[i] = types[i];
     }
     if (real[b] == 0) {
       throw Error("BERT encoder: row " + std::to_string(b) +
@@ -361,22 +393,55 @@ void BertEncoder::encode(const int32_t* ids, const int32_t* mask, int B, int T, 
   EncoderActivations& a = *m.acts;
   be_.upload_i32(a.ids, tok.data(), N);
   be_.upload_i32(a.pos, pos.data(), N);
+  be_.upload_i32(a.types, type.data(), N);
   be_.upload_i32(a.mask, key.data(), N);
   const BertLayout& L = m.layout;
   const XPtr P = m.weights;
   const size_t NH = static_cast<size_t>(N) * H;
+  // BertEmbeddings.forward (transformers' modeling_bert.py), in its order:
+  // (inputs_embeds + token_type_embeddings) + position_embeddings, then LayerNorm.
   be_.embedding_forward(a.hidden, a.ids, P + L.wte, N, H);
+  be_.embedding_forward(a.att, a.types, P + L.tte, N, H);
+  be_.add(a.hidden, a.hidden, a.att, NH);
   be_.embedding_forward(a.att, a.pos, P + L.pte, N, H);
   be_.add(a.hidden, a.hidden, a.att, NH);
   be_.layernorm_forward(a.hidden, a.hidden, P + L.ln_w, P + L.ln_b, N, H, c.layer_norm_eps);
   AttentionShape shape{B, T, c.num_heads, c.num_heads, c.head_dim()};
   shape.causal = false;
   for (int l = 0; l < c.num_layers; l++) m.layer_forward(be_, c, l, shape);
+  return real;
+}
+
+namespace {
+
+void check_batch(int B, int T) {
+  if (B < 0 || T < 1) {
+    throw Error("BERT encoder: a batch of " + std::to_string(B) + " x " + std::to_string(T) +
+                " tokens");
+  }
+}
+
+}  // namespace
+
+void BertEncoder::Impl::gather_cls(Backend& be, int B, int T, int H) {
+  std::vector<int32_t> rows(B);
+  for (int b = 0; b < B; b++) rows[b] = b * T;
+  be.upload_i32(acts->cls_rows, rows.data(), B);
+  be.gather_rows(acts->cls, acts->hidden, acts->cls_rows, B, H);
+}
+
+void BertEncoder::encode(const int32_t* ids, const int32_t* mask, int B, int T, Pooling pooling,
+                         bool normalize, float* out) {
+  check_batch(B, T);
+  if (B == 0) return;
+  const std::vector<int> real = forward(ids, nullptr, mask, B, T);
+  const int H = config_.hidden_size;
+  const size_t NH = static_cast<size_t>(B) * T * H;
+  EncoderActivations& a = *impl_->acts;
 
   // Search-R1's pooling(): the masked mean of the last hidden state, or its [CLS] row.
   if (pooling == Pooling::Cls) {
-    be_.upload_i32(a.cls_rows, cls_rows.data(), B);
-    be_.gather_rows(a.cls, a.hidden, a.cls_rows, B, H);
+    impl_->gather_cls(be_, B, T, H);
     be_.download_x(out, a.cls, static_cast<size_t>(B) * H);
   } else {
     std::vector<float> hidden(NH);
@@ -385,7 +450,7 @@ void BertEncoder::encode(const int32_t* ids, const int32_t* mask, int B, int T, 
     for (int b = 0; b < B; b++) {
       std::fill(sum.begin(), sum.end(), 0.0);
       for (int t = 0; t < T; t++) {
-        if (!key[b * T + t]) continue;
+        if (mask[b * T + t] == 0) continue;
         const float* row = hidden.data() + static_cast<size_t>(b * T + t) * H;
         for (int k = 0; k < H; k++) sum[k] += row[k];
       }
@@ -401,6 +466,39 @@ void BertEncoder::encode(const int32_t* ids, const int32_t* mask, int B, int T, 
     for (int k = 0; k < H; k++) ss += static_cast<double>(o[k]) * o[k];
     const float norm = std::max(static_cast<float>(std::sqrt(ss)), 1e-12f);
     for (int k = 0; k < H; k++) o[k] /= norm;
+  }
+}
+
+void BertEncoder::classify(const int32_t* ids, const int32_t* types, const int32_t* mask, int B,
+                           int T, float* out) {
+  const Impl& m = *impl_;
+  if (!has_classifier()) {
+    throw Error("BERT encoder: loaded without its sequence-classification head");
+  }
+  check_batch(B, T);
+  if (B == 0) return;
+  forward(ids, types, mask, B, T);
+  const int H = config_.hidden_size, NL = config_.num_labels;
+  EncoderActivations& a = *impl_->acts;
+  impl_->gather_cls(be_, B, T, H);
+  std::vector<float> cls(static_cast<size_t>(B) * H), pooled(H);
+  be_.download_x(cls.data(), a.cls, cls.size());
+  // BertPooler: tanh(dense(hidden_states[:, 0])); BertForSequenceClassification: dropout
+  // (the identity at inference), then classifier (nn.Linear). Sums in double.
+  for (int b = 0; b < B; b++) {
+    const float* x = cls.data() + static_cast<size_t>(b) * H;
+    for (int j = 0; j < H; j++) {
+      const float* w = m.pooler_w.data() + static_cast<size_t>(j) * H;
+      double acc = m.pooler_b[j];
+      for (int k = 0; k < H; k++) acc += static_cast<double>(w[k]) * x[k];
+      pooled[j] = std::tanh(static_cast<float>(acc));
+    }
+    for (int l = 0; l < NL; l++) {
+      const float* w = m.classifier_w.data() + static_cast<size_t>(l) * H;
+      double acc = m.classifier_b[l];
+      for (int k = 0; k < H; k++) acc += static_cast<double>(w[k]) * pooled[k];
+      out[static_cast<size_t>(b) * NL + l] = static_cast<float>(acc);
+    }
   }
 }
 

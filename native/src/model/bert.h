@@ -2,7 +2,10 @@
 // absolute position embeddings and token-type embeddings), forward only, for dense
 // retrieval: token ids in, one L2-normalised embedding per text out, exactly as
 // Search-R1's Encoder computes it (AutoModel's last_hidden_state, then mean pooling over
-// the attention mask or the [CLS] row, then L2 normalisation).
+// the attention mask or the [CLS] row, then L2 normalisation). Loaded with its
+// sequence-classification head, it is also a cross-encoder (reranker): transformers'
+// BertForSequenceClassification, the logits of `[CLS] query [SEP] passage [SEP]` pairs, as
+// sentence-transformers' CrossEncoder computes them before its activation.
 //
 // Written once against the Backend interface (backend/backend.h), like the Qwen2 model.
 #pragma once
@@ -24,6 +27,9 @@ struct BertConfig {
   int max_position_embeddings = 0;
   int type_vocab_size = 0;
   float layer_norm_eps = 1e-12f;
+  // transformers' PretrainedConfig.num_labels: the size of id2label (2 when config.json has
+  // neither id2label nor num_labels). Only the classification head reads it.
+  int num_labels = 2;
   int head_dim() const { return hidden_size / num_heads; }
 };
 
@@ -34,11 +40,17 @@ BertConfig load_bert_config(const std::string& dir);
 enum class Pooling { Mean, Cls };
 Pooling parse_pooling(const std::string& name);  // "mean" | "cls"; throws UsageError
 
+// What a checkpoint is loaded for: the encoder alone (BertModel; a pooler or task head in
+// the file is ignored), or with BertForSequenceClassification's head (bert.pooler.dense and
+// classifier, both required).
+enum class BertHead { None, SequenceClassification };
+
 class BertEncoder {
  public:
   // Config and safetensors weights of a Hugging Face folder (BertModel's tensor names,
-  // with or without the "bert." prefix a BertFor* checkpoint has; the pooler is unused).
-  static std::unique_ptr<BertEncoder> load(const std::string& dir, Backend& backend);
+  // with or without the "bert." prefix a BertFor* checkpoint has).
+  static std::unique_ptr<BertEncoder> load(const std::string& dir, Backend& backend,
+                                           BertHead head = BertHead::None);
   ~BertEncoder();
   BertEncoder(const BertEncoder&) = delete;
   BertEncoder& operator=(const BertEncoder&) = delete;
@@ -56,8 +68,21 @@ class BertEncoder {
   void encode(const int32_t* ids, const int32_t* mask, int B, int T, Pooling pooling,
               bool normalize, float* out);
 
+  // BertForSequenceClassification's logits (needs BertHead::SequenceClassification): ids,
+  // token types (0 for `[CLS] query [SEP]`, 1 for `passage [SEP]`, as the tokenizer's pair
+  // template makes them; each in 0..type_vocab_size-1 where mask is 1) and mask as in
+  // encode(). Writes B * num_labels floats to `out` (host): the classifier applied to the
+  // pooler's tanh(dense(last hidden state of [CLS])), no activation after it.
+  void classify(const int32_t* ids, const int32_t* types, const int32_t* mask, int B, int T,
+                float* out);
+  bool has_classifier() const;
+
  private:
   BertEncoder(BertConfig config, Backend& backend);
+  // The embeddings and every layer over the batch, into the activations' hidden rows;
+  // returns the real tokens of each row. Checks what encode() says it throws.
+  std::vector<int> forward(const int32_t* ids, const int32_t* types, const int32_t* mask, int B,
+                           int T);
   BertConfig config_;
   Backend& be_;
   struct Impl;

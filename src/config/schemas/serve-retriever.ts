@@ -129,6 +129,37 @@ export const serveRetrieverSchema = z.strictObject({
     .positive()
     .default(3)
     .describe("documents per query when a request omits topk"),
+  reranker: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "cross-encoder folder (BertForSequenceClassification, one label: cross-encoder/ms-marco-MiniLM-L12-v2): /retrieve returns the best of retrieval_topk passages by its scores, and POST /rerank serves (Search-R1's retrieval_rerank_server.py, rerank_server.py); bm25, e5, bge",
+    ),
+  retrieval_topk: z
+    .number()
+    .int()
+    .positive()
+    .default(10)
+    .describe(
+      "with a reranker: passages retrieved per query and reranked (a request's larger topk retrieves that many)",
+    ),
+  rerank_topk: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe(
+      "with a reranker: documents per query after reranking when a request names none (/retrieve's topk, /rerank's rerank_topk); null = topk",
+    ),
+  reranker_batch_size: z
+    .number()
+    .int()
+    .positive()
+    .default(32)
+    .describe("with a reranker: (query, passage) pairs per forward pass of the cross-encoder"),
   ...listenFields(8000),
   threads: threadsField("search threads"),
   max_queries: z

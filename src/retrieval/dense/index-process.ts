@@ -24,6 +24,15 @@ export interface EncoderInfo {
   normalize: boolean;
 }
 
+/** What `info` says of the reranker (`--reranker`). */
+export interface RerankerInfo {
+  dim: number;
+  layers: number;
+  vocab_size: number;
+  type_vocab_size: number;
+  max_position_embeddings: number;
+}
+
 export interface SearchReply {
   /** Corpus row numbers, best first, one list per query. */
   ids: number[][];
@@ -32,13 +41,21 @@ export interface SearchReply {
   search_seconds: number;
 }
 
-export interface IndexProcessOptions {
-  /** faiss index file to search; absent when only building. */
-  index?: string;
+/** The encoder of a dense index: its folder and how its embeddings are made. */
+interface EncoderOptions {
   /** Encoder (BERT) Hugging Face folder. */
   model: string;
   pooling: Pooling;
   normalize: boolean;
+}
+
+/** A process with the encoder (and an index), or one with only the reranker. */
+export type IndexProcessOptions = EncoderProcessOptions | ({ reranker: string } & ProcessOptions);
+export type EncoderProcessOptions = EncoderOptions & ProcessOptions;
+
+interface ProcessOptions {
+  /** faiss index file to search; absent when only building. */
+  index?: string;
   /** HNSW beam width; null: the file's efSearch. */
   efSearch?: number | null;
   /** Keep an fp16 copy of the flat vectors in memory (half the RAM). */
@@ -63,20 +80,30 @@ export async function checkEncoderFolder(dir: string): Promise<void> {
 /**
  * `searchr1-index serve` (native/src/index/SERVE.md) as a child process: the BERT encoder
  * and the memory-mapped faiss index in one native process, so a batch of queries is
- * encoded and searched in one call, and an index is built by streaming token ids to it.
+ * encoded and searched in one call, and an index is built by streaming token ids to it; or
+ * a BERT cross-encoder alone (`reranker`), scoring (query, passage) pairs.
  */
 export class IndexProcess {
   private constructor(
     private readonly service: JsonLinesService,
-    /** What the process opened: the index (or null) and the encoder. */
-    readonly info: { index: IndexInfo | null; encoder: EncoderInfo; fp16: boolean },
+    /** What the process opened: the index (or null), the encoder, the reranker. */
+    readonly info: {
+      index: IndexInfo | null;
+      encoder: EncoderInfo;
+      /** Only with `reranker`. */
+      reranker?: RerankerInfo;
+      fp16: boolean;
+    },
   ) {}
 
   static async start(options: IndexProcessOptions): Promise<IndexProcess> {
-    const args = ["serve", "--model", options.model, "--pooling", options.pooling];
+    const args =
+      "reranker" in options
+        ? ["serve", "--reranker", options.reranker]
+        : ["serve", "--model", options.model, "--pooling", options.pooling];
+    if (!("reranker" in options) && !options.normalize) args.push("--no-normalize");
     args.push("--device", options.device);
     if (options.index !== undefined) args.push("--index", options.index);
-    if (!options.normalize) args.push("--no-normalize");
     if (options.efSearch != null) args.push("--ef-search", String(options.efSearch));
     if (options.fp16) args.push("--fp16");
     if (options.gpus != null) args.push("--gpus", String(options.gpus));
@@ -84,8 +111,8 @@ export class IndexProcess {
     const service = await JsonLinesService.start({
       executable: nativeExecutable("searchr1-index"),
       args,
-      what: "the dense index (searchr1-index serve)",
-      who: "the dense index",
+      what: `the ${"reranker" in options ? "reranker" : "dense index"} (searchr1-index serve)`,
+      who: `the ${"reranker" in options ? "reranker" : "dense index"}`,
       onLine: options.onLine,
       signal: options.signal,
     });
@@ -119,6 +146,21 @@ export class IndexProcess {
   /** Encodes the token-id lists and returns each one's top k rows. */
   async search(inputIds: readonly (readonly number[])[], k: number): Promise<SearchReply> {
     return (await this.service.send("search", { input_ids: inputIds, k })) as never;
+  }
+
+  /**
+   * The reranker's score (its one logit) of each pair: the token ids and types of
+   * `[CLS] query [SEP] passage [SEP]`, as the tokenizer makes them.
+   */
+  async rerank(
+    inputIds: readonly (readonly number[])[],
+    tokenTypeIds: readonly (readonly number[])[],
+  ): Promise<number[]> {
+    const reply = await this.service.send("rerank", {
+      input_ids: inputIds,
+      token_type_ids: tokenTypeIds,
+    });
+    return reply.scores as number[];
   }
 
   /** Opens (or resumes) a partial flat index file; resolves with the rows it holds. */

@@ -6,14 +6,14 @@ import type { TextTokenizer } from "../../text/tokenizer.js";
 import type { Hit, Retriever, RetrieverKind } from "../retriever.js";
 import {
   type EncoderInfo,
+  type EncoderProcessOptions,
   type IndexInfo,
   IndexProcess,
-  type IndexProcessOptions,
 } from "./index-process.js";
 import type { DenseRecipe } from "./recipe.js";
 
 export interface DenseOpenOptions
-  extends Omit<IndexProcessOptions, "pooling" | "normalize" | "index"> {
+  extends Omit<EncoderProcessOptions, "pooling" | "normalize" | "index"> {
   kind: Exclude<RetrieverKind, "bm25">;
   index: string;
   recipe: DenseRecipe;

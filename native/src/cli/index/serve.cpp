@@ -1,6 +1,7 @@
-// searchr1-index serve: the dense retriever's long-lived process (index/session.h holds it
-// and answers its commands; the protocol is in index/SERVE.md). Here: the options, opening
-// the index and the encoder they name, and the JSON-lines loop on stdin/stdout.
+// searchr1-index serve: the dense retriever's (and the reranker's) long-lived process
+// (index/session.h holds it and answers its commands; the protocol is in index/SERVE.md).
+// Here: the options, opening the index and the models they name, and the JSON-lines loop on
+// stdin/stdout.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -52,11 +53,20 @@ void start(IndexSession& s, const Args& args) {
     std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
                          "(--device cuda serves the encoder, and exhaustive search)\n");
   }
-  if (args.has("model")) {
+  if (args.has("model") || args.has("reranker")) {
     s.backend = open_backend(args);  // sets the threads too
-    s.encoder = BertEncoder::load(args.required("model"), *s.backend);
   } else {
     set_threads(args);
+  }
+  if (args.has("model")) s.encoder = BertEncoder::load(args.required("model"), *s.backend);
+  if (args.has("reranker")) {
+    const std::string dir = args.required("reranker");
+    s.reranker = BertEncoder::load(dir, *s.backend, BertHead::SequenceClassification);
+    if (s.reranker->config().num_labels != 1) {
+      throw Error(dir + "/config.json: " + std::to_string(s.reranker->config().num_labels) +
+                  " labels; a reranker scores a pair with one (as " +
+                  "cross-encoder/ms-marco-MiniLM-L12-v2 does)");
+    }
   }
   if (s.index && s.encoder && s.encoder->dim() != s.index->d) {
     throw Error(args.required("model") + " encodes vectors of d = " +
@@ -80,10 +90,13 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
       "searchr1-index serve",
       "Runs as the dense retriever: a faiss index (--index) and a BERT encoder (--model)\n"
       "in memory, JSON commands on stdin, one JSON reply per command on stdout (protocol:\n"
-      "native/src/index/SERVE.md). It searches by token ids or by vectors, and builds flat\n"
-      "indexes from token ids into a file that a killed build resumes.",
+      "native/src/index/SERVE.md). It searches by token ids or by vectors, builds flat\n"
+      "indexes from token ids into a file that a killed build resumes, and scores (query,\n"
+      "passage) pairs with a BERT cross-encoder (--reranker).",
       concat({{"index", "FILE", "faiss index file to search"},
               {"model", "DIR", "BERT encoder (Hugging Face folder) for token ids"},
+              {"reranker", "DIR",
+               "cross-encoder (BertForSequenceClassification folder, one label)"},
               {"pooling", "mean|cls", "pool the encoder's last layer by mean (default) or [CLS]"},
               {"no-normalize", "", "leave embeddings as pooled (default: L2-normalised)"},
               {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
