@@ -158,24 +158,23 @@ async function serveIndex(
   const close = async () => {
     await Promise.all([opened.close(), encoder?.close()]);
   };
-  let server: RetrievalServer;
-  try {
-    server = await RetrievalServer.listen({
-      retriever: encoder
-        ? new RerankingRetriever(opened.retriever, opened.corpus, encoder, config.retrieval_topk)
-        : opened.retriever,
-      corpus: opened.corpus,
-      corpusInfo: opened.corpusInfo,
-      defaultTopk: encoder ? (config.rerank_topk ?? config.topk) : config.topk,
-      limits: limitsOf(config),
-      host: config.host,
-      port: config.port,
-      log: err,
-    });
-  } catch (e) {
-    await close();
-    throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
-  }
+  const server = await listening(
+    config,
+    () =>
+      RetrievalServer.listen({
+        retriever: encoder
+          ? new RerankingRetriever(opened.retriever, opened.corpus, encoder, config.retrieval_topk)
+          : opened.retriever,
+        corpus: opened.corpus,
+        corpusInfo: opened.corpusInfo,
+        defaultTopk: encoder ? (config.rerank_topk ?? config.topk) : config.topk,
+        limits: limitsOf(config),
+        host: config.host,
+        port: config.port,
+        log: err,
+      }),
+    close,
+  );
   const seconds = (performance.now() - started) / 1000;
   return {
     server,
@@ -199,9 +198,8 @@ async function serveOnline(
   err: (line: string) => void,
 ): Promise<Serving> {
   const opened = openOnlineSearch(kind, config, err);
-  let server: OnlineRetrievalServer;
-  try {
-    server = await OnlineRetrievalServer.listen({
+  const server = await listening(config, () =>
+    OnlineRetrievalServer.listen({
       search: opened.search,
       describe: opened.describe,
       defaultTopk: config.topk,
@@ -209,14 +207,26 @@ async function serveOnline(
       host: config.host,
       port: config.port,
       log: err,
-    });
-  } catch (e) {
-    throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
-  }
+    }),
+  );
   return {
     server,
     what: `${kind} web search`,
     detail: opened.summary,
     close: async () => {},
   };
+}
+
+/** `listen()`, or when it cannot listen, `close()` what was opened for it and say why. */
+async function listening<S>(
+  config: ServeRetrieverConfig,
+  listen: () => Promise<S>,
+  close: () => Promise<void> = async () => {},
+): Promise<S> {
+  try {
+    return await listen();
+  } catch (e) {
+    await close();
+    throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another retriever");
+  }
 }
