@@ -13,7 +13,7 @@ import {
 import { nodeAt, typeName } from "../src/config/schema-walk.js";
 import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
 import { trainSpec } from "../src/config/schemas/train.js";
-import { UsageError } from "../src/runtime/errors.js";
+import { usageErrorOf } from "./helpers/usage-error.js";
 
 const dir = mkdtempSync(join(tmpdir(), "searchr1-config-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -23,16 +23,6 @@ function file(name: string, text: string): string {
   mkdirSync(join(path, ".."), { recursive: true });
   writeFileSync(path, text);
   return path;
-}
-
-function errorOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(UsageError);
-    return (err as Error).message;
-  }
-  throw new Error("expected a UsageError");
 }
 
 const spec: CommandConfigSpec = {
@@ -150,7 +140,7 @@ describe("override coercion", () => {
   });
 
   it("rejects text that is not key=value", () => {
-    expect(errorOf(() => resolveConfig(spec, { overrides: ["count"] }))).toContain(
+    expect(usageErrorOf(() => resolveConfig(spec, { overrides: ["count"] }))).toContain(
       'override "count": expected key.path=value',
     );
   });
@@ -179,25 +169,25 @@ describe("YAML files", () => {
   it("reports an extends cycle and a missing base with the file that names it", () => {
     file("cyc-a.yaml", "extends: cyc-b.yaml\n");
     const b = file("cyc-b.yaml", "extends: cyc-a.yaml\n");
-    expect(errorOf(() => resolveConfig(spec, { configFile: b }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: b }))).toMatch(
       /extends cycle: .*cyc-b\.yaml -> .*cyc-a\.yaml -> .*cyc-b\.yaml/,
     );
     const m = file("missing-base.yaml", "extends: nowhere.yaml\n");
-    expect(errorOf(() => resolveConfig(spec, { configFile: m }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: m }))).toMatch(
       /file not found: .*nowhere\.yaml \(extended by .*missing-base\.yaml\)/,
     );
   });
 
   it("reports a missing config file, invalid YAML with line:col, and a non-mapping top level", () => {
-    expect(errorOf(() => resolveConfig(spec, { configFile: join(dir, "nope.yaml") }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: join(dir, "nope.yaml") }))).toMatch(
       /config: file not found: .*nope\.yaml/,
     );
     const bad = file("bad.yaml", "name: ok\ncount: [1, 2\n");
-    expect(errorOf(() => resolveConfig(spec, { configFile: bad }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: bad }))).toMatch(
       /bad\.yaml:\d+:\d+: invalid YAML/,
     );
     const list = file("list-top.yaml", "- a\n- b\n");
-    expect(errorOf(() => resolveConfig(spec, { configFile: list }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: list }))).toMatch(
       /list-top\.yaml: expected a mapping/,
     );
   });
@@ -247,7 +237,7 @@ describe("one coercion rule for every source", () => {
 
   it("still reports what cannot be read with the file position", () => {
     const cfg = file("coerce-bad.yaml", "name: x\ncount: many\nmode: [a]\n");
-    const lines = errorOf(() => resolveConfig(spec, { configFile: cfg })).split("\n");
+    const lines = usageErrorOf(() => resolveConfig(spec, { configFile: cfg })).split("\n");
     expect(lines[0]).toMatch(/^"count" = "many" \(.*coerce-bad\.yaml:2:1\): expected integer$/);
     expect(lines[1]).toMatch(/^"mode" = \["a"\] \(.*coerce-bad\.yaml:3:1\): /);
   });
@@ -266,46 +256,46 @@ describe("one coercion rule for every source", () => {
 describe("errors name key, origin, expectation and a suggestion", () => {
   it("names the file position of a wrong type", () => {
     const cfg = file("wrong.yaml", "name: x\nnested:\n  lr: fast\n");
-    expect(errorOf(() => resolveConfig(spec, { configFile: cfg }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: cfg }))).toMatch(
       /^"nested\.lr" = "fast" \(.*wrong\.yaml:3:3\): expected number$/,
     );
   });
 
   it("names the env var, the flag and the override", () => {
-    expect(errorOf(() => resolveConfig(spec, { env: { DEMO_COUNT: "many" } }))).toBe(
+    expect(usageErrorOf(() => resolveConfig(spec, { env: { DEMO_COUNT: "many" } }))).toBe(
       '"count" = "many" (env DEMO_COUNT): expected integer',
     );
     const cli = [{ key: "mode", value: "c", origin: { kind: "flag" as const, flag: "--mode" } }];
-    expect(errorOf(() => resolveConfig(spec, { cli }))).toBe(
+    expect(usageErrorOf(() => resolveConfig(spec, { cli }))).toBe(
       '"mode" = "c" (flag --mode): expected one of a|b',
     );
-    expect(errorOf(() => resolveConfig(spec, { overrides: ["count=1.5"] }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { overrides: ["count=1.5"] }))).toMatch(
       /^"count" = 1\.5 \(override count=1\.5\): /,
     );
   });
 
   it("suggests the nearest key for a typo in a file and in an override", () => {
     const cfg = file("typo.yaml", "nested:\n  lrr: 1\n");
-    expect(errorOf(() => resolveConfig(spec, { configFile: cfg }))).toMatch(
+    expect(usageErrorOf(() => resolveConfig(spec, { configFile: cfg }))).toMatch(
       /^unknown key "nested\.lrr" \(.*typo\.yaml:2:3\); did you mean "nested\.lr"\?$/,
     );
-    expect(errorOf(() => resolveConfig(spec, { overrides: ["nested.depp.k=1"] }))).toBe(
+    expect(usageErrorOf(() => resolveConfig(spec, { overrides: ["nested.depp.k=1"] }))).toBe(
       'unknown key "nested.depp" (override nested.depp.k=1); did you mean "nested.deep"?',
     );
-    expect(errorOf(() => resolveConfig(spec, { overrides: ["lr=1"] }))).toBe(
+    expect(usageErrorOf(() => resolveConfig(spec, { overrides: ["lr=1"] }))).toBe(
       'unknown key "lr" (override lr=1); did you mean "nested.lr"?',
     );
   });
 
   it("lists valid keys when nothing is close", () => {
-    expect(errorOf(() => resolveConfig(spec, { overrides: ["zzzzzzzz=1"] }))).toBe(
+    expect(usageErrorOf(() => resolveConfig(spec, { overrides: ["zzzzzzzz=1"] }))).toBe(
       'unknown key "zzzzzzzz" (override zzzzzzzz=1); valid keys: name, count, flag, items, ratio, mode, nested',
     );
   });
 
   it("names a list element that has the wrong type", () => {
     expect(
-      errorOf(() =>
+      usageErrorOf(() =>
         resolveConfig(trainSpec, {
           overrides: ["model.path=m", "trainer.logger=[console,mlflow]"],
         }),
@@ -316,7 +306,7 @@ describe("errors name key, origin, expectation and a suggestion", () => {
   });
 
   it("reports every problem at once, and missing required keys with how to set them", () => {
-    const msg = errorOf(() =>
+    const msg = usageErrorOf(() =>
       resolveConfig(trainSpec, {
         overrides: ["actor.lr=abc", "rollout.n=0"],
         flagNames: { "model.path": "--model" },
@@ -358,7 +348,7 @@ describe("a draft config for display (searchr1 config)", () => {
   });
 
   it("is still an error for anything but a missing key, as for the run", () => {
-    const msg = errorOf(() => resolveConfigDraft(withRequired, { overrides: ["count=x"] }));
+    const msg = usageErrorOf(() => resolveConfigDraft(withRequired, { overrides: ["count=x"] }));
     expect(msg).toContain('"count" = "x" (override count=x): expected integer');
     expect(() => resolveConfig(withRequired, { overrides: ["mode=a"] })).toThrow(
       /missing required key "model.path"/,
@@ -459,9 +449,9 @@ describe("dtype spellings (one printed, every one read)", () => {
   });
 
   it("prints bf16|fp16|fp32 in errors, help types and the JSON Schema", () => {
-    expect(errorOf(() => resolveConfig(convert, { overrides: [...required, "dtype=int8"] }))).toBe(
-      '"dtype" = "int8" (override dtype=int8): expected one of keep|bf16|fp16|fp32',
-    );
+    expect(
+      usageErrorOf(() => resolveConfig(convert, { overrides: [...required, "dtype=int8"] })),
+    ).toBe('"dtype" = "int8" (override dtype=int8): expected one of keep|bf16|fp16|fp32');
     expect(typeName(nodeAt(convert.schema, ["dtype"]) as z.ZodType)).toBe(
       "one of keep|bf16|fp16|fp32",
     );

@@ -9,8 +9,8 @@ import { resolveConfig } from "../../src/config/resolve.js";
 import { evalSpec } from "../../src/config/schemas/eval.js";
 import { trainSpec } from "../../src/config/schemas/train.js";
 import { readScriptCommand } from "../../src/config/script-args.js";
-import { UsageError } from "../../src/runtime/errors.js";
 import { batchSizes, passSize, updateTokens } from "../../src/trainer/batch-sizes.js";
+import { usageErrorOf } from "../helpers/usage-error.js";
 
 const dir = mkdtempSync(join(tmpdir(), "searchr1-verl-keys-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -26,16 +26,6 @@ function train(overrides: string[], configFile?: string) {
     warn: (l) => warnings.push(l),
   });
   return { config, warnings };
-}
-
-function usageError(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(UsageError);
-    return (err as Error).message;
-  }
-  throw new Error("expected a UsageError");
 }
 
 describe("verl's and Search-R1's key names", () => {
@@ -116,11 +106,13 @@ describe("verl's and Search-R1's key names", () => {
   });
 
   it("refuse a value that cannot be honoured, naming the key and where it was set", () => {
-    expect(usageError(() => train([MODEL, "algorithm.no_think_rl=true"]))).toMatch(
+    expect(usageErrorOf(() => train([MODEL, "algorithm.no_think_rl=true"]))).toMatch(
       /^"algorithm\.no_think_rl" = true \(override algorithm\.no_think_rl=true\): cannot be honoured here \(Search-R1 raises on it too\); accepted: false$/,
     );
     expect(
-      usageError(() => train([MODEL, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])),
+      usageErrorOf(() =>
+        train([MODEL, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]),
+      ),
     ).toMatch(/ulysses_sequence_parallel_size" = 2 .*accepted: 1$/);
     // Accepted silently at the value searchr1 honours anyway.
     expect(train([MODEL, "data.train_data_num=null", "trainer.critic_warmup=0"]).warnings).toEqual(
@@ -130,7 +122,7 @@ describe("verl's and Search-R1's key names", () => {
 
   it("keep this project's own keys first, and an unknown key an error", () => {
     expect(train(["model.path=/m", "rollout.n=3"]).config.rollout.n).toBe(3);
-    expect(usageError(() => train([MODEL, "actor_rollout_ref.actor.optim.lrr=1"]))).toMatch(
+    expect(usageErrorOf(() => train([MODEL, "actor_rollout_ref.actor.optim.lrr=1"]))).toMatch(
       /unknown key "actor_rollout_ref"/,
     );
   });
@@ -262,11 +254,11 @@ describe("verl's batch arithmetic", () => {
   });
 
   it("refuses what does not divide, as verl asserts", () => {
-    expect(usageError(() => batchSizes(config(["rollout.n=1"]), 3))).toMatch(
+    expect(usageErrorOf(() => batchSizes(config(["rollout.n=1"]), 3))).toMatch(
       /^actor\.ppo_mini_batch_size × rollout\.n \(256\) is a global size, divided by the 3 data-parallel ranks .* 256 is not a multiple of 3/,
     );
     expect(
-      usageError(() => batchSizes(config(["rollout.n=1", "actor.ppo_micro_batch_size=10"]), 4)),
+      usageErrorOf(() => batchSizes(config(["rollout.n=1", "actor.ppo_micro_batch_size=10"]), 4)),
     ).toMatch(/^actor\.ppo_micro_batch_size is a global size, divided by the 4/);
   });
 });
@@ -308,7 +300,7 @@ describe("a shell script's training line", () => {
   it("is refused when there is none, naming the file", () => {
     const file = join(dir, "none.sh");
     writeFileSync(file, "echo hello\n");
-    expect(usageError(() => readScriptCommand(file, {}))).toMatch(
+    expect(usageErrorOf(() => readScriptCommand(file, {}))).toMatch(
       /none\.sh: no training command found/,
     );
   });
