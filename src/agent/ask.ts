@@ -40,9 +40,6 @@ export async function ask(
   const tokenizer = ModelTokenizer.load(config.model.tokenizer_path ?? model);
   const template = loadTemplate(config.template, builtinTemplatesDir());
   const question = normalizeQuestion(config.question);
-  const ids = await promptIds(tokenizer, [
-    { role: "user", content: renderTemplate(template, question) },
-  ]);
   const { rollout: r } = config;
   const settings = agentSettings(
     config,
@@ -50,12 +47,17 @@ export async function ask(
       ? { temperature: r.temperature, topP: r.top_p, topK: r.top_k }
       : { temperature: 0, topP: 1, topK: -1 },
   );
+  const ids = await promptIds(
+    tokenizer,
+    [{ role: "user", content: renderTemplate(template, question) }],
+    settings.format,
+  );
   const session = await AgentSession.open(config, model, log, signal);
   try {
     const trajectory = await rollout(
       { promptIds: ids, seed: r.do_sample ? r.seed : null },
       settings,
-      session.parts(tokenizer.tokenizer),
+      session.parts(tokenizer.tokenizer, tokenizer),
       { onTurn, signal: session.signal },
     );
     const text = await tokenizer.decode(trajectory.responseIds, true);

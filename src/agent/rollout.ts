@@ -1,8 +1,10 @@
 import { setMaxListeners } from "node:events";
 import type { EngineClient, Sampling } from "../engine/client/types.js";
 import { ServiceError } from "../runtime/errors.js";
+import type { ModelTokenizer } from "../text/model-tokenizer.js";
 import type { TextTokenizer } from "../text/tokenizer.js";
 import { cutAtAction, parseAction, STOP_STRINGS } from "./actions.js";
+import { type HermesFormat, hermesStep } from "./hermes-step.js";
 import { INVALID_ACTION_MESSAGE, informationBlock, type Passage } from "./observation.js";
 import type { RetrieverClient } from "./retriever-client.js";
 import type { Trajectory, Turn } from "./trajectory.js";
@@ -20,6 +22,11 @@ import type { Trajectory, Turn } from "./trajectory.js";
  * - generated tokens are kept as the engine returned them, EOS included (the original
  *   decoded, cut and re-encoded them, losing EOS); `compat: "search-r1-retokenize"` does
  *   what the original did.
+ *
+ * With `format: hermes` the same loop runs verl's tool agent instead (hermes-step.ts): the
+ * model calls search with `<tool_call>` JSON and gets `<tool_response>` turns rendered by its
+ * chat template; budgets are verl's (the response budget spans all turns, the context is
+ * never cut).
  */
 
 export interface AgentSettings {
@@ -34,12 +41,16 @@ export interface AgentSettings {
   maxObsLength: number;
   sampling: Sampling;
   compat: "none" | "search-r1-retokenize";
+  /** How search is called: Search-R1's tags (absent: those), or Hermes tool calls (verl's tool agent). */
+  format?: { kind: "search_r1" } | HermesFormat;
 }
 
 export interface AgentParts {
   engine: EngineClient;
-  retriever: RetrieverClient;
+  retriever: Pick<RetrieverClient, "search">;
   tokenizer: Pick<TextTokenizer, "encode" | "decode">;
+  /** The chat template's encoder: the Hermes format renders tool turns with it. */
+  chat?: Pick<ModelTokenizer, "encodeChat">;
 }
 
 export interface RolloutTask {
@@ -103,17 +114,32 @@ async function turns(
     }
   };
 
-  for (let index = 0; index <= settings.maxTurns; index++) {
+  const hermes = settings.format?.kind === "hermes" ? settings.format : null;
+  for (let index = 0; hermes || index <= settings.maxTurns; index++) {
     const finalTurn = index === settings.maxTurns;
     const context = [...promptIds, ...trajectory.responseIds];
-    if (context.length > settings.maxPromptLength) trajectory.contextTruncations++;
+    let inputIds = context;
+    let maxNewTokens = settings.maxResponseLength;
+    if (hermes) {
+      // verl: a turn may use what is left of the response budget, within the context budget
+      // (its SGLang server's max_new_tokens, clamped to max_model_len).
+      maxNewTokens = Math.min(
+        settings.maxResponseLength - trajectory.responseIds.length,
+        settings.maxPromptLength - context.length,
+      );
+      if (maxNewTokens <= 0) break;
+    } else {
+      if (context.length > settings.maxPromptLength) trajectory.contextTruncations++;
+      inputIds = context.slice(-settings.maxPromptLength);
+    }
     const t0 = performance.now();
     const output = await parts.engine.generate(
       {
-        inputIds: context.slice(-settings.maxPromptLength),
-        maxNewTokens: settings.maxResponseLength,
+        inputIds,
+        maxNewTokens,
         sampling: settings.sampling,
-        stop: STOP_STRINGS,
+        // Hermes turns end at EOS (<|im_end|>), as verl's tool agent asks for no stop strings.
+        stop: hermes ? [] : STOP_STRINGS,
         seed: task.seed === null ? null : turnSeed(task.seed, index),
       },
       hooks.signal,
@@ -134,6 +160,23 @@ async function turns(
     }
     append(ids, 1, logprobs);
 
+    if (hermes) {
+      const step = await hermesStep(
+        hermes,
+        { index, ids, text, finish: output.finish },
+        trajectory,
+        {
+          retriever: parts.retriever,
+          tokenizer: parts.tokenizer,
+          chat: parts.chat,
+          maxResponseLength: settings.maxResponseLength,
+        },
+      );
+      if (step.observationIds) append(step.observationIds, 0, null);
+      hooks.onTurn?.(step.turn, index);
+      if (!step.observationIds) break;
+      continue;
+    }
     const action = parseAction(text);
     const turn: Turn = {
       action: action.kind,

@@ -13,6 +13,7 @@ import { ChildServer, type CommandLine } from "../runtime/child-server.js";
 import { ServiceError, UsageError } from "../runtime/errors.js";
 import { RetrieverClient, type RetrieverSettings } from "./retriever-client.js";
 import type { AgentParts, AgentSettings } from "./rollout.js";
+import { loadToolConfig, SEARCH_TOOL } from "./tool-config.js";
 
 type Lengths = { [K in keyof typeof lengthFields]: z.infer<(typeof lengthFields)[K]> };
 type Generation = { [K in keyof typeof generationFields]: z.infer<(typeof generationFields)[K]> };
@@ -27,14 +28,33 @@ export interface AgentConfig {
     corpus?: string | null;
     kind?: "bm25" | "e5" | "bge";
     model?: string | null;
-  };
+  } /** eval's and train's scoring switches, refused with the Hermes format. */;
+  reward?: { format_reward?: boolean; search_r1_extract?: boolean };
 }
 
-/** The turn budgets of a config; sampling as given (temperature 0 = greedy). */
+/**
+ * The turn budgets and the action format of a config; sampling as given (temperature 0 =
+ * greedy). A Hermes format's tools come from rollout.multi_turn.tool_config_path (a verl
+ * tool_config file) or are the built-in search tool.
+ */
 export function agentSettings(
   config: AgentConfig,
   sampling: AgentSettings["sampling"],
 ): AgentSettings {
+  const mt = config.rollout.multi_turn;
+  if (mt.format === "hermes" && config.rollout.compat !== "none") {
+    throw new UsageError(
+      `rollout.compat=${config.rollout.compat} re-encodes Search-R1's tag turns; it does not apply to rollout.multi_turn.format=hermes`,
+    );
+  }
+  // Hermes runs are scored as verl scores its recipe (search_r1_like_qa_em): exact match only.
+  for (const key of ["format_reward", "search_r1_extract"] as const) {
+    if (mt.format === "hermes" && config.reward?.[key]) {
+      throw new UsageError(
+        `reward.${key}=true judges Search-R1's tags; rollout.multi_turn.format=hermes is scored as verl's search_r1_like_qa_em (exact match): set reward.${key}=false`,
+      );
+    }
+  }
   return {
     maxTurns: config.rollout.max_turns,
     maxStartLength: config.data.max_start_length,
@@ -43,6 +63,17 @@ export function agentSettings(
     maxObsLength: config.data.max_obs_length,
     sampling,
     compat: config.rollout.compat,
+    format:
+      mt.format === "hermes"
+        ? {
+            kind: "hermes",
+            tools: mt.tool_config_path ? loadToolConfig(mt.tool_config_path) : [SEARCH_TOOL],
+            maxAssistantTurns: mt.max_assistant_turns,
+            maxParallelCalls: mt.max_parallel_calls,
+            maxToolResponseLength: mt.max_tool_response_length,
+            truncateSide: mt.tool_response_truncate_side,
+          }
+        : { kind: "search_r1" },
   };
 }
 
@@ -179,8 +210,14 @@ export class AgentSession {
     return new AgentSession(engine, retrieverChild, retriever, signal);
   }
 
-  parts(tokenizer: AgentParts["tokenizer"]): AgentParts {
-    return { engine: this.connected.client, retriever: this.retriever, tokenizer };
+  /** The parts of a rollout: `chat` (the model's template) renders Hermes tool turns. */
+  parts(tokenizer: AgentParts["tokenizer"], chat?: AgentParts["chat"]): AgentParts {
+    return {
+      engine: this.connected.client,
+      retriever: this.retriever,
+      tokenizer,
+      ...(chat && { chat }),
+    };
   }
 
   /**

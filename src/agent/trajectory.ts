@@ -34,8 +34,12 @@ export interface Trajectory {
   /** Retriever calls made (a search in the final turn makes none). */
   searches: number;
   invalidActions: number;
-  /** `answer`: ended with an answer; `max_turns`: the turn budget ran out first. */
-  finishReason: "answer" | "max_turns";
+  /**
+   * `answer`: ended with an answer; `max_turns`: the turn (or, in the Hermes format, the
+   * response) budget ran out first; `no_answer` (Hermes format): a turn with neither a
+   * tool call nor an answer ended it.
+   */
+  finishReason: "answer" | "max_turns" | "no_answer";
   /** The prompt was longer than max_start_length and lost its beginning. */
   promptTruncated: boolean;
   /** Turns whose context was left-truncated to max_prompt_length. */

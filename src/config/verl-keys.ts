@@ -166,6 +166,24 @@ export const VERL_KEYS: Readonly<Record<string, VerlKey>> = {
     ].map((k) => [`actor_rollout_ref.rollout.${k}`, { to: `rollout.${k}` }]),
   ),
   ...logProbKeys("actor_rollout_ref.rollout", "rollout"),
+  // verl's tool agent (verl/trainer/config/rollout/rollout.yaml, multi_turn): the Hermes format.
+  "actor_rollout_ref.rollout.multi_turn.enable": {
+    noEffect: "the agent is always multi-turn; rollout.multi_turn.format picks tags or tool calls",
+  },
+  "actor_rollout_ref.rollout.multi_turn.format": { to: "rollout.multi_turn.format" },
+  // A tool config means tool calls: verl's format defaults to hermes.
+  "actor_rollout_ref.rollout.multi_turn.tool_config_path": {
+    to: "rollout.multi_turn.tool_config_path",
+    also: { "rollout.multi_turn.format": "hermes" },
+  },
+  ...Object.fromEntries(
+    [
+      "max_assistant_turns",
+      "max_parallel_calls",
+      "max_tool_response_length",
+      "tool_response_truncate_side",
+    ].map((k) => [`actor_rollout_ref.rollout.multi_turn.${k}`, { to: `rollout.multi_turn.${k}` }]),
+  ),
   "actor_rollout_ref.rollout.tensor_model_parallel_size": { to: "rollout.tensor_parallel_size" },
   "actor_rollout_ref.rollout.prompt_length": { noEffect: "data.max_prompt_length decides" },
   "actor_rollout_ref.rollout.response_length": { noEffect: "data.max_response_length decides" },

@@ -29,7 +29,7 @@ export async function answerItems(
 ): Promise<EvalRecord[]> {
   const tasks = await Promise.all(
     items.map(async (item, i) => ({
-      promptIds: await promptIds(tokenizer, item.messages),
+      promptIds: await promptIds(tokenizer, item.messages, options.settings.format),
       seed: options.seed === null ? null : options.seed + i,
     })),
   );
@@ -37,7 +37,7 @@ export async function answerItems(
   await rolloutAll(
     tasks,
     options.settings,
-    { ...parts, tokenizer: tokenizer.tokenizer },
+    { ...parts, tokenizer: tokenizer.tokenizer, chat: tokenizer },
     {
       concurrency: options.concurrency,
       signal: options.signal,

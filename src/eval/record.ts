@@ -25,7 +25,7 @@ export interface EvalRecord {
   searches: number;
   invalid_actions: number;
   response_tokens: number;
-  finish_reason: "answer" | "max_turns";
+  finish_reason: "answer" | "max_turns" | "no_answer";
 }
 
 /** Scores a trajectory (exact match, sub-EM, F1 of the extracted answer) into its record. */

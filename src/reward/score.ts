@@ -38,6 +38,12 @@ export interface RewardResult {
 }
 
 /**
+ * Which scorer: Search-R1's (qa_em.py, and its format reward), or verl's
+ * search_r1_like_qa_em (what verl's Hermes tool-calling recipe is scored with).
+ */
+export type RewardRule = "search_r1" | "verl_search_r1_like";
+
+/**
  * reward = EM (0 or 1; no answer is 0) as Search-R1's main runs, or with format_reward the
  * v0.3 table of formatReward. em, subem and f1 always describe the extracted prediction.
  *
@@ -48,8 +54,13 @@ export interface RewardResult {
  * the response never answers), the format checked after the first <|im_start|>assistant, and
  * the prompt's "<information> and </information>" counted as a retrieved block.
  */
-export function scoreTrajectory(input: RewardInput, config: RewardConfig): RewardResult {
+export function scoreTrajectory(
+  input: RewardInput,
+  config: RewardConfig,
+  rule: RewardRule = "search_r1",
+): RewardResult {
   const { golds } = input;
+  if (rule === "verl_search_r1_like") return verlSearchR1Like(input);
   const text = config.search_r1_extract
     ? input.promptText + input.responseText
     : input.responseText;
@@ -77,4 +88,31 @@ export function scoreTrajectory(input: RewardInput, config: RewardConfig): Rewar
     f1: f1Score(prediction, golds),
     formatValid,
   };
+}
+
+/**
+ * verl's verl/utils/reward_score/search_r1_like_qa_em.py `compute_score` (format_score 0,
+ * score 1) on the decoded response (verl's reward manager decodes the response ids with
+ * skip_special_tokens, tool turns included): the last <answer> of the response, exact match
+ * as Search-R1 normalises; a correct answer in a response with more than 10 `<answer>` or more
+ * than 10 `</answer>` scores 1/4 ("prevent output a lot of </answer>").
+ */
+function verlSearchR1Like(input: RewardInput): RewardResult {
+  const { golds, responseText: text } = input;
+  const prediction = extractAnswer(text);
+  const em = emCheck(prediction, golds);
+  const spam = count(text, "<answer>") > 10 || count(text, "</answer>") > 10;
+  return {
+    reward: em === 1 && spam ? 0.25 : em,
+    prediction,
+    em,
+    subem: subemCheck(prediction, golds),
+    f1: f1Score(prediction, golds),
+    formatValid: null,
+  };
+}
+
+/** Python's str.count: non-overlapping occurrences. */
+function count(text: string, tag: string): number {
+  return text.split(tag).length - 1;
 }

@@ -5,7 +5,7 @@
  * lstrip_blocks, loop controls; `{% generation %}` tags kept as plain text).
  *
  * The template sees what transformers passes: `messages`, `add_generation_prompt`,
- * `tools` and `documents` (none here, as when apply_chat_template gets no tools), the named
+ * `tools` (the OpenAI-style function schemas given, else none) and `documents` (none), the named
  * special tokens of tokenizer_config.json (`bos_token`, `eos_token`, ...), any extra
  * variables (transformers' `**kwargs`, e.g. `enable_thinking` or `date_string`), and the
  * globals `raise_exception(message)` and `strftime_now(format)` (local time, formatted as
@@ -24,9 +24,29 @@ export interface ChatMessage {
   [field: string]: unknown;
 }
 
+/**
+ * An OpenAI-style function tool, as apply_chat_template's `tools=` takes a dict: the
+ * template writes it with `tojson`, so its keys keep the order they were given in.
+ */
+export interface ToolSchema {
+  type: string;
+  function: {
+    name: string;
+    description?: string;
+    parameters?: Record<string, unknown>;
+    [field: string]: unknown;
+  };
+  [field: string]: unknown;
+}
+
 export interface RenderOptions {
   /** Append the opening of an assistant turn (transformers' `add_generation_prompt`). */
   addGenerationPrompt: boolean;
+  /**
+   * The tools the template may describe (transformers' `tools=`: JSON schemas, usually
+   * ToolSchemas; absent = None, and an empty list is falsy in the template as in Python).
+   */
+  tools?: readonly Record<string, unknown>[];
   /** Named special tokens (`bos_token`, ...), as `TokenizerConfig.specialTokens`. */
   specialTokens?: Record<string, string>;
   /** More template variables (they override special tokens of the same name). */
@@ -94,7 +114,7 @@ export class ChatTemplate {
       ...options.specialTokens,
       ...options.variables,
       messages,
-      tools: null,
+      tools: options.tools ?? null,
       documents: null,
       add_generation_prompt: options.addGenerationPrompt,
     };

@@ -12,6 +12,8 @@ import { readTokenizerConfig } from "./tokenizer-config.js";
 export interface ChatOptions {
   /** Append the opening of an assistant turn (what a prompt to generate from needs). */
   addGenerationPrompt: boolean;
+  /** Tool schemas for the template to describe (transformers' `tools=`). */
+  tools?: readonly Record<string, unknown>[];
   /** More template variables (transformers' apply_chat_template **kwargs). */
   variables?: Record<string, unknown>;
   /** The clock the template's strftime_now reads (default: now). */

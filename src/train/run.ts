@@ -387,6 +387,8 @@ function check(config: TrainConfig): void {
     );
   }
   checkDapoAndRolloutCorrection(config);
+  // The agent's refusals and rollout.multi_turn.tool_config_path, before anything starts.
+  agentSettings(config, { temperature: 0, topP: 1, topK: -1 });
   if (!existsSync(join(resolve(config.model.path), "config.json"))) {
     throw new InputError(
       `${resolve(config.model.path)}: not a Hugging Face model folder (no config.json) (model.path)`,

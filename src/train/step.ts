@@ -335,18 +335,20 @@ async function generate(
   const { rollout } = config;
   // 1. Prompts, each repeated n × n_agent times next to each other (one GRPO group: Search-R1
   // repeats the batch n_agent times interleaved, and its groups are the question's index).
-  const prompts = await Promise.all(items.map((item) => promptIds(tokenizer, item.messages)));
+  const settings = agentSettings(config, {
+    temperature: rollout.temperature,
+    topP: rollout.top_p,
+    topK: rollout.top_k,
+  });
+  const prompts = await Promise.all(
+    items.map((item) => promptIds(tokenizer, item.messages, settings.format)),
+  );
   const group = items.flatMap((item, i) =>
     Array.from({ length: ctx.batches.group }, () => ({ item, promptIds: prompts[i] as number[] })),
   );
 
   // 2. Rollouts, every trajectory concurrently. Round r > 0 of dynamic sampling seeds its
   // trajectories after those of the rounds before it.
-  const settings = agentSettings(config, {
-    temperature: rollout.temperature,
-    topP: rollout.top_p,
-    topK: rollout.top_k,
-  });
   const trajectories = await phase("rollout", () =>
     rolloutAll(
       group.map((g, i) => ({
@@ -354,7 +356,7 @@ async function generate(
         seed: rolloutSeed(config.data.seed, step, round * group.length + i),
       })),
       settings,
-      ctx.session.parts(tokenizer.tokenizer),
+      ctx.session.parts(tokenizer.tokenizer, tokenizer),
       { concurrency: group.length, signal: ctx.session.signal },
     ),
   );
@@ -451,7 +453,11 @@ async function reward(
     tokenizer.decode(trajectory.responseIds, true),
     config.search_r1_extract ? tokenizer.decode(trajectory.promptIds, false) : "",
   ]);
-  return scoreTrajectory({ promptText, responseText, golds: item.golds }, config);
+  return scoreTrajectory(
+    { promptText, responseText, golds: item.golds },
+    config,
+    ctx.config.rollout.multi_turn.format === "hermes" ? "verl_search_r1_like" : "search_r1",
+  );
 }
 
 /** Exports the policy and has the engine load it; the previous export is removed. */

@@ -3,7 +3,7 @@
 // the keys it reads (SEARCHR1_KEY_READS, src/config/key-reads.ts); a key that no run reads
 // must be declared compatibility-only in its command's `compat` list, which warns when set.
 // The quickstart's keys are checked by test/quickstart/quickstart.test.ts on its own run.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,6 +19,7 @@ import { preprocessSpec } from "../../src/config/schemas/preprocess.js";
 import { serveEngineSpec } from "../../src/config/schemas/serve-engine.js";
 import { serveRetrieverSpec } from "../../src/config/schemas/serve-retriever.js";
 import { trainSpec } from "../../src/config/schemas/train.js";
+import { TOOL_CONFIG, writeHermesModel } from "../agent/hermes-model.js";
 import { modelDir } from "../engine/helpers.js";
 import { runCli, startCli, startServing } from "../helpers/cli.js";
 import { createHubServer } from "../helpers/hub-server.js";
@@ -33,6 +34,9 @@ const MODEL = modelDir("qwen-bpe");
 
 let dir: string;
 let data: { train: string; test: string };
+/** Short prompts, for the Hermes format's tools-aware model (test/agent/hermes-model.ts). */
+let hermesData: { train: string; test: string };
+let hermesModel: string;
 let ix: TestIndex;
 
 const rows = (split: string, n: number): QaRow[] =>
@@ -42,12 +46,20 @@ const rows = (split: string, n: number): QaRow[] =>
     golden_answers: ["an actor"],
   }));
 
-beforeAll(() => {
+beforeAll(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-key-reads-"));
   data = preprocessQa(dir, {
     nq: { train: rows("train", 4), test: rows("test", 2) },
     hotpotqa: { test: rows("test", 2) },
   });
+  hermesData = preprocessQa(
+    path.join(dir, "hermes"),
+    { nq: { train: rows("train", 2), test: rows("test", 2) } },
+    { template: path.join(FIXTURES, "agent/fixtures/question-prompt.txt") },
+  );
+  hermesModel = path.join(dir, "hermes-model");
+  mkdirSync(hermesModel);
+  await writeHermesModel(hermesModel);
   ix = buildTestIndex({ rows: 200 });
 }, 60_000);
 
@@ -325,6 +337,24 @@ describe("every key of every command is read", () => {
     "retriever.max_retries=1",
   ];
 
+  /**
+   * The Hermes format (rollout.multi_turn.*) on the tools-aware model, every key off its
+   * default; budgets for its 512 positions (a prompt with its tools is ~370 tokens).
+   */
+  const HERMES = [
+    "rollout.multi_turn.format=hermes",
+    `rollout.multi_turn.tool_config_path=${TOOL_CONFIG}`,
+    "rollout.multi_turn.max_assistant_turns=2",
+    "rollout.multi_turn.max_parallel_calls=2",
+    "rollout.multi_turn.max_tool_response_length=60",
+    "rollout.multi_turn.tool_response_truncate_side=left",
+    "data.max_start_length=400",
+    "data.max_prompt_length=500",
+    "data.max_response_length=150",
+    "rollout.engine_device=cpu",
+    "rollout.engine_threads=1",
+  ];
+
   it("eval and ask", async () => {
     const served = await startServing(
       ["serve-retriever", "--index", ix.index, "--corpus", ix.corpus, "--port", "0"],
@@ -351,6 +381,15 @@ describe("every key of every command is read", () => {
         retriever,
         ...AGENT,
       ]);
+      await run(evalRecord, [
+        "eval",
+        "--model",
+        hermesModel,
+        `data.val_files=[${hermesData.test}]`,
+        `output_dir=${path.join(dir, "eval-hermes")}`,
+        retriever,
+        ...HERMES,
+      ]);
       expectEveryKeyRead(evalSpec, evalRecord);
       const askRecord = recordFor("ask");
       await run(askRecord, [
@@ -364,6 +403,15 @@ describe("every key of every command is read", () => {
         "json=true",
         retriever,
         ...AGENT,
+      ]);
+      await run(askRecord, [
+        "ask",
+        "who is paul walker",
+        "--model",
+        hermesModel,
+        `template=${path.join(FIXTURES, "agent/fixtures/question-prompt.txt")}`,
+        retriever,
+        ...HERMES,
       ]);
       expectEveryKeyRead(askSpec, askRecord);
     } finally {
@@ -513,6 +561,24 @@ describe("every key of every command is read", () => {
         `retriever.url=${served.url}`,
         "trainer.val_only=true",
         `trainer.default_local_dir=${path.join(dir, "runs", "ppo-here")}`,
+      ]);
+      // The Hermes format: verl's tool agent, scored as verl scores it.
+      await run(record, [
+        "train",
+        "--model",
+        hermesModel,
+        `data.train_files=[${hermesData.train}]`,
+        `data.val_files=[${hermesData.test}]`,
+        "data.train_batch_size=2",
+        "rollout.n=2",
+        "actor.ppo_mini_batch_size=2",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.device=cpu",
+        "trainer.threads=1",
+        `trainer.output_dir=${path.join(dir, "runs-hermes")}`,
+        `retriever.url=${served.url}`,
+        ...HERMES,
       ]);
     } finally {
       await served.stop();

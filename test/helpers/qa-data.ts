@@ -15,6 +15,7 @@ export interface QaRow {
 export function preprocessQa(
   dir: string,
   sources: Record<string, Partial<Record<"train" | "test", QaRow[]>>>,
+  options: { template?: string } = {},
 ): { train: string; test: string } {
   const splits = new Set<string>();
   for (const [source, bySplit] of Object.entries(sources)) {
@@ -37,6 +38,7 @@ export function preprocessQa(
     "--splits",
     [...splits].join(","),
     "--quiet",
+    ...(options.template ? [`template=${options.template}`] : []),
   ]);
   if (r.code !== 0) throw new Error(`preprocess failed: ${r.stderr}`);
   return {

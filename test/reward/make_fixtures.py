@@ -28,6 +28,9 @@ evaluations report:
   compute_score_em  qa_em: None -> 0, EM -> 1, else 0; qa_em_format: the table in
                     format_table below
 
+and verl's verl/utils/reward_score/search_r1_like_qa_em.py compute_score (verl_compute_score
+below), the scorer of verl's Hermes tool-calling recipe, on the response alone.
+
 "Our default mode" (src/reward/score.ts with search_r1_extract false) is defined here with the
 same functions: the answer is the last <answer> of the response alone (None only when it has
 none), the format is is_valid_sequence("<|im_start|>assistant" + response), and retrieval is
@@ -623,6 +626,45 @@ def score_cases():
             "columns": SCORE_COLUMNS, "cases": out}
 
 
+def verl_compute_score(response, golds):
+    """verl's search_r1_like_qa_em.compute_score (format_score 0, score 1) on the response:
+    extract_solution there has no <= 1 guard (the last match, strip()-ed; None without one);
+    None -> 0; EM -> 1, or 1/4 when the text has > 10 "<answer>" or > 10 "</answer>"
+    (str.count); else 0."""
+    answer = last_answer(response)
+    if answer is None:
+        return 0
+    if em_check(answer, golds):
+        spam = response.count("<answer>") > 10 or response.count("</answer>") > 10
+        return 0.25 if spam else 1
+    return 0
+
+
+VERL_SPAM = {
+    "spam_open": "<answer>x</answer>" * 10 + "<answer> Paris </answer>",
+    "spam_close": "</answer>" * 11 + "<answer>Paris</answer>",
+    "ten_answers": "<answer>x</answer>" * 9 + "<answer>Paris</answer>",
+}
+
+
+def verl_cases():
+    """Every response (and three with many answer tags) under verl's scorer: its reward, then
+    the prediction and metrics as src/reward/score.ts reports them."""
+    out = []
+    for name, response in {**RESPONSES, **VERL_SPAM}.items():
+        for golds in (GOLDS, "Paris", ["Lyon", "Marseille"]):
+            prediction = last_answer(response)
+            metrics = ([0, 0, 0] if prediction is None else
+                       [em_check(prediction, golds), subem_check(prediction, golds),
+                        f1_score(prediction, golds)])
+            out.append({"response": response, "name": name, "golds": golds,
+                        "expected": [verl_compute_score(response, golds), prediction, *metrics]})
+    rewards = {c["name"]: c["expected"][0] for c in out if c["golds"] == GOLDS}
+    check(rewards["spam_open"] == 0.25 and rewards["spam_close"] == 0.25
+          and rewards["ten_answers"] == 1, "more than 10 answer tags quarter a correct answer")
+    return out
+
+
 def main():
     data = {
         "generator": "test/reward/make_fixtures.py",
@@ -635,6 +677,7 @@ def main():
         "retrieval": retrieval_cases(),
         "format_table": table_cases(),
         "score": score_cases(),
+        "verl_search_r1_like": verl_cases(),
     }
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
@@ -642,8 +685,13 @@ def main():
         f.write(text + "\n")
     biome = os.path.join(REPO, "node_modules", ".bin", "biome")
     if os.path.exists(biome):
-        r = subprocess.run([biome, "format", "--write", OUT], cwd=REPO, capture_output=True, text=True)
+        # biome.json leaves fixtures/ out of its files: format through stdin under a name it takes.
+        with open(OUT) as f:
+            r = subprocess.run([biome, "format", "--stdin-file-path=test/reward/reward.json"],
+                               cwd=REPO, stdin=f, capture_output=True, text=True)
         check(r.returncode == 0, "biome format: " + r.stdout + r.stderr)
+        with open(OUT, "w") as f:
+            f.write(r.stdout)
         note = "in biome's format"
     else:
         note = "compact: run `npx biome format --write` on it before committing"

@@ -55,6 +55,13 @@ interface Fixtures {
       expected: Record<string, [number, string | null, number, number, number, boolean | null]>;
     }[];
   };
+  /** verl's search_r1_like_qa_em.compute_score: [reward, prediction, em, subem, f1]. */
+  verl_search_r1_like: {
+    name: string;
+    response: string;
+    golds: Golds;
+    expected: [number, string | null, number, number, number];
+  }[];
 }
 
 const fx: Fixtures = JSON.parse(
@@ -252,5 +259,44 @@ describe("scoreTrajectory", () => {
       f1: 2 / 3,
       formatValid: null,
     });
+  });
+});
+
+describe("scoreTrajectory, verl_search_r1_like (the Hermes format's scorer)", () => {
+  // Format reward and Search-R1's extraction are refused with the Hermes format
+  // (src/agent/session.ts); the scorer reads neither.
+  const off: RewardConfig = {
+    format_reward: false,
+    structure_format_score: 0,
+    final_format_score: 0,
+    retrieval_score: 0,
+    search_r1_extract: false,
+  };
+
+  it("matches verl's compute_score on every case, the quarter for answer-tag spam included", () => {
+    const cases = fx.verl_search_r1_like;
+    expect(cases.length).toBeGreaterThan(100);
+    for (const c of cases) {
+      // The prompt never counts: verl scores the decoded response alone.
+      const r = scoreTrajectory(
+        { promptText: fx.prompts.search_r1, responseText: c.response, golds: c.golds },
+        off,
+        "verl_search_r1_like",
+      );
+      expect(
+        [r.reward, r.prediction, r.em, r.subem, r.f1],
+        `${c.name} ${JSON.stringify(c.golds)}`,
+      ).toEqual(c.expected);
+      expect(r.formatValid).toBeNull();
+    }
+    const spam = cases.filter((c) => c.expected[0] === 0.25).map((c) => c.name);
+    expect(new Set(spam)).toEqual(new Set(["spam_open", "spam_close"]));
+  });
+
+  it("differs from the default scorer exactly on the spam", () => {
+    const c = fx.verl_search_r1_like.find((x) => x.name === "spam_close");
+    const input = { promptText: "", responseText: c?.response ?? "", golds: ["Paris"] };
+    expect(scoreTrajectory(input, off).reward).toBe(1);
+    expect(scoreTrajectory(input, off, "verl_search_r1_like").reward).toBe(0.25);
   });
 });

@@ -3,6 +3,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
 import { parse } from "yaml";
+import { loadToolConfig, SEARCH_TOOL } from "../../src/agent/tool-config.js";
 import { runCli } from "../helpers/cli.js";
 
 const DIR = fileURLToPath(new URL("../../templates/configs/", import.meta.url));
@@ -60,7 +61,28 @@ it("the recipes carry their published hyper-parameters", () => {
   });
   expect(dapo.reward.overlong_buffer).toEqual({ enable: true, len: 100, penalty_factor: 1 });
   expect(dapo.rollout).toMatchObject({ n: 1, n_agent: 5, top_p: 1 });
-  expect(resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml").rollout).toMatchObject({
+  const verl = resolved("verl-sglang-search-r1-qwen2.5-3b-grpo.yaml");
+  // verl's search_r1_like recipe as verl runs it: Hermes tool calls, its tool_config,
+  // max_assistant_turns 2, a 3000-token response across turns (verl's max_prompt_length
+  // 4096 is the prompt's budget here, the context 4096 + 3000).
+  expect(verl.rollout).toMatchObject({
     engine: "sglang",
+    multi_turn: {
+      format: "hermes",
+      tool_config_path: "templates/tools/search_tool_config.yaml",
+      max_assistant_turns: 2,
+      max_parallel_calls: 1,
+      max_tool_response_length: 256,
+    },
   });
+  expect(verl.data).toMatchObject({
+    max_start_length: 4096,
+    max_prompt_length: 7096,
+    max_response_length: 3000,
+  });
+  expect(verl.reward).toMatchObject({ format_reward: false, search_r1_extract: false });
+});
+
+it("the shipped verl tool_config gives the model verl's search tool schema", () => {
+  expect(loadToolConfig(path.join(DIR, "../tools/search_tool_config.yaml"))).toEqual([SEARCH_TOOL]);
 });

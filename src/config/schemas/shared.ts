@@ -44,7 +44,11 @@ export const lengthFields = {
   max_prompt_length: positiveInt()
     .default(4096)
     .describe("total context budget of a trajectory (prompt + all turns)"),
-  max_response_length: positiveInt().default(500).describe("tokens generated per turn"),
+  max_response_length: positiveInt()
+    .default(500)
+    .describe(
+      "tokens generated per turn (format search_r1); with rollout.multi_turn.format hermes the whole response's, tool turns included (verl's meaning)",
+    ),
   max_obs_length: positiveInt().default(500).describe("tokens of one retrieval observation"),
 };
 
@@ -58,6 +62,49 @@ export const retrieverSection = z.strictObject({
   timeout_s: z.number().positive().default(30).describe("per-request timeout"),
   max_retries: z.number().int().min(0).default(10).describe("retries on 5xx, timeouts, resets"),
 });
+
+/**
+ * How the agent calls search (verl's actor_rollout_ref.rollout.multi_turn.* keys): Search-R1's
+ * tags, or tool calls in the Hermes format of Qwen2.5's chat template, as verl's ToolAgentLoop
+ * runs them (verl verl/experimental/agent_loop/tool_agent_loop.py; defaults from verl
+ * verl/trainer/config/rollout/rollout.yaml).
+ */
+export const multiTurnSection = z
+  .strictObject({
+    format: z
+      .enum(["search_r1", "hermes"])
+      .default("search_r1")
+      .describe(
+        "search_r1: <search>/<information> tags (Search-R1); hermes: <tool_call> JSON and <tool_response> turns through the chat template (verl's tool agent)",
+      ),
+    tool_config_path: z
+      .string()
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe(
+        "hermes: verl tool_config YAML whose search tool's schema the chat template shows the model; null = the built-in search tool",
+      ),
+    max_assistant_turns: positiveInt()
+      .nullable()
+      .default(null)
+      .describe(
+        "hermes: model turns per trajectory at most; null = until the response budget runs out",
+      ),
+    max_parallel_calls: positiveInt()
+      .default(1)
+      .describe("hermes: tool calls of one turn that are run (the first ones)"),
+    max_tool_response_length: positiveInt()
+      .default(256)
+      .describe("hermes: characters of one tool response kept"),
+    tool_response_truncate_side: z
+      .enum(["left", "middle", "right"])
+      .default("middle")
+      .describe(
+        "hermes: which part of a long tool response is kept (left: its start, right: its end, middle: both ends)",
+      ),
+  })
+  .prefault({});
 
 /** How trajectories are generated; `train` adds its sampling-group size on top. */
 export const generationFields = {
@@ -80,7 +127,9 @@ export const generationFields = {
   engine_threads: threadsField(
     "CPU threads of the native engine started for the run (train --gpus N splits them among its replicas)",
   ),
-  max_turns: positiveInt().default(4).describe("search/answer actions per trajectory"),
+  max_turns: positiveInt()
+    .default(4)
+    .describe("search/answer actions per trajectory (format search_r1)"),
   temperature: z.number().min(0).default(1).describe("sampling temperature (0 = greedy)"),
   top_p: z.number().gt(0).max(1).default(1).describe("nucleus sampling mass"),
   top_k: z.number().int().min(-1).default(-1).describe("-1 = no top-k cut"),
@@ -107,6 +156,7 @@ export const generationFields = {
   tensor_parallel_size: positiveInt()
     .default(1)
     .describe("GPUs per engine replica: 1 (the native engine has no tensor parallelism)"),
+  multi_turn: multiTurnSection,
 };
 
 /** Decoding of eval and ask: greedy unless asked to sample (then seeded). */
