@@ -7,7 +7,7 @@ export function register(program: Command): Command {
   return defineCommand(program, {
     spec: serveEngineSpec,
     description:
-      "serve SGLang's POST /generate (token ids in, tokens, log-probs and text out) with the native engine",
+      "serve SGLang's POST /generate (token ids in, tokens, log-probs and text out) and OpenAI's /v1/completions and /v1/chat/completions with the native engine",
     flags: [
       { flags: "--model <dir>", key: "model" },
       { flags: "--host <host>", key: "host" },
@@ -22,11 +22,14 @@ export function register(program: Command): Command {
       { flags: "--enforce-eager", key: "enforce_eager" },
       { flags: "--skip-tokenizer-init", key: "skip_tokenizer_init" },
       { flags: "--max-body-mb <n>", key: "max_body_mb" },
+      { flags: "--served-model-name <name>", key: "served_model_name" },
+      { flags: "--api-key <key>", key: "api_key" },
     ],
     examples: [
       "searchr1 serve-engine --model /models/Qwen2.5-3B-Instruct --port 30000",
       "searchr1 serve-engine --model ./qwen --device cpu --threads 8 --kv-cache-mb 4096 --context-length 8192",
       "searchr1 serve-engine --model ./qwen --skip-tokenizer-init --host 0.0.0.0 max_running=64",
+      "searchr1 serve-engine --model ./qwen --host 0.0.0.0 --api-key sk-my-secret --served-model-name qwen",
     ],
     run: (config) => serveEngine(config),
   });

@@ -20,7 +20,7 @@ export class Detokenizer {
   private readonly queued: [Pending[], Pending[]] = [[], []];
   private flushing = false;
 
-  private constructor(private readonly tokenizer: TextTokenizer) {}
+  private constructor(private readonly text: TextTokenizer) {}
 
   /** Loads `<dir>/tokenizer.json`; an InputError naming the file when it is missing or bad. */
   static load(dir: string): Detokenizer {
@@ -33,14 +33,19 @@ export class Detokenizer {
     );
   }
 
+  /** The tokenizer itself (the OpenAI routes encode text prompts with it). */
+  get tokenizer(): TextTokenizer {
+    return this.text;
+  }
+
   /** The tokenizer.json file. */
   get path(): string {
-    return this.tokenizer.path;
+    return this.text.path;
   }
 
   /** Tokens the tokenizer knows (added tokens included). */
   get vocabSize(): number {
-    return this.tokenizer.vocabSize;
+    return this.text.vocabSize;
   }
 
   /** The text of `ids`, as `tokenizer.decode(ids, skip_special_tokens)` gives it. */
@@ -60,7 +65,7 @@ export class Detokenizer {
       const batch = this.queued[skip];
       if (batch.length === 0) continue;
       this.queued[skip] = [];
-      this.tokenizer
+      this.text
         .decodeBatch(
           batch.map((p) => p.ids),
           skip === 1,
@@ -98,7 +103,8 @@ const REPLACEMENT = "\uFFFD";
  * so the cost per token does not grow with the output. A token that ends inside a
  * multi-byte character (the text ends in U+FFFD) is held back until the character is
  * complete, but the text before it is already checked: a request ends at the first token
- * whose decoded text contains a stop string.
+ * whose decoded text contains a stop string. With no stop strings it only follows the
+ * text (what a streamed answer sends).
  */
 export class StopChecker {
   private readonly ids: number[] = [];
@@ -112,7 +118,7 @@ export class StopChecker {
     private readonly stops: readonly string[],
     private readonly skipSpecialTokens: boolean,
   ) {
-    this.longest = Math.max(...stops.map((s) => s.length));
+    this.longest = Math.max(0, ...stops.map((s) => s.length));
   }
 
   /** Text committed so far (complete characters only). */

@@ -144,26 +144,49 @@ export function parseGenerateRequest(body: unknown, limits: ModelLimits): Genera
     const ids = inputs.ids[i] as number[];
     const raw = params[i] as { value: Record<string, unknown>; name: string };
     const { n, params: p } = readSampling(raw.value, raw.name, ids.length, limits);
-    if (sequences.length + n > MAX_SEQUENCES) {
-      throw bad(
-        `${quote(`${raw.name}.n`)}: the request asks for more than ${MAX_SEQUENCES} sequences ` +
-          "(inputs × n); send several requests",
-      );
-    }
-    if (p.seed !== null && !Number.isSafeInteger(p.seed + n - 1)) {
-      throw bad(`${quote(`${raw.name}.seed`)} + n - 1 must stay below 2^53`);
-    }
-    for (let s = 0; s < n; s++) {
-      sequences.push({
-        input: i,
-        sample: s,
-        inputIds: ids,
-        params: { ...p, seed: p.seed === null ? null : p.seed + s },
-        returnLogprob: logprob[i] as boolean,
-      });
-    }
+    addSamples(
+      sequences,
+      { input: i, ids, n, params: p, returnLogprob: logprob[i] as boolean },
+      (key) => quote(`${raw.name}.${key}`),
+    );
   }
   return { batch, single: !batch && sequences.length === 1, sequences };
+}
+
+/**
+ * Appends the n samples of one input to `sequences`: sample s uses seed + s. `field` names
+ * `n` and `seed` in errors (quoted).
+ */
+export function addSamples(
+  sequences: SequenceSpec[],
+  input: {
+    input: number;
+    ids: number[];
+    n: number;
+    params: SamplingParams;
+    returnLogprob: boolean;
+  },
+  field: (key: "n" | "seed") => string,
+): void {
+  const { n, params: p } = input;
+  if (sequences.length + n > MAX_SEQUENCES) {
+    throw bad(
+      `${field("n")}: the request asks for more than ${MAX_SEQUENCES} sequences ` +
+        "(inputs × n); send several requests",
+    );
+  }
+  if (p.seed !== null && !Number.isSafeInteger(p.seed + n - 1)) {
+    throw bad(`${field("seed")} + n - 1 must stay below 2^53`);
+  }
+  for (let s = 0; s < n; s++) {
+    sequences.push({
+      input: input.input,
+      sample: s,
+      inputIds: input.ids,
+      params: { ...p, seed: p.seed === null ? null : p.seed + s },
+      returnLogprob: input.returnLogprob,
+    });
+  }
 }
 
 function quote(field: string): string {
@@ -209,7 +232,8 @@ function tokenError(field: string, value: unknown, vocabSize: number): HttpError
   );
 }
 
-function readIds(value: unknown, field: string, limits: ModelLimits): number[] {
+/** A prompt of token ids, checked against the vocabulary and the room in the context. */
+export function readIds(value: unknown, field: string, limits: ModelLimits): number[] {
   if (!Array.isArray(value)) {
     throw bad(`${quote(field)} must be a list of token ids, got ${typeOf(value)}`);
   }
@@ -298,14 +322,20 @@ function readReturnLogprob(value: unknown, batch: boolean, count: number): boole
   throw bad(`"return_logprob" must be true or false, got ${typeOf(value)}`);
 }
 
-function readSampling(
+/**
+ * SGLang's sampling keys (`p`, as /generate's `sampling_params` spells them), checked and
+ * filled with SGLang's defaults. `fieldOf` names a key in error messages: by default
+ * `<name>.<key>`; the OpenAI routes (./openai/) pass their own names for the same settings.
+ */
+export function readSampling(
   p: Record<string, unknown>,
   name: string,
   promptTokens: number,
   limits: ModelLimits,
+  fieldOf: (key: string) => string = (key) => `${name}.${key}`,
 ): { n: number; params: SamplingParams } {
   checkKeys(p, SAMPLING_KEYS, NEUTRAL_SAMPLING_KEYS, `${name}.`);
-  const field = (key: string) => quote(`${name}.${key}`);
+  const field = (key: string) => quote(fieldOf(key));
 
   const number = (key: string, fallback: number, ok: (x: number) => boolean, want: string) => {
     const v = p[key];
@@ -364,7 +394,7 @@ function readSampling(
       throw bad(`${field("stop")} must be a string or a list of strings, got ${typeOf(p.stop)}`);
     }
     stop = list.map((s, i) => {
-      const f = typeof p.stop === "string" ? field("stop") : quote(`${name}.stop[${i}]`);
+      const f = typeof p.stop === "string" ? field("stop") : quote(`${fieldOf("stop")}[${i}]`);
       if (typeof s !== "string") throw bad(`${f} must be a string, got ${typeOf(s)}`);
       if (s === "") throw bad(`${f} is empty: a stop string needs at least one character`);
       return s;
@@ -385,7 +415,7 @@ function readSampling(
     }
     stopTokenIds = list.map((id, i) => {
       if (!isTokenId(id, limits.vocabSize)) {
-        throw tokenError(`${name}.stop_token_ids[${i}]`, id, limits.vocabSize);
+        throw tokenError(`${fieldOf("stop_token_ids")}[${i}]`, id, limits.vocabSize);
       }
       return id;
     });

@@ -3,6 +3,11 @@
  * and log-probs as the engine samples them, stop strings checked after each token (the
  * sequence ends at the first token whose text contains one: the engine is told to abort it
  * and its later tokens are dropped), and the text decoded and trimmed as SGLang does.
+ *
+ * A streamed sequence (the OpenAI routes' `stream: true`) also reports its text as it
+ * grows: only text that is final, i.e. never a possible start of a stop string (the last
+ * `longest stop - 1` characters are held back, as vLLM's detokenizer holds them) and never
+ * the text of a token that may end the sequence (EOS, stop_token_ids: it is trimmed).
  */
 import type { Detokenizer } from "./detokenizer.js";
 import { StopChecker, type StopHit } from "./detokenizer.js";
@@ -36,6 +41,13 @@ export interface GenerateOutput {
   };
 }
 
+/**
+ * Called, in order, with the final text so far and how many tokens it came from (the
+ * first `tokens` of `outputIds`); the last call is followed by the sequence's result,
+ * whose text extends it.
+ */
+export type TextListener = (text: string, tokens: number) => void;
+
 export class Sequence implements SequenceHandler {
   private readonly ids: number[] = [];
   private readonly logprobs: number[] = [];
@@ -56,15 +68,27 @@ export class Sequence implements SequenceHandler {
     readonly spec: SequenceSpec,
     private readonly engine: NativeEngine,
     private readonly detokenizer: Detokenizer | null,
+    private readonly onText: TextListener | null = null,
   ) {
     this.result = new Promise((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
     });
-    const { stop, skipSpecialTokens } = spec.params;
+    const { stop, skipSpecialTokens, ignoreEos, stopTokenIds } = spec.params;
     this.checker =
-      detokenizer && stop.length > 0 ? new StopChecker(detokenizer, stop, skipSpecialTokens) : null;
+      detokenizer && (stop.length > 0 || onText)
+        ? new StopChecker(detokenizer, stop, skipSpecialTokens)
+        : null;
+    this.holdBack = Math.max(0, ...stop.map((s) => s.length - 1));
+    this.endIds = new Set(
+      onText ? [...(ignoreEos ? [] : engine.info.eos_token_ids), ...stopTokenIds] : [],
+    );
   }
+
+  /** Characters of the text a stream holds back (a stop string may start there). */
+  private readonly holdBack: number;
+  /** Tokens that may end the sequence: a stream leaves their text to the result. */
+  private readonly endIds: Set<number>;
 
   /** Sends the sequence to the engine (max_new_tokens 0 is answered here). */
   start(): void {
@@ -117,10 +141,15 @@ export class Sequence implements SequenceHandler {
     this.chain = this.chain
       .then(async () => {
         if (this.stopped || this.settled) return;
-        const match = await checker.push(this.ids[tokens - 1] as number);
+        const id = this.ids[tokens - 1] as number;
+        const match = await checker.push(id);
         if (match && !this.stopped) {
           this.stopped = { match, tokens };
           this.engine.abort(this.rid);
+        }
+        if (this.onText && !this.stopped && !this.endIds.has(id)) {
+          const text = checker.decoded;
+          this.onText(text.slice(0, Math.max(0, text.length - this.holdBack)), tokens);
         }
       })
       .catch((err: unknown) => this.fail(err as Error));
@@ -141,6 +170,16 @@ export class Sequence implements SequenceHandler {
     this.settled = true;
     this.failure = err;
     this.reject(err);
+  }
+
+  /** The tokens sampled so far (a stream reads them as its text grows). */
+  get outputIds(): readonly number[] {
+    return this.ids;
+  }
+
+  /** Their log-probs. */
+  get outputLogprobs(): readonly number[] {
+    return this.logprobs;
   }
 
   /** Why the sequence failed (the engine refused it, or died), if it did. */

@@ -8,9 +8,40 @@ import {
   onStopSignals,
   WILDCARD_HOSTS,
 } from "../runtime/http-server.js";
+import { findChatTemplate } from "../text/chat-template.js";
+import { readTokenizerConfig } from "../text/tokenizer-config.js";
 import { Detokenizer } from "./detokenizer.js";
 import { type EngineDied, NativeEngine } from "./native-engine.js";
+import type { ChatSide } from "./openai/request.js";
 import { EngineServer } from "./server.js";
+
+/** Addresses only this machine reaches. */
+function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+/**
+ * The chat template and special tokens for /v1/chat/completions. A folder whose template
+ * cannot be loaded still serves /generate and /v1/completions: chat requests are then
+ * answered 400 with the reason.
+ */
+function chatSide(model: string): ChatSide {
+  try {
+    const config = readTokenizerConfig(model);
+    const template = findChatTemplate(model, config);
+    return {
+      template,
+      specialTokens: config.specialTokens,
+      problem: template
+        ? null
+        : `${model} has no chat template (no chat_template.jinja, and no "chat_template" in ` +
+          "its tokenizer_config.json): send prompts to /v1/completions",
+    };
+  } catch (e) {
+    return { template: null, specialTokens: {}, problem: (e as Error).message };
+  }
+}
 
 /**
  * `searchr1 serve-engine`: listens at once (`/health` 503 while loading), starts the native
@@ -31,6 +62,7 @@ export async function serveEngine(
     throw new InputError(`${model}: no config.json; --model must be a Hugging Face model folder`);
   }
   const detokenizer = config.skip_tokenizer_init ? null : Detokenizer.load(model);
+  const chat = config.skip_tokenizer_init ? null : chatSide(model);
 
   let server: EngineServer;
   try {
@@ -46,16 +78,22 @@ export async function serveEngine(
         enforce_eager: config.enforce_eager,
         threads: config.threads,
         max_body_mb: config.max_body_mb,
+        served_model_name: config.served_model_name ?? config.model,
+        api_key_required: config.api_key !== null,
       },
+      servedModelName: config.served_model_name ?? config.model,
+      apiKey: config.api_key,
       log: err,
     });
   } catch (e) {
     throw listenError(e as NodeJS.ErrnoException, config.host, config.port, "another engine");
   }
-  if (WILDCARD_HOSTS.has(config.host)) {
+  if (!isLoopback(config.host) && config.api_key === null) {
+    const reach = WILDCARD_HOSTS.has(config.host) ? "from other machines" : "beyond this machine";
     err(
-      `warning: listening on ${config.host}: the engine is reachable from other machines ` +
-        "and has no authentication; use --host 127.0.0.1 unless that is what you want",
+      `warning: listening on ${config.host} without --api-key: anyone who reaches it ${reach} ` +
+        `can generate, and ${EngineServer.FILE_ROUTES.join(", ")} reads files from this ` +
+        "machine's disk; set --api-key (or SEARCHR1_API_KEY), or use --host 127.0.0.1",
     );
   }
   // A signal while the model loads stops the engine and the command (exit 130); after
@@ -101,7 +139,7 @@ export async function serveEngine(
     await engine.shutdown();
     throw new CliError(`${signalled} while the model was loading; stopped`, 130);
   }
-  server.attach(engine, detokenizer);
+  server.attach(engine, detokenizer, chat);
   const info = engine.info;
   const seconds = (performance.now() - started) / 1000;
   err(

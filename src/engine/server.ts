@@ -12,6 +12,11 @@
  * A client that disconnects before its answer aborts its sequences in the engine. When the
  * engine dies, the requests in flight get 500 and later ones 503, naming the engine and the
  * last lines of its stderr.
+ *
+ * OpenAI's API (`/v1/models`, `/v1/completions`, `/v1/chat/completions`: ./openai/) runs
+ * its sequences on the same engine; errors on `/v1/` paths are answered in OpenAI's shape.
+ * With an API key, every route but `/health` needs `Authorization: Bearer <key>` (vLLM's
+ * `--api-key`); anything else is a 401 in OpenAI's shape.
  */
 import { existsSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -19,14 +24,19 @@ import { join, resolve } from "node:path";
 import {
   HttpError,
   JsonHttpServer,
+  pathOf,
   readBody,
   readJsonBody,
   typeOf,
 } from "../runtime/http-server.js";
 import { packageVersion } from "../runtime/package-root.js";
+import { ApiKey } from "./api-key.js";
 import type { Detokenizer } from "./detokenizer.js";
 import { parseGenerateRequest } from "./generate-request.js";
 import { EngineDied, EngineRefused, type NativeEngine } from "./native-engine.js";
+import { openAIErrorBody } from "./openai/errors.js";
+import type { ChatSide } from "./openai/request.js";
+import { OpenAIServing } from "./openai/serving.js";
 import type { EngineStats } from "./protocol.js";
 import { type GenerateOutput, Sequence } from "./sequence.js";
 import { prometheusText, stateFields } from "./stats.js";
@@ -41,6 +51,10 @@ export interface EngineServerOptions {
   modelPath: string;
   /** Launch settings shown by /get_server_info. */
   settings: Record<string, unknown>;
+  /** The name OpenAI clients send as `model`. */
+  servedModelName: string;
+  /** Required as `Authorization: Bearer <key>` on every route but /health; null: none. */
+  apiKey: string | null;
   /** Where unexpected failures are reported; default stderr. */
   log?: (line: string) => void;
 }
@@ -54,6 +68,8 @@ type Route = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 export class EngineServer extends JsonHttpServer {
   private engine: NativeEngine | null = null;
   private detokenizer: Detokenizer | null = null;
+  private openai: OpenAIServing | null = null;
+  private readonly apiKey: ApiKey | null;
   private nextRid = 1;
   /** Weight updates run one at a time. */
   private updating: Promise<unknown> = Promise.resolve();
@@ -71,8 +87,12 @@ export class EngineServer extends JsonHttpServer {
       graceMs: 300_000,
       log: options.log,
     });
+    this.apiKey = options.apiKey === null ? null : new ApiKey(options.apiKey);
     const get = ["GET", "HEAD"];
     this.routes = {
+      "/v1/models": { methods: get, run: async (_, s) => this.openAI().models(s) },
+      "/v1/completions": { methods: ["POST"], run: (q, s) => this.openAI().completions(q, s) },
+      "/v1/chat/completions": { methods: ["POST"], run: (q, s) => this.openAI().chat(q, s) },
       "/generate": { methods: ["POST", "PUT"], run: (q, s) => this.generate(q, s) },
       "/health": { methods: get, run: async (_, s) => this.health(s) },
       "/get_model_info": { methods: get, run: async (_, s) => this.modelInfo(s) },
@@ -99,13 +119,37 @@ export class EngineServer extends JsonHttpServer {
     return s;
   }
 
-  /** The engine is ready: serve generation with it (and decode text with the tokenizer). */
-  attach(engine: NativeEngine, detokenizer: Detokenizer | null): void {
+  /** Routes that read files from the server's disk (a key matters most for them). */
+  static readonly FILE_ROUTES = ["/update_weights_from_disk"];
+
+  /**
+   * The engine is ready: serve generation with it, decode text with the tokenizer, and
+   * render chats with the model's chat template (`chat` null with --skip-tokenizer-init).
+   */
+  attach(engine: NativeEngine, detokenizer: Detokenizer | null, chat: ChatSide | null): void {
     this.engine = engine;
     this.detokenizer = detokenizer;
+    this.openai = new OpenAIServing({
+      modelName: this.options.servedModelName,
+      modelPath: this.options.modelPath,
+      maxBodyBytes: this.options.maxBodyBytes,
+      engine: () => this.ready(),
+      detokenizer,
+      chat,
+      newRid: () => String(this.nextRid++),
+      writeHead: (res, status, headers) => this.writeHead(res, status, headers),
+      sendJson: (res, status, value) => this.sendJson(res, status, value),
+    });
+  }
+
+  /** The OpenAI routes, or 503 while the engine loads. */
+  private openAI(): OpenAIServing {
+    this.ready();
+    return this.openai as OpenAIServing;
   }
 
   protected async route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if (this.apiKey && path !== "/health") this.apiKey.check(req);
     if (path === "/generate") {
       res.once("close", () => {
         const code = res.headersSent ? `${Math.floor(res.statusCode / 100)}xx` : "none";
@@ -333,6 +377,19 @@ export class EngineServer extends JsonHttpServer {
     headers: Record<string, string> = {},
   ): void {
     this.sendJson(res, status, { error: message, ...fields }, headers);
+  }
+
+  /** OpenAI's error shape on its routes (`/v1/...`) and for a missing or wrong key. */
+  protected override errorBody(
+    req: IncomingMessage,
+    status: number,
+    message: string,
+    err: unknown,
+  ): unknown {
+    const openai = pathOf(req.url).startsWith("/v1/") || status === 401;
+    return openai
+      ? openAIErrorBody(status, message, err)
+      : super.errorBody(req, status, message, err);
   }
 
   /** A dead engine is answered 500 with its message (not logged as an internal error). */

@@ -245,6 +245,12 @@ export abstract class JsonHttpServer {
   private readonly server: Server;
   private active = 0;
   private stopping: Promise<void> | null = null;
+  /**
+   * Connections that have not sent a request yet. Node's closeIdleConnections leaves them
+   * open, and a client's pool may hold one (undici, behind fetch and the `openai` client,
+   * opens one after a request it aborted): draining closes them itself.
+   */
+  private readonly fresh = new Set<Socket>();
 
   protected constructor(private readonly shell: JsonHttpServerOptions) {
     this.log = shell.log ?? ((line) => process.stderr.write(`${line}\n`));
@@ -257,6 +263,10 @@ export abstract class JsonHttpServer {
     this.server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) =>
       onClientError(err, socket),
     );
+    this.server.on("connection", (socket: Socket) => {
+      this.fresh.add(socket);
+      socket.once("close", () => this.fresh.delete(socket));
+    });
   }
 
   /** Answers one request (`path` without query string); a throw is answered by `fail`. */
@@ -309,6 +319,7 @@ export abstract class JsonHttpServer {
         resolve();
       });
       this.server.closeIdleConnections();
+      for (const socket of this.fresh) socket.destroy();
     });
     return this.stopping;
   }
@@ -321,6 +332,7 @@ export abstract class JsonHttpServer {
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    this.fresh.delete(req.socket);
     this.active++;
     res.once("close", () => {
       this.active--;
@@ -362,7 +374,20 @@ export abstract class JsonHttpServer {
     // A body this server will not read is dropped first (up to a limit), so that a client
     // still sending it gets to read the answer.
     if (!(await settleBody(req, res, headers))) return;
-    this.sendJson(res, status, { error: message }, headers);
+    this.sendJson(res, status, this.errorBody(req, status, message, err), headers);
+  }
+
+  /**
+   * The JSON answered for an error: `{"error": message}`; a server whose routes speak
+   * another protocol's error shape (serve-engine's OpenAI routes) answers it there.
+   */
+  protected errorBody(
+    _req: IncomingMessage,
+    _status: number,
+    message: string,
+    _err: unknown,
+  ): unknown {
+    return { error: message };
   }
 
   /** Writes the status and headers; while draining, says `Connection: close`. */

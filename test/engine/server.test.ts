@@ -256,9 +256,15 @@ describe("routes", () => {
   });
 
   it("404 names the routes; 405 says which methods (Allow)", async () => {
-    const a = await request(server.base, "GET", "/v1/completions");
+    const a = await request(server.base, "GET", "/generate_text");
     expect(a.status).toBe(404);
     expect(a.json.error).toContain("/generate");
+    expect(a.json.error).toContain("/v1/chat/completions");
+    // OpenAI's routes answer in OpenAI's error shape (test/engine/openai.test.ts).
+    const v1 = await request(server.base, "GET", "/v1/completions");
+    expect(v1.status).toBe(405);
+    expect(v1.headers.allow).toBe("POST");
+    expect(v1.json.error).toMatchObject({ type: "invalid_request_error", param: null });
     const b = await request(server.base, "GET", "/generate");
     expect(b.status).toBe(405);
     expect(b.headers.allow).toBe("POST, PUT");

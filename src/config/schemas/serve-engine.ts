@@ -62,6 +62,22 @@ export const serveEngineSchema = z.strictObject({
     .default(false)
     .describe("serve token ids only, without tokenizer.json: text is empty, stop strings refused"),
   max_body_mb: maxBodyField(64),
+  served_model_name: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "the model's name in the OpenAI API (/v1/models, the requests' model); null = --model as given (vLLM's default)",
+    ),
+  api_key: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "require Authorization: Bearer <key> on every route but /health (vLLM's --api-key); null = no authentication",
+    ),
 });
 
 export type ServeEngineConfig = z.infer<typeof serveEngineSchema>;
@@ -69,5 +85,5 @@ export type ServeEngineConfig = z.infer<typeof serveEngineSchema>;
 export const serveEngineSpec: CommandConfigSpec<typeof serveEngineSchema> = {
   command: "serve-engine",
   schema: serveEngineSchema,
-  env: { SEARCHR1_ENGINE_PORT: "port" },
+  env: { SEARCHR1_ENGINE_PORT: "port", SEARCHR1_API_KEY: "api_key" },
 };

@@ -3,8 +3,8 @@ import { callEngine } from "./sglang.js";
 import type { EngineClient, TurnOutput, TurnRequest } from "./types.js";
 
 /**
- * A vLLM OpenAI-compatible server (`vllm serve`, v0.10.2 or later for `return_token_ids`):
- * `POST /v1/completions` with the prompt as token ids. Its log-probs are what the server's
+ * A vLLM OpenAI-compatible server (`vllm serve`, v0.10.2 or later for `return_token_ids`),
+ * or serve-engine's OpenAI API: `POST /v1/completions` with the prompt as token ids. Its log-probs are what the server's
  * `--logprobs-mode` says (raw, before temperature, by default; start it with
  * `--logprobs-mode processed_logprobs` to get the same quantity as the native engine).
  */
@@ -24,7 +24,9 @@ export class VllmClient implements EngineClient {
       top_k: request.sampling.topK,
       stop: request.stop,
       include_stop_str_in_output: true,
-      logprobs: 1,
+      // 0: the sampled tokens' log-probs only (all this reads), which serve-engine's
+      // /v1/completions also gives; vLLM would add the top token's at 1.
+      logprobs: 0,
       return_token_ids: true,
     };
     if (request.seed !== null) body.seed = request.seed;
