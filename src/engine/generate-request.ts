@@ -18,6 +18,9 @@ export const DEFAULT_MAX_NEW_TOKENS = 128;
 /** Most sequences one request may ask for (inputs × n). */
 export const MAX_SEQUENCES = 65_536;
 
+/** Most top log-probs per token (`top_logprobs_num`): the native engine's bound. */
+export const MAX_TOP_LOGPROBS_NUM = 1024;
+
 /** What the request is checked against. */
 export interface ModelLimits {
   /** Token ids must be below this (the model's embedding rows). */
@@ -51,6 +54,8 @@ export interface SequenceSpec {
   inputIds: number[];
   params: SamplingParams;
   returnLogprob: boolean;
+  /** How many of the most likely tokens to report beside each sampled one (0: none). */
+  topLogprobs: number;
 }
 
 export interface GenerateRequest {
@@ -65,7 +70,6 @@ export interface GenerateRequest {
 const NEUTRAL_REQUEST_KEYS: Record<string, unknown> = {
   stream: false,
   logprob_start_len: -1,
-  top_logprobs_num: 0,
   return_text_in_logprobs: false,
   token_ids_logprob: null,
   lora_path: null,
@@ -89,7 +93,7 @@ const NEUTRAL_SAMPLING_KEYS: Record<string, unknown> = {
   stop_regex: null,
 };
 
-const REQUEST_KEYS = ["input_ids", "sampling_params", "return_logprob"];
+const REQUEST_KEYS = ["input_ids", "sampling_params", "return_logprob", "top_logprobs_num"];
 const SAMPLING_KEYS = [
   "max_new_tokens",
   "temperature",
@@ -137,7 +141,16 @@ export function parseGenerateRequest(body: unknown, limits: ModelLimits): Genera
   const batch = inputs.batch;
   const count = inputs.ids.length;
   const params = readSamplingList(body.sampling_params, batch, count);
-  const logprob = readReturnLogprob(body.return_logprob, batch, count);
+  const logprob = perInput(body.return_logprob, "return_logprob", batch, count, false, readFlag);
+  const top = perInput(body.top_logprobs_num, "top_logprobs_num", batch, count, 0, readTopNum);
+  top.forEach((k, i) => {
+    if (k > 0 && !logprob[i]) {
+      const field = Array.isArray(body.top_logprobs_num)
+        ? `top_logprobs_num[${i}]`
+        : "top_logprobs_num";
+      throw bad(`${quote(field)} = ${k} needs "return_logprob": true (the log-probs come with it)`);
+    }
+  });
 
   const sequences: SequenceSpec[] = [];
   for (let i = 0; i < count; i++) {
@@ -146,7 +159,14 @@ export function parseGenerateRequest(body: unknown, limits: ModelLimits): Genera
     const { n, params: p } = readSampling(raw.value, raw.name, ids.length, limits);
     addSamples(
       sequences,
-      { input: i, ids, n, params: p, returnLogprob: logprob[i] as boolean },
+      {
+        input: i,
+        ids,
+        n,
+        params: p,
+        returnLogprob: logprob[i] as boolean,
+        topLogprobs: top[i] as number,
+      },
       (key) => quote(`${raw.name}.${key}`),
     );
   }
@@ -165,6 +185,7 @@ export function addSamples(
     n: number;
     params: SamplingParams;
     returnLogprob: boolean;
+    topLogprobs: number;
   },
   field: (key: "n" | "seed") => string,
 ): void {
@@ -185,6 +206,7 @@ export function addSamples(
       inputIds: input.ids,
       params: { ...p, seed: p.seed === null ? null : p.seed + s },
       returnLogprob: input.returnLogprob,
+      topLogprobs: input.topLogprobs,
     });
   }
 }
@@ -305,21 +327,46 @@ function readSamplingList(
   throw bad(`"sampling_params" must be an object or a list of objects, got ${typeOf(value)}`);
 }
 
-function readReturnLogprob(value: unknown, batch: boolean, count: number): boolean[] {
-  if (value === undefined || value === null) return new Array(count).fill(false);
-  if (typeof value === "boolean") return new Array(count).fill(value);
-  if (Array.isArray(value) && batch) {
-    if (value.length !== count) {
-      throw bad(`"return_logprob" has ${value.length} entries for ${count} inputs`);
-    }
-    return value.map((v, i) => {
-      if (typeof v !== "boolean") {
-        throw bad(`"return_logprob[${i}]" must be true or false, got ${typeOf(v)}`);
-      }
-      return v;
-    });
+/**
+ * A request key SGLang takes as one value for every input or, for a batch, a list with one
+ * per input (`return_logprob`, `top_logprobs_num`); `read` checks one value, naming `field`.
+ */
+function perInput<T>(
+  value: unknown,
+  key: string,
+  batch: boolean,
+  count: number,
+  fallback: T,
+  read: (value: unknown, field: string) => T,
+): T[] {
+  if (value === undefined || value === null) return new Array(count).fill(fallback);
+  if (!Array.isArray(value)) return new Array(count).fill(read(value, key));
+  if (!batch)
+    throw bad(`${quote(key)} must be one value for a single input (a list is for a batch)`);
+  if (value.length !== count) {
+    throw bad(`${quote(key)} has ${value.length} entries for ${count} inputs`);
   }
-  throw bad(`"return_logprob" must be true or false, got ${typeOf(value)}`);
+  return value.map((v, i) => read(v, `${key}[${i}]`));
+}
+
+function readFlag(value: unknown, field: string): boolean {
+  if (typeof value !== "boolean")
+    throw bad(`${quote(field)} must be true or false, got ${typeOf(value)}`);
+  return value;
+}
+
+function readTopNum(value: unknown, field: string): number {
+  if (
+    !Number.isInteger(value) ||
+    (value as number) < 0 ||
+    (value as number) > MAX_TOP_LOGPROBS_NUM
+  ) {
+    throw bad(
+      `${quote(field)} must be an integer in [0, ${MAX_TOP_LOGPROBS_NUM}] (how many of the most ` +
+        `likely tokens to report beside each output token), got ${typeOf(value)}`,
+    );
+  }
+  return value as number;
 }
 
 /**

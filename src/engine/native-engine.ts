@@ -21,6 +21,7 @@ import {
   parseEvent,
   type ReadyEvent,
   type ReplyEvent,
+  type TopLogprob,
 } from "./protocol.js";
 
 export interface EngineLaunchOptions {
@@ -47,7 +48,8 @@ export interface EngineLaunchOptions {
 
 /** What happens to one sequence, in order: tokens, then `done` or `error` (never both). */
 export interface SequenceHandler {
-  token(id: number, logprob: number): void;
+  /** `top`: the most likely tokens, when the command asked for top_logprobs (else empty). */
+  token(id: number, logprob: number, top: TopLogprob[]): void;
   done(event: DoneEvent): void;
   /** EngineRefused (an `error` event for this rid) or EngineDied. */
   error(err: Error): void;
@@ -274,7 +276,9 @@ export class NativeEngine {
         return;
       case "tokens":
         this.countTokens(event.out.length);
-        for (const [rid, id, logprob] of event.out) this.sequences.get(rid)?.token(id, logprob);
+        for (const [rid, id, logprob, top] of event.out) {
+          this.sequences.get(rid)?.token(id, logprob, top ?? []);
+        }
         return;
       case "done": {
         this.version = event.weight_version;

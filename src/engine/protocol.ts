@@ -22,10 +22,16 @@ export interface ReadyEvent {
   weight_version: string;
 }
 
-/** One `[rid, token_id, logprob]` per sequence that sampled a token in a step. */
+/** `[token_id, logprob]`: one of the most likely tokens beside a sampled one. */
+export type TopLogprob = [number, number];
+
+/**
+ * One `[rid, token_id, logprob]` per sequence that sampled a token in a step; a sequence
+ * generated with `top_logprobs` N > 0 adds its N most likely tokens, most likely first.
+ */
 export interface TokensEvent {
   ev: "tokens";
-  out: [string, number, number][];
+  out: ([string, number, number] | [string, number, number, TopLogprob[]])[];
 }
 
 export type FinishReason = "stop" | "length" | "abort";
@@ -77,6 +83,8 @@ export interface GenerateCommand {
   seed: number | null;
   stop_token_ids: number[];
   ignore_eos: boolean;
+  /** The most likely tokens to report beside each sampled one (0, the default: none). */
+  top_logprobs?: number;
 }
 
 /** The `stats` reply's figures. */

@@ -13,7 +13,7 @@ import type { Detokenizer } from "./detokenizer.js";
 import { StopChecker, type StopHit } from "./detokenizer.js";
 import type { SequenceSpec } from "./generate-request.js";
 import type { NativeEngine, SequenceHandler } from "./native-engine.js";
-import type { DoneEvent, FinishReason } from "./protocol.js";
+import type { DoneEvent, FinishReason, TopLogprob } from "./protocol.js";
 
 export interface GenerateOutput {
   text: string;
@@ -35,6 +35,12 @@ export interface GenerateOutput {
     cached_tokens: number;
     /** `[logprob, token_id, null]` per output token; only with return_logprob. */
     output_token_logprobs?: [number, number, null][];
+    /**
+     * Per output token, its `top_logprobs_num` most likely tokens as `[logprob, token_id,
+     * null]`, most likely first (SGLang's tokenizer_manager detokenize_top_logprobs_tokens
+     * without return_text_in_logprobs); only with return_logprob and top_logprobs_num > 0.
+     */
+    output_top_logprobs?: [number, number, null][][];
     weight_version: string;
     /** Seconds from the request reaching the engine to its last token. */
     e2e_latency: number;
@@ -51,6 +57,8 @@ export type TextListener = (text: string, tokens: number) => void;
 export class Sequence implements SequenceHandler {
   private readonly ids: number[] = [];
   private readonly logprobs: number[] = [];
+  /** Per token, its most likely tokens (empty lists when none were asked for). */
+  private readonly tops: TopLogprob[][] = [];
   private readonly checker: StopChecker | null;
   /** Work on this sequence's events, in order (stop checks wait for the tokenizer). */
   private chain: Promise<void> = Promise.resolve();
@@ -121,6 +129,7 @@ export class Sequence implements SequenceHandler {
         seed: params.seed,
         stop_token_ids: params.stopTokenIds,
         ignore_eos: params.ignoreEos,
+        ...(this.spec.topLogprobs > 0 ? { top_logprobs: this.spec.topLogprobs } : {}),
       },
       this,
     );
@@ -131,10 +140,11 @@ export class Sequence implements SequenceHandler {
     if (!this.settled) this.engine.abort(this.rid);
   }
 
-  token(id: number, logprob: number): void {
+  token(id: number, logprob: number, top: TopLogprob[]): void {
     if (this.stopped) return;
     this.ids.push(id);
     this.logprobs.push(logprob);
+    this.tops.push(top);
     const checker = this.checker;
     if (!checker) return;
     const tokens = this.ids.length;
@@ -180,6 +190,11 @@ export class Sequence implements SequenceHandler {
   /** Their log-probs. */
   get outputLogprobs(): readonly number[] {
     return this.logprobs;
+  }
+
+  /** Their most likely tokens, `[token_id, logprob]`, most likely first (spec.topLogprobs). */
+  get outputTopLogprobs(): readonly TopLogprob[][] {
+    return this.tops;
   }
 
   /** Why the sequence failed (the engine refused it, or died), if it did. */
@@ -259,6 +274,11 @@ export class Sequence implements SequenceHandler {
     };
     if (this.spec.returnLogprob) {
       meta.output_token_logprobs = ids.map((id, i) => [this.logprobs[i] as number, id, null]);
+      if (this.spec.topLogprobs > 0) {
+        meta.output_top_logprobs = ids.map((_, i) =>
+          (this.tops[i] ?? []).map(([top, lp]): [number, number, null] => [lp, top, null]),
+        );
+      }
     }
     return { text: "", output_ids: ids, meta_info: meta };
   }

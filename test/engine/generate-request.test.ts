@@ -29,6 +29,7 @@ describe("POST /generate request: what is accepted", () => {
         sample: 0,
         inputIds: [1, 2, 3],
         returnLogprob: false,
+        topLogprobs: 0,
         params: {
           // 128 by default, clamped to the 29 tokens left in a context of 32.
           maxNewTokens: Math.min(DEFAULT_MAX_NEW_TOKENS, 29),

@@ -86,6 +86,8 @@ export interface Output {
     completion_tokens: number;
     cached_tokens: number;
     output_token_logprobs?: [number, number, null][];
+    /** With return_logprob and top_logprobs_num: per output token, `[logprob, id, null]`s. */
+    output_top_logprobs?: [number, number, null][][];
     weight_version: string;
   };
 }

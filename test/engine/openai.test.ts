@@ -322,6 +322,90 @@ describe("OpenAI API with the openai client", () => {
     expect(lp.text_offset[1]).toBe(lp.tokens[0].length);
   });
 
+  it("chat's top_logprobs: the most likely tokens, the greedy one first; streamed alike", async () => {
+    const body = {
+      model: NAME,
+      messages: MESSAGES,
+      temperature: 0,
+      max_tokens: 24,
+      logprobs: true,
+      top_logprobs: 5,
+    };
+    const r = await client.chat.completions.create(body);
+    const content = r.choices[0]?.logprobs?.content ?? [];
+    expect(content).toHaveLength(r.usage?.completion_tokens as number);
+    for (const entry of content) {
+      const top = entry.top_logprobs;
+      expect(top).toHaveLength(5);
+      // Greedy: the sampled token is the most likely, with the same log-prob.
+      expect(top[0]?.token).toBe(entry.token);
+      expect(top[0]?.logprob).toBeCloseTo(entry.logprob, 6);
+      for (let k = 0; k < top.length; k++) {
+        const t = top[k] as (typeof top)[number];
+        expect(t.logprob).toBeLessThanOrEqual(0);
+        if (k > 0) expect(t.logprob).toBeLessThanOrEqual((top[k - 1] as typeof t).logprob);
+        expect(t.bytes).toEqual([...Buffer.from(t.token, "utf8")]);
+      }
+      // The probabilities of distinct tokens sum to at most 1.
+      expect(top.reduce((sum, t) => sum + Math.exp(t.logprob), 0)).toBeLessThanOrEqual(1 + 1e-6);
+    }
+    const streamed: typeof content = [];
+    for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+      streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+    }
+    expect(streamed).toEqual(content);
+  });
+
+  it("completions' logprobs N: the sampled token and the N most likely, as /generate ranks them", async () => {
+    const c = byName("len5");
+    const body = {
+      model: NAME,
+      prompt: c.prompt_ids,
+      max_tokens: 24,
+      temperature: 0.8,
+      seed: 11,
+      ignore_eos: true,
+      logprobs: 3,
+      return_token_ids: true,
+    } as Extra;
+    const r = await client.completions.create(body);
+    const ref = await generate({
+      input_ids: c.prompt_ids,
+      sampling_params: { max_new_tokens: 24, temperature: 0.8, seed: 11, ignore_eos: true },
+      return_logprob: true,
+      top_logprobs_num: 3,
+    });
+    const choice = r.choices[0] as Extra;
+    expect(choice.token_ids).toEqual(ref.output_ids);
+    const lp = choice.logprobs;
+    const tops = ref.meta_info.output_top_logprobs ?? [];
+    expect(tops).toHaveLength(24);
+    for (let i = 0; i < 24; i++) {
+      const dict = lp.top_logprobs[i] as Record<string, number>;
+      // The sampled token first, then the 3 most likely (4 entries when it is not among them).
+      const want: Record<string, number> = { [lp.tokens[i]]: lp.token_logprobs[i] };
+      for (const [logprob, id] of tops[i] ?? []) {
+        const text = await tokenizer.decode([id], false);
+        if (!(text in want)) want[text] = logprob;
+      }
+      expect(Object.keys(dict)).toEqual(Object.keys(want));
+      for (const [text, logprob] of Object.entries(want)) {
+        expect(dict[text]).toBeCloseTo(logprob, 6);
+      }
+      expect(Object.keys(dict).length).toBeGreaterThanOrEqual(3);
+      expect(Object.keys(dict).length).toBeLessThanOrEqual(4);
+    }
+    let streamed = 0;
+    for await (const chunk of await client.completions.create({ ...body, stream: true })) {
+      const part = chunk.choices[0]?.logprobs as Extra;
+      for (const dict of part?.top_logprobs ?? []) {
+        expect(dict).toEqual(lp.top_logprobs[streamed]);
+        streamed++;
+      }
+    }
+    expect(streamed).toBe(24);
+  });
+
   it("bad requests are answered in OpenAI's error shape, and the server keeps serving", async () => {
     const refused = async (body: Extra, param: string | null, route = "chat") => {
       const call =
@@ -346,8 +430,10 @@ describe("OpenAI API with the openai client", () => {
       { messages: [{ role: "user", content: [{ type: "image_url" }] }] },
       "messages[0].content[0]",
     );
-    await refused({ top_logprobs: 2, logprobs: true }, "top_logprobs");
-    await refused({ logprobs: 3 }, "logprobs", "completions");
+    await refused({ top_logprobs: 21, logprobs: true }, "top_logprobs");
+    const alone = await refused({ top_logprobs: 2 }, "top_logprobs");
+    expect(alone.message).toContain('needs "logprobs": true');
+    await refused({ logprobs: 21 }, "logprobs", "completions");
     await refused({ stream_options: { include_usage: true } }, "stream_options", "completions");
     await refused({ prompt: [1, 2, 451] }, "prompt[2]", "completions");
     const e = await refused({ frequency_penalty: 0.5 }, "frequency_penalty");

@@ -26,14 +26,15 @@ SoftmaxStats softmax_stats(const float* logits, int V, float inv_t) {
 
 namespace {
 
-// The `k` most probable token ids, most probable first (ties: lower id first).
-std::vector<int32_t> top_ids(const std::vector<double>& prob, int k) {
-  std::vector<int32_t> ids(prob.size());
+// The ids of the `k` largest of score[0..n), largest first (ties: lower id first).
+template <typename T>
+std::vector<int32_t> top_ids(const T* score, int n, int k) {
+  std::vector<int32_t> ids(n);
   std::iota(ids.begin(), ids.end(), 0);
   const auto before = [&](int32_t a, int32_t b) {
-    return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
   };
-  k = std::min<int>(k, static_cast<int>(ids.size()));
+  k = std::min(k, n);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
   ids.resize(k);
   return ids;
@@ -50,7 +51,7 @@ TokenDraw filtered_row(const float* logits, int V, const SampleRow& row,
   std::vector<int32_t> order;
   int keep = 0;
   for (;;) {
-    order = top_ids(prob, want);
+    order = top_ids(prob.data(), V, want);
     const double floor = row.min_p * prob[order[0]];
     double before = 0;
     keep = 0;
@@ -78,11 +79,15 @@ TokenDraw filtered_row(const float* logits, int V, const SampleRow& row,
   return {order[keep - 1], s.logprob(logits, order[keep - 1])};
 }
 
+float inv_temperature(const SampleRow& row) {
+  return row.temperature == 0 ? 1.0f : 1.0f / row.temperature;
+}
+
 }  // namespace
 
 TokenDraw sample_row(const float* logits, int V, const SampleRow& row) {
   const bool greedy = row.temperature == 0;
-  const SoftmaxStats s = softmax_stats(logits, V, greedy ? 1.0f : 1.0f / row.temperature);
+  const SoftmaxStats s = softmax_stats(logits, V, inv_temperature(row));
   if (greedy) return {s.argmax, s.logprob(logits, s.argmax)};
   if (row.filtered(V)) return filtered_row(logits, V, row, s);
   // Inverse CDF over the whole vocabulary, in id order.
@@ -96,6 +101,14 @@ TokenDraw sample_row(const float* logits, int V, const SampleRow& row) {
     if (row.uniform < acc) return {v, s.logprob(logits, v)};
   }
   return {last, s.logprob(logits, last)};  // the draw landed in the rounding gap below 1
+}
+
+std::vector<TokenDraw> top_logprobs(const float* logits, int V, const SampleRow& row, int k) {
+  const SoftmaxStats s = softmax_stats(logits, V, inv_temperature(row));
+  std::vector<TokenDraw> out;
+  // A positive temperature keeps the order of the logits, so rank them directly.
+  for (int32_t id : top_ids(logits, V, k)) out.push_back({id, s.logprob(logits, id)});
+  return out;
 }
 
 }  // namespace sr1

@@ -4,6 +4,7 @@
 // backend/cuda/sampling.cu.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -29,5 +30,11 @@ SoftmaxStats softmax_stats(const float* logits, int V, float inv_t);
 // largest; the rest are renormalised and the draw (uniform × their mass) walks them in that
 // order. The log-prob is always over the whole vocabulary, before any cut.
 TokenDraw sample_row(const float* logits, int V, const SampleRow& row);
+
+// The `k` most likely tokens (k <= V) of the distribution sample_row's log-prob is taken
+// under (log_softmax(logits / temperature) over the whole vocabulary, temperature 1 when
+// greedy), most likely first, ties by the lower id: SGLang's output_top_logprobs and
+// OpenAI's top_logprobs for the row.
+std::vector<TokenDraw> top_logprobs(const float* logits, int V, const SampleRow& row, int k);
 
 }  // namespace sr1

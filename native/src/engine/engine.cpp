@@ -66,6 +66,11 @@ void Engine::submit(GenerateRequest r) {
   if (!(p.top_p > 0 && p.top_p <= 1)) throw Error("top_p must be in (0, 1]");
   if (p.top_k == 0 || p.top_k < -1) throw Error("top_k must be -1 (off) or at least 1");
   if (!(p.min_p >= 0 && p.min_p <= 1)) throw Error("min_p must be in [0, 1]");
+  if (r.top_logprobs < 0 || r.top_logprobs > GenerateRequest::kMaxTopLogprobs) {
+    throw Error("top_logprobs must be in [0, " +
+                std::to_string(GenerateRequest::kMaxTopLogprobs) + "], got " +
+                std::to_string(r.top_logprobs));
+  }
   const int total = prompt + std::min(r.max_new_tokens, ctx - prompt);
   const int need = (total + blocks_.block_size() - 1) / blocks_.block_size();
   if (need > blocks_.num_blocks()) {
@@ -393,12 +398,14 @@ StepResult Engine::step() {
     if (s.computed + planned[i].n == s.length()) {
       step.sample_rows.push_back(step.rows() - 1);
       step.sampling.push_back(backend_row(s.req.sampling, s.rng));
+      step.top_logprobs.push_back(s.req.top_logprobs);
       samplers.push_back(&s);
     }
   }
 
+  std::vector<std::vector<TokenDraw>> top;
   const std::vector<TokenDraw> sampled =
-      model_.forward_paged(step, cache_, opt_.logits_chunk, opt_.graphs);
+      model_.forward_paged(step, cache_, opt_.logits_chunk, opt_.graphs, &top);
   totals_.decode_steps++;
 
   for (const Planned& p : planned) {
@@ -409,7 +416,8 @@ StepResult Engine::step() {
     Sequence& s = *samplers[r];
     s.tokens.push_back(sampled[r].token);
     totals_.generated_tokens++;
-    res.tokens.push_back(TokenOut{s.req.rid, sampled[r].token, sampled[r].logprob});
+    res.tokens.push_back(
+        TokenOut{s.req.rid, sampled[r].token, sampled[r].logprob, std::move(top[r])});
     Finished f;
     if (finished(s, sampled[r].token, &f)) {
       res.finished.push_back(f);

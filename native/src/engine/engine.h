@@ -44,12 +44,19 @@ struct GenerateRequest {
   uint64_t seed = 0;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // How many of the most likely tokens to report beside each sampled one (0: none; a
+  // vocabulary smaller than that reports all its tokens), at most kMaxTopLogprobs.
+  int top_logprobs = 0;
+  static constexpr int kMaxTopLogprobs = 1024;
 };
 
 struct TokenOut {
   std::string rid;
   int32_t token;
   float logprob;
+  // The request's top_logprobs most likely tokens with their log-probs under the
+  // distribution `logprob` is taken under, most likely first (ties: lower id first).
+  std::vector<TokenDraw> top;
 };
 
 struct Finished {

@@ -1,5 +1,6 @@
 #include "engine/protocol.h"
 
+#include <algorithm>
 #include <random>
 
 #include "util/error.h"
@@ -28,14 +29,23 @@ GenerateRequest parse_generate(const json::Value& cmd) {
   }
   r.stop_token_ids = f.int_list("stop_token_ids");
   r.ignore_eos = f.boolean("ignore_eos");
+  const int64_t top = f.integer("top_logprobs", 0);
+  r.top_logprobs = static_cast<int>(std::clamp<int64_t>(top, -1, INT32_MAX));  // submit checks
   return r;
 }
 
 std::string tokens_event(const std::vector<TokenOut>& tokens) {
   json::Value out = json::Value::array();
+  const auto id = [](int32_t token) { return json::Value(static_cast<int64_t>(token)); };
+  const auto lp = [](float logprob) { return json::Value(static_cast<double>(logprob)); };
   for (const TokenOut& t : tokens) {
-    out.push(json::Value::array({json::Value(t.rid), json::Value(static_cast<int64_t>(t.token)),
-                                 json::Value(static_cast<double>(t.logprob))}));
+    json::Value item = json::Value::array({json::Value(t.rid), id(t.token), lp(t.logprob)});
+    if (!t.top.empty()) {  // [[id, logprob], ...], only for a request that asked for them
+      json::Value top = json::Value::array();
+      for (const TokenDraw& d : t.top) top.push(json::Value::array({id(d.token), lp(d.logprob)}));
+      item.push(top);
+    }
+    out.push(item);
   }
   return json::Value::object({{"ev", "tokens"}, {"out", out}}).dump();
 }

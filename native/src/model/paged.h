@@ -26,6 +26,9 @@ struct PagedStep {
   std::vector<int32_t> block_tables;  // [num_seqs, max_blocks]
   std::vector<int32_t> sample_rows;   // rows whose next token is drawn
   std::vector<SampleRow> sampling;    // how, for each of sample_rows
+  // For each of sample_rows, how many of its most likely tokens to report (top_logprobs in
+  // backend/sample_row.h); empty: none for any row.
+  std::vector<int32_t> top_logprobs;
   int rows() const { return static_cast<int>(ids.size()); }
 };
 
@@ -75,7 +78,7 @@ struct PagedBuffers {
   std::vector<int32_t> ints_staging;
   XPtr x, ln, qkv, att, h, gu, act, head_in, logits;
   float* rstd = nullptr;
-  std::vector<float> host_logits;  // a row the host samples
+  std::vector<float> host_logits;  // rows the host samples or ranks
   // The layers of a decode step by (rows run, block-table columns); a shape is recorded the
   // second time it runs (the first loads the kernels and plans the matmuls). They hold the
   // cache's pointers: `graph_cache` is the cache they were recorded on.

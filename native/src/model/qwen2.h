@@ -166,9 +166,12 @@ class Qwen2Model {
   // filtered row the backend leaves undone is sampled on the host from its logits, with the
   // same SampleRow). Returns one draw per sample row. With `graphs`, where the
   // backend can record them, a decode step (one row per sequence) replays the layers as a
-  // graph recorded for its shape (graph_rows).
+  // graph recorded for its shape (graph_rows). With `top`, it gets one list per sample row:
+  // the step.top_logprobs[r] most likely tokens of row r, from its logits on the host
+  // (backend/sample_row.h's top_logprobs; empty where none are asked for).
   std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
-                                       int logits_chunk, bool graphs);
+                                       int logits_chunk, bool graphs,
+                                       std::vector<std::vector<TokenDraw>>* top = nullptr);
   // Frees the engine step's buffers (and the graphs on them); the next step takes them again.
   void release_paged() { paged_.reset(); }
   // Device bytes of the activations of a pass over N token rows (forward only, or for a

@@ -121,13 +121,16 @@ void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const in
 }
 
 std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvCache& cache,
-                                                 int logits_chunk, bool graphs) {
+                                                 int logits_chunk, bool graphs,
+                                                 std::vector<std::vector<TokenDraw>>* top) {
   const ModelConfig& c = config_;
   const int N = step.rows(), H = c.hidden_size, V = c.vocab_size;
   const int table_size = step.num_seqs * step.max_blocks;
   const int chunk = std::max(1, logits_chunk);
   const int n_out = static_cast<int>(step.sample_rows.size());
   std::vector<TokenDraw> drawn(n_out);
+  if (top != nullptr) top->assign(n_out, {});
+  const auto top_of = [&](int r) { return step.top_logprobs.empty() ? 0 : step.top_logprobs[r]; };
   if (N == 0) return drawn;
   // A decode step (every row samples, so each is its own sequence's one row) runs R >= N rows
   // when it replays a graph: the last row repeated, which writes the same key and value to
@@ -193,21 +196,26 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
     be_.rmsnorm_forward(b->ln, b->rstd, b->head_in, P + layout_.norm(), n, H, c.rms_norm_eps);
     be_.matmul_forward(b->logits, b->ln, P + layout_.lm_head(), {}, n, H, V);
     be_.sample_tokens(drawn.data() + c0, b->logits, step.sampling.data() + c0, n, V);
-    // Only the rows the device left undone bring their logits to the host.
-    std::vector<int> skipped;
+    // Only the rows the device left undone, and those that report their most likely
+    // tokens, bring their logits to the host.
+    std::vector<int> host;
     for (int r = 0; r < n; r++) {
-      if (drawn[c0 + r].token < 0) skipped.push_back(r);
+      if (drawn[c0 + r].token < 0 || (top != nullptr && top_of(c0 + r) > 0)) host.push_back(r);
     }
-    const int k = static_cast<int>(skipped.size());
+    const int k = static_cast<int>(host.size());
     b->host_logits.resize(static_cast<size_t>(k) * V);
     for (int j = 0; j < k; j++) {
       be_.download_x(b->host_logits.data() + static_cast<size_t>(j) * V,
-                     b->logits + static_cast<size_t>(skipped[j]) * V, V);
+                     b->logits + static_cast<size_t>(host[j]) * V, V);
     }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int j = 0; j < k; j++) {
-      drawn[c0 + skipped[j]] = sample_row(b->host_logits.data() + static_cast<size_t>(j) * V, V,
-                                          step.sampling[c0 + skipped[j]]);
+      const int r = c0 + host[j];
+      const float* row_logits = b->host_logits.data() + static_cast<size_t>(j) * V;
+      if (drawn[r].token < 0) drawn[r] = sample_row(row_logits, V, step.sampling[r]);
+      if (top != nullptr && top_of(r) > 0) {
+        (*top)[r] = top_logprobs(row_logits, V, step.sampling[r], top_of(r));
+      }
     }
   }
   return drawn;

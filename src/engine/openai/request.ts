@@ -63,8 +63,10 @@ export interface OpenAIRequest {
   prompts: number[][];
   /** Input-major: prompt 0's n samples, then prompt 1's; choice i is sequence i. */
   sequences: SequenceSpec[];
-  /** Log-probs of the sampled tokens are returned (completions: `logprobs` 0). */
+  /** Log-probs of the sampled tokens are returned (completions: `logprobs` 0 or more). */
   logprobs: boolean;
+  /** How many of the most likely tokens are listed beside each (completions: `logprobs`). */
+  topLogprobs: number;
   /** vLLM's `return_token_ids`: each choice carries its `token_ids`. */
   returnTokenIds: boolean;
   /** Chat with `tools` (null otherwise). */
@@ -161,14 +163,23 @@ function boolean(body: Record<string, unknown>, key: string, fallback: boolean):
   return v;
 }
 
-function integer(body: Record<string, unknown>, key: string, min: number): number | null {
+function integer(
+  body: Record<string, unknown>,
+  key: string,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number | null {
   const v = body[key];
   if (v === undefined || v === null) return null;
-  if (!Number.isSafeInteger(v) || (v as number) < min) {
-    throw bad(`${quote(key)} must be an integer ≥ ${min}, got ${typeOf(v)}`);
+  if (!Number.isSafeInteger(v) || (v as number) < min || (v as number) > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `in [${min}, ${max}]`;
+    throw bad(`${quote(key)} must be an integer ${range}, got ${typeOf(v)}`);
   }
   return v as number;
 }
+
+/** Most top log-probs per token on these routes: vLLM's --max-logprobs default, OpenAI's 20. */
+export const MAX_LOGPROBS = 20;
 
 /** `stream` and `stream_options` (only with a stream, as vLLM checks). */
 function readStream(body: Record<string, unknown>): { stream: boolean; includeUsage: boolean } {
@@ -247,11 +258,14 @@ function sequencesOf(
   fallback: number | null,
   limits: ModelLimits,
   logprobs: boolean,
+  topLogprobs: number,
 ): SequenceSpec[] {
   const sequences: SequenceSpec[] = [];
   prompts.forEach((ids, input) => {
     const { n, params } = sampling(body, maxTokensKey, fallback, ids.length, limits);
-    addSamples(sequences, { input, ids, n, params, returnLogprob: logprobs }, (key) => quote(key));
+    addSamples(sequences, { input, ids, n, params, returnLogprob: logprobs, topLogprobs }, (key) =>
+      quote(key),
+    );
   });
   return sequences;
 }
@@ -295,22 +309,17 @@ export async function parseCompletionRequest(
       ? list.map((p, i) => readIds(p, `prompt[${i}]`, ctx.limits))
       : [readIds(list, "prompt", ctx.limits)];
   }
-  // OpenAI's `logprobs` here is how many top tokens to list; this engine reports the
-  // sampled token's log-prob only (logprobs 0, which vLLM also accepts).
-  const top = integer(body, "logprobs", 0);
-  if (top !== null && top > 0) {
-    throw bad(
-      `"logprobs" = ${top}: this engine reports the log-prob of the sampled token only; ` +
-        "send logprobs 0 (the sampled token, in tokens, token_logprobs and top_logprobs)",
-    );
-  }
+  // OpenAI's `logprobs` here is how many of the most likely tokens to list beside the
+  // sampled one (0: the sampled token alone).
+  const top = integer(body, "logprobs", 0, MAX_LOGPROBS);
   return {
     model: c.model,
     stream: c.stream,
     includeUsage: c.includeUsage,
     prompts,
-    sequences: sequencesOf(body, prompts, "max_tokens", 16, ctx.limits, top !== null),
+    sequences: sequencesOf(body, prompts, "max_tokens", 16, ctx.limits, top !== null, top ?? 0),
     logprobs: top !== null,
+    topLogprobs: top ?? 0,
     returnTokenIds: c.returnTokenIds,
     tools: null,
   };
@@ -352,12 +361,9 @@ export async function parseChatRequest(raw: unknown, ctx: ParseContext): Promise
   const prompt = readIds(ids, "messages", ctx.limits);
 
   const logprobs = boolean(body, "logprobs", false);
-  const top = integer(body, "top_logprobs", 0);
-  if (top !== null && top > 0) {
-    throw bad(
-      `"top_logprobs" = ${top}: this engine reports the log-prob of the sampled token only ` +
-        "(logprobs true with top_logprobs 0 or absent)",
-    );
+  const top = integer(body, "top_logprobs", 0, MAX_LOGPROBS) ?? 0;
+  if (top > 0 && !logprobs) {
+    throw bad(`"top_logprobs" = ${top} needs "logprobs": true (as OpenAI and vLLM require)`);
   }
   const maxKey = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   return {
@@ -365,8 +371,9 @@ export async function parseChatRequest(raw: unknown, ctx: ParseContext): Promise
     stream: c.stream,
     includeUsage: c.includeUsage,
     prompts: [prompt],
-    sequences: sequencesOf(body, [prompt], maxKey, null, ctx.limits, logprobs),
+    sequences: sequencesOf(body, [prompt], maxKey, null, ctx.limits, logprobs, top),
     logprobs,
+    topLogprobs: top,
     returnTokenIds: c.returnTokenIds,
     tools,
   };

@@ -10,6 +10,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { HermesToolCall } from "../../text/hermes-tool-calls.js";
+import type { TopLogprob } from "../protocol.js";
 import type { GenerateOutput } from "../sequence.js";
 
 /** The text of each token, for log-prob entries: decodes with special tokens kept. */
@@ -65,44 +66,70 @@ export function finishOf(
   return { finish_reason: "stop", stop_reason: isEos ? null : matched };
 }
 
-/** Chat's `logprobs.content` entries for these tokens (top_logprobs: none asked for). */
-export async function chatLogprobs(
-  ids: readonly number[],
-  logprobs: readonly number[],
-  texts: TokenTexts,
-) {
-  const tokens = await texts(ids);
+/**
+ * Output tokens with their log-probs and, per token, its most likely tokens as the engine
+ * ranked them (`[token_id, logprob]`, most likely first; empty lists when none were asked).
+ */
+export interface TokenLogprobs {
+  ids: readonly number[];
+  logprobs: readonly number[];
+  tops: readonly (readonly TopLogprob[])[];
+}
+
+/** The texts of the tokens and of each token's most likely tokens, in one pass. */
+async function textsOf(t: TokenLogprobs, texts: TokenTexts) {
+  const all = await texts([...t.ids, ...t.tops.flatMap((top) => top.map(([id]) => id))]);
+  let at = t.ids.length;
+  const tops = t.ids.map((_, i) =>
+    (t.tops[i] ?? []).map(([, logprob]) => ({
+      token: all[at++] as string,
+      logprob: clamp(logprob),
+    })),
+  );
+  return { tokens: all.slice(0, t.ids.length), tops };
+}
+
+const bytesOf = (token: string) => [...Buffer.from(token, "utf8")];
+
+/**
+ * Chat's `logprobs.content` entries for these tokens: `top_logprobs` lists the most likely
+ * tokens, most likely first (OpenAI's definition; vLLM's chat route puts the sampled token
+ * first instead, which differs only when it is not the most likely).
+ */
+export async function chatLogprobs(t: TokenLogprobs, texts: TokenTexts) {
+  const { tokens, tops } = await textsOf(t, texts);
   return tokens.map((token, i) => ({
     token,
-    logprob: clamp(logprobs[i] as number),
-    bytes: [...Buffer.from(token, "utf8")],
-    top_logprobs: [],
+    logprob: clamp(t.logprobs[i] as number),
+    bytes: bytesOf(token),
+    top_logprobs: (tops[i] ?? []).map((top) => ({ ...top, bytes: bytesOf(top.token) })),
   }));
 }
 
 /**
- * The completions route's `logprobs` for these tokens (`logprobs` 0: the sampled token is
- * its own top entry, as vLLM lists it); `offset` is where their text starts.
+ * The completions route's `logprobs` for these tokens; `offset` is where their text starts.
+ * Each `top_logprobs` dict holds the sampled token, then the `logprobs` N most likely tokens
+ * (N + 1 entries when the sampled one is not among them), as vLLM's completion route fills
+ * it; a text two tokens share keeps its first entry.
  */
-export async function completionLogprobs(
-  ids: readonly number[],
-  logprobs: readonly number[],
-  texts: TokenTexts,
-  offset: number,
-) {
-  const tokens = await texts(ids);
+export async function completionLogprobs(t: TokenLogprobs, texts: TokenTexts, offset: number) {
+  const { tokens, tops } = await textsOf(t, texts);
   const text_offset: number[] = [];
   let at = offset;
   for (const token of tokens) {
     text_offset.push(at);
     at += token.length;
   }
-  const values = tokens.map((_, i) => clamp(logprobs[i] as number));
+  const values = tokens.map((_, i) => clamp(t.logprobs[i] as number));
   return {
     text_offset,
     token_logprobs: values,
     tokens,
-    top_logprobs: tokens.map((token, i) => ({ [token]: values[i] as number })),
+    top_logprobs: tokens.map((token, i) => {
+      const dict: Record<string, number> = { [token]: values[i] as number };
+      for (const top of tops[i] ?? []) if (!(top.token in dict)) dict[top.token] = top.logprob;
+      return dict;
+    }),
   };
 }
 

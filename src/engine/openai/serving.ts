@@ -26,6 +26,7 @@ import { HttpError, readJsonBody } from "../../runtime/http-server.js";
 import { parseHermesToolCalls } from "../../text/hermes-tool-calls.js";
 import type { Detokenizer } from "../detokenizer.js";
 import { EngineRefused, type NativeEngine } from "../native-engine.js";
+import type { TopLogprob } from "../protocol.js";
 import { type GenerateOutput, Sequence } from "../sequence.js";
 import { OpenAIError, openAIErrorBody } from "./errors.js";
 import {
@@ -39,6 +40,7 @@ import {
   completionLogprobs,
   finishOf,
   openAIId,
+  type TokenLogprobs,
   type TokenTexts,
   toolCallsOf,
   usageOf,
@@ -236,15 +238,20 @@ class Answer {
     const spec = this.request.sequences[i]?.params;
     const finish = finishOf(output, this.eos, spec?.stopTokenIds ?? []);
     const ids = output.output_ids;
-    const logprobs = (output.meta_info.output_token_logprobs ?? []).map(([lp]) => lp);
+    const meta = output.meta_info;
+    const lp: TokenLogprobs = {
+      ids,
+      logprobs: (meta.output_token_logprobs ?? []).map(([logprob]) => logprob),
+      tops: ids.map((_, t) =>
+        (meta.output_top_logprobs?.[t] ?? []).map(([logprob, id]): TopLogprob => [id, logprob]),
+      ),
+    };
     const extra = this.request.returnTokenIds ? { token_ids: ids } : {};
     if (this.kind === "completion") {
       return {
         index: i,
         text: output.text,
-        logprobs: this.request.logprobs
-          ? await completionLogprobs(ids, logprobs, this.texts, 0)
-          : null,
+        logprobs: this.request.logprobs ? await completionLogprobs(lp, this.texts, 0) : null,
         ...finish,
         ...extra,
       };
@@ -257,9 +264,7 @@ class Answer {
         content,
         ...(calls.length > 0 ? { tool_calls: toolCallsOf(calls) } : {}),
       },
-      logprobs: this.request.logprobs
-        ? { content: await chatLogprobs(ids, logprobs, this.texts) }
-        : null,
+      logprobs: this.request.logprobs ? { content: await chatLogprobs(lp, this.texts) } : null,
       ...finish,
       ...(calls.length > 0 && finish.finish_reason === "stop"
         ? { finish_reason: "tool_calls" }
@@ -345,7 +350,11 @@ class Answer {
     const choice = this.choices[i] as ChoiceState;
     const seq = this.sequences[i] as Sequence;
     const ids = seq.outputIds.slice(choice.tokens, tokens);
-    const lps = seq.outputLogprobs.slice(choice.tokens, tokens);
+    const lp: TokenLogprobs = {
+      ids,
+      logprobs: seq.outputLogprobs.slice(choice.tokens, tokens),
+      tops: seq.outputTopLogprobs.slice(choice.tokens, tokens),
+    };
     const offset = choice.text.length;
     choice.text += delta;
     choice.tokens = Math.max(choice.tokens, tokens);
@@ -359,7 +368,7 @@ class Answer {
             index: i,
             text: delta,
             logprobs: this.request.logprobs
-              ? await completionLogprobs(ids, lps, this.texts, offset)
+              ? await completionLogprobs(lp, this.texts, offset)
               : null,
             ...finish,
             ...tokenIds,
@@ -394,9 +403,7 @@ class Answer {
               ? { tool_calls: calls.map((call, index) => ({ index, ...call })) }
               : {}),
           },
-          logprobs: this.request.logprobs
-            ? { content: await chatLogprobs(ids, lps, this.texts) }
-            : null,
+          logprobs: this.request.logprobs ? { content: await chatLogprobs(lp, this.texts) } : null,
           ...finish,
           ...tokenIds,
         },
