@@ -298,8 +298,12 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def forward(params, cfg, input_ids, attention_mask):
-    """Logits [B,T,V] in float64. params: {hf name: float64 tensor}."""
+def forward(params, cfg, input_ids, attention_mask, linear=None):
+    """Logits [B,T,V] in float64. params: {hf name: float64 tensor}. linear(module, x):
+    the projection of x by the linear layer `module` (its HF name without ".weight"),
+    x @ weight.T without a bias unless given (make_lora_fixtures.py adds adapters)."""
+    if linear is None:
+        linear = lambda module, x: x @ params[module + ".weight"].T  # noqa: E731
     H, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
     NH, NKV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = H // NH
@@ -322,10 +326,11 @@ def forward(params, cfg, input_ids, attention_mask):
     x = params["model.embed_tokens.weight"][input_ids]
     for i in range(cfg["num_hidden_layers"]):
         p = lambda n: params[f"model.layers.{i}.{n}"]  # noqa: E731
+        lin = lambda m, x: linear(f"model.layers.{i}.{m}", x)  # noqa: E731
         n = rms_norm(x, p("input_layernorm.weight"), eps)
-        q = n @ p("self_attn.q_proj.weight").T + p("self_attn.q_proj.bias")
-        k = n @ p("self_attn.k_proj.weight").T + p("self_attn.k_proj.bias")
-        v = n @ p("self_attn.v_proj.weight").T + p("self_attn.v_proj.bias")
+        q = lin("self_attn.q_proj", n) + p("self_attn.q_proj.bias")
+        k = lin("self_attn.k_proj", n) + p("self_attn.k_proj.bias")
+        v = lin("self_attn.v_proj", n) + p("self_attn.v_proj.bias")
         q = q.view(B, T, NH, hd).transpose(1, 2)  # [B,NH,T,hd]
         k = k.view(B, T, NKV, hd).transpose(1, 2)  # [B,NKV,T,hd]
         v = v.view(B, T, NKV, hd).transpose(1, 2)
@@ -338,10 +343,10 @@ def forward(params, cfg, input_ids, attention_mask):
         scores = scores.masked_fill(~allowed, float("-inf"))
         attn = scores.softmax(-1) @ v  # [B,NH,T,hd]
         attn = attn.transpose(1, 2).reshape(B, T, NH * hd)
-        h = x + attn @ p("self_attn.o_proj.weight").T
+        h = x + lin("self_attn.o_proj", attn)
         n = rms_norm(h, p("post_attention_layernorm.weight"), eps)
-        gate = torch.nn.functional.silu(n @ p("mlp.gate_proj.weight").T)
-        x = h + (gate * (n @ p("mlp.up_proj.weight").T)) @ p("mlp.down_proj.weight").T
+        gate = torch.nn.functional.silu(lin("mlp.gate_proj", n))
+        x = h + lin("mlp.down_proj", gate * lin("mlp.up_proj", n))
     x = rms_norm(x, params["model.norm.weight"], eps)
     lm_head = params.get("lm_head.weight", params["model.embed_tokens.weight"])
     return x @ lm_head.T

@@ -188,7 +188,7 @@ class Backend {
   // out = w * inp * rstd, rstd = 1/sqrt(mean(inp^2) + eps), per row
   virtual void rmsnorm_forward(XPtr out, float* rstd, XPtr inp, XPtr w, int N, int C,
                                float eps) = 0;
-  // dinp += d(out)/d(inp) . dout ; dw += sum over rows
+  // dinp += d(out)/d(inp) . dout ; dw += sum over rows (dw null: skipped, a frozen norm's)
   virtual void rmsnorm_backward(XPtr dinp, float* dw, XPtr dout, XPtr inp, XPtr w,
                                 const float* rstd, int N, int C) = 0;
   // out[N,OC] = inp[N,C] . w[OC,C]^T (+ bias[OC]; bias may be null)
@@ -243,6 +243,11 @@ class Backend {
                                    int N, int C, float eps);
   // x *= s, in place (the language-model head's 1/temperature)
   virtual void scale(XPtr x, float s, size_t n) = 0;
+  // dst[r * ld_dst + c] = src[r * ld_src + c] (or +=, with accumulate) for r < rows, c < cols:
+  // a block of columns of one row-major matrix to or from another (a LoRA adapter's slice of
+  // a fused projection: model/lora.h). dst and src do not overlap.
+  virtual void copy_columns(XPtr dst, int ld_dst, XPtr src, int ld_src, int rows, int cols,
+                            bool accumulate) = 0;
 
   // ---- encoder (BERT) layers, forward only ----
   // out = (inp - mean) / sqrt(var + eps) * w + bias per row of C, with the biased variance

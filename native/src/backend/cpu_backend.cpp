@@ -319,7 +319,8 @@ class CpuBackend final : public Backend {
                         const float* rstd, int N, int C) override {
     float* dinp = F(xdinp);
     const float *dout = F(xdout), *inp = F(xinp), *w = F(xw);
-    column_sums(dw, N, C, [&](int n, float* local) {
+    std::vector<float> frozen(dw == nullptr ? C : 0, 0.0f);  // summed, then dropped
+    column_sums(dw != nullptr ? dw : frozen.data(), N, C, [&](int n, float* local) {
       const float* x = inp + static_cast<size_t>(n) * C;
       const float* g = dout + static_cast<size_t>(n) * C;
       float* dx = dinp + static_cast<size_t>(n) * C;
@@ -583,6 +584,22 @@ class CpuBackend final : public Backend {
     float* x = F(xx);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
+  }
+
+  void copy_columns(XPtr xdst, int ld_dst, XPtr xsrc, int ld_src, int rows, int cols,
+                    bool accumulate) override {
+    float* dst = F(xdst);
+    const float* src = F(xsrc);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+      float* d = dst + static_cast<size_t>(r) * ld_dst;
+      const float* s = src + static_cast<size_t>(r) * ld_src;
+      if (accumulate) {
+        for (int c = 0; c < cols; c++) d[c] += s[c];
+      } else {
+        std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
+      }
+    }
   }
 
   // Two passes over the row (mean, then the mean square of x - mean) in double: the

@@ -177,6 +177,11 @@ void ProfiledBackend::matmul_swiglu_forward(XPtr act, XPtr gu, XPtr inp, XPtr w,
 void ProfiledBackend::add(XPtr out, XPtr a, XPtr b, size_t n) {
   timed("add", [&] { inner_->add(out, a, b, n); });
 }
+void ProfiledBackend::copy_columns(XPtr dst, int ld_dst, XPtr src, int ld_src, int rows,
+                                   int cols, bool accumulate) {
+  timed("copy_columns",
+        [&] { inner_->copy_columns(dst, ld_dst, src, ld_src, rows, cols, accumulate); });
+}
 void ProfiledBackend::add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b,
                                           XPtr w, int N, int C, float eps) {
   timed("add_rmsnorm_forward",

@@ -89,6 +89,8 @@ class ProfiledBackend final : public Backend {
   void add_rmsnorm_forward(XPtr sum, XPtr out, float* rstd, XPtr a, XPtr b, XPtr w, int N, int C,
                            float eps) override;
   void scale(XPtr x, float s, size_t n) override;
+  void copy_columns(XPtr dst, int ld_dst, XPtr src, int ld_src, int rows, int cols,
+                    bool accumulate) override;
   void layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C,
                          float eps) override;
   void gelu_forward(XPtr out, XPtr inp, size_t n) override;

@@ -263,7 +263,18 @@ void Qwen2Model::to_host() {
   weights_.p = nullptr;
 }
 
-void Qwen2Model::release_activations() { acts_.reset(); }
+void Qwen2Model::release_activations() {
+  acts_.reset();
+  if (lora_) lora_->release_scratch();
+}
+
+void Qwen2Model::attach_lora(std::unique_ptr<LoraAdapters> adapters) {
+  require_head(Head::LanguageModel, "LoRA");
+  if (sink_ != nullptr) throw Error("LoRA: the model hands its gradients to a sink (ZeRO stage 2)");
+  release_grads();
+  lora_ = std::move(adapters);
+  adapters_on_ = true;
+}
 
 void Qwen2Model::to_device() {
   if (!on_host()) return;
@@ -297,6 +308,10 @@ std::vector<std::pair<size_t, size_t>> Qwen2Model::gradient_regions(const ParamL
 }
 
 void Qwen2Model::begin_pass() {
+  if (lora_ != nullptr) {  // the base is frozen: the adapters' gradients alone
+    lora_->grads();
+    return;
+  }
   if (sink_ == nullptr) {
     grads();
     return;
@@ -320,6 +335,7 @@ void Qwen2Model::close_embeddings() {
 }
 
 float* Qwen2Model::grad(size_t offset) {
+  if (lora_ != nullptr) return nullptr;  // frozen: the backward skips the weight's gradient
   if (sink_ == nullptr) return grads_ + offset;
   const size_t embed = config_.num_layers > 0 ? layout_.layer(0).ln1 : layout_.norm();
   if (offset < embed) return embed_grad_ + offset;
@@ -432,15 +448,19 @@ void Qwen2Model::layer_forward(int l, int set, XPtr x_out) {
   be_.rmsnorm_forward(s.ln1, s.rstd1, x_in, P + lp.ln1, N, H, c.rms_norm_eps);
   be_.matmul_forward(s.qkv, s.ln1, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : XPtr{}, N, H,
                      c.qkv_dim());
+  if (lora_on()) lora_->forward(l, LoraSite::Qkv, s.qkv, s.ln1, N);
   be_.rope_forward(s.qkv, a.pos, a.shape, c.rope_theta);
   be_.attention_forward(s.att, s.lse, s.qkv, a.mask, a.shape);
   be_.matmul_forward(s.h, s.att, P + lp.o_w, {}, N, c.q_dim(), H);
+  if (lora_on()) lora_->forward(l, LoraSite::O, s.h, s.att, N);
   be_.add(s.h, s.h, x_in, static_cast<size_t>(N) * H);
   be_.rmsnorm_forward(s.ln2, s.rstd2, s.h, P + lp.ln2, N, H, c.rms_norm_eps);
   be_.matmul_forward(s.gu, s.ln2, P + lp.gu_w, {}, N, H, 2 * I);
+  if (lora_on()) lora_->forward(l, LoraSite::GateUp, s.gu, s.ln2, N);
   be_.swiglu_forward(s.act, s.gu, N, I);
   if (x_out.null()) return;  // recomputation for backward needs no layer output
   be_.matmul_forward(x_out, s.act, P + lp.down_w, {}, N, I, H);
+  if (lora_on()) lora_->forward(l, LoraSite::Down, x_out, s.act, N);
   be_.add(x_out, x_out, s.h, static_cast<size_t>(N) * H);
 }
 
@@ -454,19 +474,25 @@ void Qwen2Model::layer_backward(int l, int set) {
   const XPtr P = weights_;
   const XPtr x_in = a.input(l);
 
+  // Each adapter adds its part of the input gradient after its base matmul wrote it.
+  const bool with_lora = lora_on();
   be_.matmul_backward(a.dact, grad(lp.down_w), nullptr, a.dres, s.act, P + lp.down_w, N, I, H,
                       false);
+  if (with_lora) lora_->backward(l, LoraSite::Down, a.dact, a.dres, s.act, N);
   be_.swiglu_backward(a.dgu, a.dact, s.gu, N, I);
   be_.matmul_backward(a.dln, grad(lp.gu_w), nullptr, a.dgu, s.ln2, P + lp.gu_w, N, H, 2 * I,
                       false);
+  if (with_lora) lora_->backward(l, LoraSite::GateUp, a.dln, a.dgu, s.ln2, N);
   // The residual gradient flows straight through; the norm adds its part (dres = dh).
   be_.rmsnorm_backward(a.dres, grad(lp.ln2), a.dln, s.h, P + lp.ln2, s.rstd2, N, H);
   be_.matmul_backward(a.datt, grad(lp.o_w), nullptr, a.dres, s.att, P + lp.o_w, N, c.q_dim(),
                       H, false);
+  if (with_lora) lora_->backward(l, LoraSite::O, a.datt, a.dres, s.att, N);
   be_.attention_backward(a.dqkv, a.datt, s.qkv, s.att, s.lse, a.mask, a.shape);
   be_.rope_backward(a.dqkv, a.pos, a.shape, c.rope_theta);
   be_.matmul_backward(a.dln, grad(lp.qkv_w), c.attention_bias ? grad(lp.qkv_b) : nullptr,
                       a.dqkv, s.ln1, P + lp.qkv_w, N, H, c.qkv_dim(), false);
+  if (with_lora) lora_->backward(l, LoraSite::Qkv, a.dln, a.dqkv, s.ln1, N);
   be_.rmsnorm_backward(a.dres, grad(lp.ln1), a.dln, x_in, P + lp.ln1, s.rstd1, N, H);
 }
 
@@ -665,7 +691,7 @@ void Qwen2Model::trunk_backward(const Batch& batch, const RunOptions& opt) {
     layer_backward(l, opt.recompute ? 0 : l);
     if (sink_ != nullptr) close_region();
   }
-  be_.embedding_backward(grad(layout_.embed()), a.dres, a.ids, N, H);
+  if (lora_ == nullptr) be_.embedding_backward(grad(layout_.embed()), a.dres, a.ids, N, H);
   if (sink_ != nullptr) close_embeddings();
 }
 

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/objective.h"
 #include "model/paged.h"
 #include "model/params.h"
@@ -132,6 +133,17 @@ class Qwen2Model {
 
   void zero_grad();
 
+  // LoRA (model/lora.h): adapters on the chosen projections of a causal LM, its own weights
+  // frozen. The backward passes then add the adapters' gradients alone (lora()->grads()):
+  // no gradient of any base weight is computed or allocated, and no gradient sink is taken.
+  // With the adapters switched off, every pass is the base model's, bit for bit (a LoRA
+  // run's reference policy: the same weights, no second copy).
+  void attach_lora(std::unique_ptr<LoraAdapters> adapters);
+  LoraAdapters* lora() { return lora_.get(); }
+  const LoraAdapters* lora() const { return lora_.get(); }
+  void set_adapters_enabled(bool on) { adapters_on_ = on; }
+  bool adapters_enabled() const { return adapters_on_; }
+
   // Where the backward passes put their gradients: by default the whole buffer grads(),
   // which they add to. With a sink (ZeRO stage 2's bucketed reduction, train/learner.h) a
   // pass instead computes one region of the parameters at a time (gradient_regions()) into
@@ -244,6 +256,10 @@ class Qwen2Model {
   bool host_current_ = false;  // host_weights_ holds the compute copy's current values
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<PagedBuffers> paged_;
+  std::unique_ptr<LoraAdapters> lora_;
+  bool adapters_on_ = true;
+  // The adapters take part in the passes.
+  bool lora_on() const { return lora_ != nullptr && adapters_on_; }
 };
 
 }  // namespace sr1

@@ -23,6 +23,10 @@ size_t shard_of(const Qwen2Model& model, const Comm& comm, int stage) {
   if (stage < 0 || stage > 2) {
     throw Error("'zero_stage' must be 0, 1 or 2, got " + std::to_string(stage));
   }
+  if (model.lora() != nullptr) {
+    if (stage != 0) throw Error("LoRA: 'zero_stage' must be 0 (ZeRO with adapters is not built yet)");
+    return model.lora()->size();
+  }
   if (stage == 0) return model.param_buffer_size();
   const size_t multiple = zero_pad_multiple(stage, comm.size());
   if (model.buffer_capacity() % multiple != 0) {
@@ -37,6 +41,7 @@ size_t shard_of(const Qwen2Model& model, const Comm& comm, int stage) {
 Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed,
                  Comm& comm, int zero_stage, Offload offload)
     : model_(model),
+      lora_(model.lora()),
       comm_(comm),
       stage_(zero_stage),
       offload_(offload),
@@ -48,6 +53,12 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
       rng_(seed) {
   schedule_.validate(OptionStyle::Field);
   if (stage_ > 0) offset_ = static_cast<size_t>(comm.rank()) * shard_;
+  if (lora_ != nullptr) {
+    if (offload_.param || offload_.grad || offload_.optimizer) {
+      throw Error("LoRA: offload is not built for adapters yet (leave 'actor_offload' out)");
+    }
+    return;  // the adapters' fp32 buffer is the masters
+  }
   if (bucketed()) model.set_gradient_sink(this);
   if (model.params() == nullptr) {
     throw Error("Learner: the model's fp32 masters are gone (dropped before it took them)");
@@ -78,7 +89,15 @@ Learner::~Learner() {
   }
 }
 
+size_t Learner::trained_size() const {
+  return lora_ != nullptr ? lora_->size() : model_.param_buffer_size();
+}
+
 void Learner::zero_grad(const std::string& what) {
+  if (lora_ != nullptr) {
+    lora_->zero_grad();
+    return;
+  }
   if (!bucketed()) {
     model_.zero_grad();
     return;
@@ -132,6 +151,7 @@ float* Learner::own_masters() const {
 }
 
 float* Learner::masters() {
+  if (lora_ != nullptr) return lora_->params();
   float* own = own_masters();
   return own != nullptr ? own : model_.params() + offset_;
 }
@@ -144,11 +164,10 @@ const float* Learner::reduced_gradient(const std::string& what) {
   }
   float* mine = grad_shard_;  // bucketed: summed during the passes
   if (!bucketed()) {
-    float* grads = model_.grads();
+    float* grads = lora_ != nullptr ? lora_->grads() : model_.grads();
     if (!comm_.local()) {
       be.synchronize();  // the backward passes have written the gradients
-      comm_.all_reduce_sum(grads,
-                           stage_ == 0 ? model_.param_buffer_size() : model_.buffer_capacity(),
+      comm_.all_reduce_sum(grads, stage_ == 0 ? trained_size() : model_.buffer_capacity(),
                            what + "'s gradients");
     }
     mine = grads + offset_;
@@ -173,6 +192,7 @@ double Learner::step(float* lr, const std::string& what) {
   float* values = masters();
   const XPtr weights = model_.weights();
   optimizer_.step(values, grad, *lr, norm, [&](size_t begin, size_t end) {
+    if (lora_ != nullptr) return lora_->params_changed(begin, end);
     be.to_x(weights + (offset_ + begin), values + begin, end - begin);
   });
   model_.weights_changed();
@@ -197,7 +217,7 @@ void Learner::end_update() {
 
 std::vector<float> Learner::gather(const float* shard, bool on_host, const std::string& what) {
   Backend& be = model_.be();
-  const size_t total = model_.param_buffer_size();
+  const size_t total = trained_size();
   const bool root = comm_.rank() == 0;
   std::vector<float> out(root ? total : 0);
   if (comm_.local() || stage_ == 0) {  // rank 0's shard is the whole buffer
@@ -305,6 +325,12 @@ Learner::Memory Learner::memory() const {
   const size_t shard = shard_ * sizeof(float);
   Memory m;
   m.weights = model_.weight_bytes();
+  if (lora_ != nullptr) {  // the frozen base's compute copy; the adapters' state
+    m.masters = model_.master_bytes() + lora_->weight_bytes();
+    m.optimizer = 2 * shard;
+    m.gradients = m.gradients_between = shard;
+    return m;
+  }
   m.masters = model_.master_bytes() + (masters_ != nullptr ? shard : 0);
   m.optimizer = offload_.optimizer ? 0 : 2 * shard;
   m.gradients = bucketed() ? (offload_.grad ? 0 : shard) + buckets_.bytes()

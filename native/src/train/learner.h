@@ -53,6 +53,11 @@
 //  - param: the compute copy waits in host memory between the trainer's phases, the session
 //    moving it as it does the reference's (Qwen2Model::to_host, session.cpp); not the
 //    learner's business.
+//
+// LoRA (model/lora.h): a model with adapters attached is trained through them alone: the
+// learner's AdamW, the gradient all-reduce, the clip and checkpoints' moments cover the
+// adapters' flat fp32 buffer, and the base weights stay as loaded. For now at ZeRO stage 0
+// without offload (the adapters are small; the frozen base is what ZeRO would shard).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -81,7 +86,7 @@ class Learner : private Qwen2Model::GradientSink {
  public:
   // `zero_stage` 1 or 2 needs the model loaded with pad_multiple = ranks × kAlign
   // (zero_pad_multiple); it, or `offload.optimizer`, takes over the model's fp32 masters
-  // (Qwen2Model::drop_masters).
+  // (Qwen2Model::drop_masters). A model with LoRA adapters (Qwen2Model::lora) trains them.
   Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint64_t seed, Comm& comm,
           int zero_stage = 0, Offload offload = {});
   ~Learner() override;
@@ -176,12 +181,15 @@ class Learner : private Qwen2Model::GradientSink {
   float* masters();
   // This rank's range of the gradient summed over the ranks, where the step reads it.
   const float* reduced_gradient(const std::string& what);
+  // The values the learner trains: the adapters' buffer with LoRA, else the model's.
+  size_t trained_size() const;
   // Stage 2 over several ranks: the passes' gradients go to the ranks region by region.
   bool bucketed() const { return stage_ == 2 && !comm_.local(); }
   float* open(size_t begin, size_t end) override;
   void close(float* grad, size_t begin, size_t end) override;
 
   Qwen2Model& model_;
+  LoraAdapters* lora_;  // the model's adapters, which alone are trained; else null
   Comm& comm_;
   int stage_;
   Offload offload_;

@@ -29,6 +29,7 @@ Qwen2Model& TrainerSession::model(const std::string& which) {
   if (!policy) throw Error("no model is loaded (send 'load' first)");
   if (which == "policy") return *policy;
   if (which == "reference") {
+    if (policy->lora() != nullptr) return *policy;  // its adapters off: log_probs says so
     if (!reference) throw Error("no reference model was loaded ('reference' in 'load')");
     return *reference;
   }
@@ -163,7 +164,7 @@ std::vector<std::string> fields_of(const std::string& op) {
   };
   if (op == "load") {
     add({"policy", "reference", "reference_offload", "critic", "actor_optim", "critic_optim",
-         "seed", "zero_stage", "actor_offload", "critic_offload"});
+         "seed", "zero_stage", "actor_offload", "critic_offload", "lora"});
   }
   if (op == "log_probs") add({"model", "batch", "out", "temperature", "micro_batch_size"});
   if (op == "values") add({"batch", "out", "micro_batch_size"});
@@ -195,6 +196,66 @@ Offload read_offload(const JsonFields& f, const char* key) {
   }
 }
 
+// load's `lora` (SERVE.md): a fresh adapter (`rank`, ...) or one from a PEFT folder (`path`),
+// whose fields, where given too, must be the folder's.
+std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const Qwen2Model& policy,
+                                        Backend& be, uint64_t seed) {
+  const JsonFields f = load.object("lora");
+  f.only({"rank", "alpha", "target_modules", "use_rslora", "path", "seed"});
+  LoraConfig c;
+  const std::string path = f.text("path", "");
+  if (!path.empty()) c = read_adapter_config(path);
+  const auto field = [&](const char* key, const std::string& given, const std::string& file) {
+    if (!path.empty() && given != file) {
+      throw Error("'lora." + std::string(key) + "' is " + given + ", but " + path +
+                  "/adapter_config.json has " + file);
+    }
+  };
+  if (f.has("rank")) {
+    const long rank = f.integer("rank");
+    if (rank < 1) throw Error("'lora.rank' must be >= 1");
+    field("rank", std::to_string(rank), std::to_string(c.rank));
+    c.rank = static_cast<int>(rank);
+  } else if (path.empty()) {
+    throw Error("'lora' needs 'rank' (a fresh adapter) or 'path' (a PEFT adapter folder)");
+  }
+  if (f.has("alpha")) {
+    const double alpha = f.number("alpha");
+    field("alpha", json::Value(alpha).dump(), json::Value(c.alpha).dump());
+    c.alpha = alpha;
+  }
+  if (f.has("use_rslora")) {
+    const bool rs = f.boolean("use_rslora");
+    field("use_rslora", rs ? "true" : "false", c.use_rslora ? "true" : "false");
+    c.use_rslora = rs;
+  }
+  if (f.has("target_modules")) {
+    LoraConfig given = c;
+    try {
+      given.set_targets(f.required("target_modules").is_string()
+                            ? std::vector<std::string>{f.text("target_modules")}
+                            : f.text_list("target_modules"));
+    } catch (const Error& e) {
+      throw Error(std::string("in 'lora': ") + e.what());
+    }
+    const auto joined = [](const LoraConfig& x) {
+      std::string s;
+      for (const std::string& n : x.target_names()) s += (s.empty() ? "" : ",") + n;
+      return s;
+    };
+    field("target_modules", joined(given), joined(c));
+    c = given;
+  }
+  if (!path.empty() && f.has("seed")) throw Error("'lora.seed' is for a fresh adapter, not 'path'");
+  auto adapters = std::make_unique<LoraAdapters>(policy.config(), c, be);
+  if (path.empty()) {
+    adapters->init_fresh(static_cast<uint64_t>(f.integer("seed", static_cast<int64_t>(seed))));
+  } else {
+    adapters->load(path);
+  }
+  return adapters;
+}
+
 // All or nothing: the new models and learners replace the session's only once all loaded.
 // The trained models' buffers are padded for the ZeRO shards (learner.h); the reference,
 // which nobody trains, keeps its compute copy alone (no fp32 masters where that is not them).
@@ -217,6 +278,17 @@ void load(TrainerSession& s, const JsonFields& f) {
                       f.has("critic") ? f.text("critic") : "",
                       nullptr, nullptr, nullptr, nullptr, nullptr};
   next.policy = Qwen2Model::load(next.policy_dir, s.be, Head::LanguageModel, pad);
+  if (f.has("lora")) {
+    // The reference is the policy with its adapters off; the learner trains the adapters.
+    for (const char* key : {"reference", "reference_offload", "actor_offload"}) {
+      if (f.has(key)) {
+        throw Error(std::string("'") + key + "' does not go with 'lora' (the reference is the " +
+                    "policy with its adapters off; offload is not built for adapters yet)");
+      }
+    }
+    if (stage != 0) throw Error("'zero_stage' must be 0 with 'lora' (not built yet)");
+    next.policy->attach_lora(read_lora(f, *next.policy, s.be, seed));
+  }
   next.reference_offload = f.boolean("reference_offload", false);
   if (next.reference_offload && !f.has("reference")) {
     throw Error("'reference_offload' needs a 'reference' to offload");
@@ -283,6 +355,22 @@ class OnDevice {
   std::vector<Qwen2Model*> used_, back_;
 };
 
+// Switches a model's adapters off for a scope.
+class AdaptersOff {
+ public:
+  AdaptersOff(Qwen2Model& m, bool off) : m_(off ? &m : nullptr) {
+    if (m_ != nullptr) m_->set_adapters_enabled(false);
+  }
+  ~AdaptersOff() {
+    if (m_ != nullptr) m_->set_adapters_enabled(true);
+  }
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+
+ private:
+  Qwen2Model* m_;
+};
+
 // Runs `write` on the ranks that `writes` (the ranks hold the same weights and outputs), then
 // has every rank wait for them: the writers' outcomes are summed over the ranks, so every
 // rank replies after the files are complete, and with an error when a writer could not write
@@ -337,7 +425,13 @@ void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite,
                    masters.empty() ? nullptr : masters.data());
     part.commit();
   };
-  save_model(*s.policy, s.policy_dir, "policy", state.actor.masters);
+  if (s.policy->lora() != nullptr) {  // the adapter alone: the base is the loaded policy
+    OutputFolder part(out.dir() + "/adapter", false);
+    s.policy->lora()->save(part.dir(), s.policy_dir);
+    part.commit();
+  } else {
+    save_model(*s.policy, s.policy_dir, "policy", state.actor.masters);
+  }
   Learner::save_state(state.actor, out.dir(), "actor");
   if (s.critic) {
     save_model(*s.critic, s.critic_dir, "critic", state.critic.masters);
@@ -349,14 +443,19 @@ void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite,
 // All or nothing: every file is read and checked before anything changes.
 void load_checkpoint(TrainerSession& s, const std::string& dir) {
   Qwen2Model& policy = s.model("policy");
-  policy.check_weights(dir + "/policy");
+  LoraAdapters* lora = policy.lora();
+  if (lora == nullptr) policy.check_weights(dir + "/policy");
   const Learner::State actor = s.actor_learner().read_state(dir, "actor", dir + "/policy");
   Learner::State critic;
   if (s.critic) {
     s.critic->check_weights(dir + "/critic");
     critic = s.critic_learner->read_state(dir, "critic", dir + "/critic");
   }
-  policy.reload_weights(dir + "/policy");
+  if (lora != nullptr) {
+    lora->load(dir + "/adapter");  // checks everything before it changes the adapters
+  } else {
+    policy.reload_weights(dir + "/policy");
+  }
   s.actor->restore_state(actor);
   if (s.critic) {
     s.critic->reload_weights(dir + "/critic");
@@ -397,10 +496,28 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     r.set("parameters", static_cast<int64_t>(s.policy->param_buffer_size()));
     r.set("device", s.be.name());
     r.set("zero_stage", s.actor->zero_stage());
+    if (const LoraAdapters* lora = s.policy->lora()) {
+      size_t trainable = 0;
+      for (const LoraModule& m : lora->modules()) {
+        trainable += static_cast<size_t>(lora->config().rank) * (m.in + m.out);
+      }
+      json::Value targets = json::Value::array();
+      for (const std::string& n : lora->config().target_names()) targets.push(json::Value(n));
+      r.set("lora", json::Value::object({{"rank", lora->config().rank},
+                                         {"alpha", lora->config().alpha},
+                                         {"scaling", lora->config().scaling()},
+                                         {"use_rslora", lora->config().use_rslora},
+                                         {"target_modules", targets},
+                                         {"trainable_parameters",
+                                          static_cast<int64_t>(trainable)}}));
+    }
     r.set("memory", memory_reply(s));
   } else if (op == "log_probs") {
-    Qwen2Model& m = s.model(f.text("model", "policy"));
+    const std::string which = f.text("model", "policy");
+    Qwen2Model& m = s.model(which);
     on_device.bring(m);
+    // A LoRA policy's reference: the same model with its adapters off (on again after).
+    AdaptersOff off(m, which == "reference" && m.lora() != nullptr);
     const BatchFile b = open_batch(f, m);
     const RunOptions run = read_run(f, s.run);
     // This rank's rows, then every rank's (zeros elsewhere: the sum is exact).
@@ -487,6 +604,13 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     // Without whole fp32 masters (ZeRO on CUDA) the bf16 compute copy is the bf16 export
     // exactly; any other dtype is written from the fp32 shards, gathered to rank 0.
     const bool gathered = m.params() == nullptr && dtype != DType::BF16;
+    // With LoRA: the base with each adapter merged into it (PEFT's merge_and_unload).
+    std::vector<float> merged;
+    if (m.lora() != nullptr) {
+      merged.resize(m.param_buffer_size());
+      s.be.download(merged.data(), m.params(), merged.size());
+      m.lora()->merge(m.layout(), merged.data());
+    }
     const auto write = [&](const std::string& path, const std::vector<float>& masters) {
       OutputFolder out(path, true);
       write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes,
@@ -508,13 +632,12 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
           throw Error("'node_outs' names " + std::to_string(outs.size()) +
                       " folders, but this rank runs on node " + std::to_string(s.node));
         }
-        write(outs[static_cast<size_t>(s.node)], {});
+        write(outs[static_cast<size_t>(s.node)], merged);
       });
     } else {
       const std::string path = f.text("out");
       const std::vector<float> masters =
-          gathered ? s.actor_learner().gather_masters("export's fp32 weights")
-                   : std::vector<float>{};
+          gathered ? s.actor_learner().gather_masters("export's fp32 weights") : merged;
       on_rank_0(s, op, [&] { write(path, masters); });
     }
   } else if (op == "save_checkpoint") {

@@ -299,6 +299,10 @@ class CudaBackend final : public Backend {
     cuda::add_rmsnorm_forward(X(sum), X(out), rstd, X(a), X(b), X(w), N, C, eps, stream_);
   }
   void scale(XPtr x, float s, size_t n) override { cuda::scale(X(x), s, n, stream_); }
+  void copy_columns(XPtr dst, int ld_dst, XPtr src, int ld_src, int rows, int cols,
+                    bool accumulate) override {
+    cuda::copy_columns(X(dst), ld_dst, X(src), ld_src, rows, cols, accumulate, stream_);
+  }
   void layernorm_forward(XPtr out, XPtr inp, XPtr w, XPtr bias, int N, int C,
                          float eps) override {
     cuda::layernorm_forward(X(out), X(inp), X(w), X(bias), N, C, eps, stream_);

@@ -87,6 +87,17 @@ __global__ void add_kernel(bf16* out, const bf16* a, const bf16* b, size_t n) {
   }
 }
 
+__global__ void copy_columns_kernel(bf16* dst, int ld_dst, const bf16* src, int ld_src, int cols,
+                                    size_t n, bool accumulate) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / cols, c = i % cols;
+    bf16* d = dst + r * ld_dst + c;
+    const bf16 s = src[r * ld_src + c];
+    *d = accumulate ? __float2bfloat16_rn(__bfloat162float(*d) + __bfloat162float(s)) : s;
+  }
+}
+
 __global__ void scale_kernel(bf16* x, float s, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -192,6 +203,15 @@ void scale(bf16* x, float s, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<flat_blocks(n), kThreads, 0, stream>>>(x, s, n);
   check_launch("scale");
+}
+
+void copy_columns(bf16* dst, int ld_dst, const bf16* src, int ld_src, int rows, int cols,
+                  bool accumulate, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (n == 0) return;
+  copy_columns_kernel<<<flat_blocks(n), kThreads, 0, stream>>>(dst, ld_dst, src, ld_src, cols, n,
+                                                               accumulate);
+  check_launch("copy_columns");
 }
 
 void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {

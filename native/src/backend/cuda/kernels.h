@@ -30,6 +30,9 @@ void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int I,
 void add(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
 // x *= s
 void scale(bf16* x, float s, size_t n, cudaStream_t stream);
+// dst[r * ld_dst + c] = (or +=) src[r * ld_src + c], r < rows, c < cols (Backend::copy_columns)
+void copy_columns(bf16* dst, int ld_dst, const bf16* src, int ld_src, int rows, int cols,
+                  bool accumulate, cudaStream_t stream);
 // out = 0.5 x (1 + erf(x / sqrt 2)), the exact GELU (out may alias inp)
 void gelu_forward(bf16* out, const bf16* inp, size_t n, cudaStream_t stream);
 // out[r] = in[rows[r]] / out[rows[r]] = in[r], rows of C elements

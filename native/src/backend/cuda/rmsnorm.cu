@@ -68,6 +68,7 @@ __global__ void rmsnorm_backward_kernel(bf16* dinp, float* dw, const bf16* dout,
       dw_part[c] += gc * xhat;
     }
   }
+  if (dw == nullptr) return;  // a frozen norm (a LoRA learner's base)
   for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dw + c, dw_part[c]);
 }
 

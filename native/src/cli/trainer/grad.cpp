@@ -60,7 +60,8 @@ int cmd_grad(const std::vector<std::string>& argv) {
   const Args args(
       "searchr1-trainer grad",
       "Reads a batch (input_ids, attention_mask) from IN and writes OUT with the loss, the\n"
-      "log-probs and 'grad.<tensor name>' for every parameter.\n"
+      "log-probs and 'grad.<tensor name>' for every parameter (with --lora, for every\n"
+      "adapter tensor, by PEFT's names: the base is frozen).\n"
       "--loss weights: per-token 'weights' [B, T]; loss = -sum weights * logprobs.\n"
       "--loss ppo: 'response_mask', 'old_log_probs', 'ref_log_probs', 'advantages' [B, T],\n"
       "aligned as score's log-probs (position t: token t given those before it); the loss\n"
@@ -100,15 +101,27 @@ int cmd_grad(const std::vector<std::string>& argv) {
                static_cast<float>(objective.kl_loss()), static_cast<float>(objective.entropy())};
     names = {"loss", "pg_loss", "pg_clipfrac", "kl_loss", "entropy"};
   }
-  std::vector<float> grads(c.model->param_buffer_size());
-  c.backend->download(grads.data(), c.model->grads(), grads.size());
+  LoraAdapters* lora = c.model->lora();
+  std::vector<float> grads(lora != nullptr ? lora->size() : c.model->param_buffer_size());
+  c.backend->download(grads.data(), lora != nullptr ? lora->grads() : c.model->grads(),
+                      grads.size());
 
   std::vector<TensorOut> tensors;
   for (size_t k = 0; k < names.size(); k++) {
     tensors.push_back({names[k], DType::F32, {1}, &scalars[k]});
   }
   tensors.push_back({"logprobs", DType::F32, {batch.B, batch.T}, logprobs.data()});
-  for (const ParamTensor& t : c.model->layout().tensors()) {
+  if (lora != nullptr) {
+    const int64_t r = lora->config().rank;
+    for (const LoraModule& m : lora->modules()) {
+      tensors.push_back({"grad." + m.prefix + ".lora_A.weight", DType::F32, {r, m.in},
+                         grads.data() + m.a});
+      tensors.push_back({"grad." + m.prefix + ".lora_B.weight", DType::F32, {m.out, r},
+                         grads.data() + m.b});
+    }
+  }
+  for (const ParamTensor& t : lora != nullptr ? std::vector<ParamTensor>{}
+                                              : c.model->layout().tensors()) {
     tensors.push_back({"grad." + t.name, DType::F32, t.shape, grads.data() + t.offset});
   }
   write_safetensors(c.out, tensors);

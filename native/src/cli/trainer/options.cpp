@@ -33,7 +33,11 @@ RunOptions read_run_options(const Args& args) {
 std::vector<OptionSpec> batch_command_options(const std::string& batch_help, bool backward) {
   return concat(concat({{"model", "DIR", "Hugging Face model folder (required)"},
                         {"batch", "IN", batch_help + " (required)"},
-                        {"out", "OUT", "output safetensors file (required)"}},
+                        {"out", "OUT", "output safetensors file (required)"},
+                        {"lora", "DIR",
+                         std::string("a PEFT LoRA adapter folder on top of the model") +
+                             (backward ? " (the base frozen: the adapters' gradients alone)"
+                                       : "")}},
                        run_options(backward)),
                 device_options());
 }
@@ -45,6 +49,13 @@ BatchCommand open_batch_command(const Args& args) {
   c.run = read_run_options(args);
   c.backend = open_backend(args);
   c.model = Qwen2Model::load(model_dir, *c.backend);
+  if (args.has("lora")) {
+    const std::string dir = args.required("lora");
+    auto adapters =
+        std::make_unique<LoraAdapters>(c.model->config(), read_adapter_config(dir), *c.backend);
+    adapters->load(dir);
+    c.model->attach_lora(std::move(adapters));
+  }
   c.file = SafetensorsFile::open(in);
   c.batch = read_batch(*c.file, c.model->config().vocab_size);
   return c;
