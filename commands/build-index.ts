@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { defineCommand } from "../src/command/define.js";
 import type { BuildIndexConfig } from "../src/config/schemas/build-index.js";
-import { buildIndexSpec } from "../src/config/schemas/build-index.js";
+import { buildIndexSpec, DEFAULT_EF_CONSTRUCTION } from "../src/config/schemas/build-index.js";
 import { buildBm25Index } from "../src/retrieval/bm25/build.js";
 import { buildDenseIndex } from "../src/retrieval/dense/build.js";
 import { denseRecipe } from "../src/retrieval/dense/recipe.js";
@@ -27,6 +27,7 @@ export function register(program: Command): Command {
       { flags: "--max-length <n>", key: "max_length" },
       { flags: "--device <device>", key: "device" },
       { flags: "--faiss-type <type>", key: "faiss_type" },
+      { flags: "--ef-construction <n>", key: "ef_construction" },
       { flags: "--batch-size <n>", key: "batch_size" },
       { flags: "--overwrite", key: "overwrite" },
       { flags: "--quiet", key: "quiet" },
@@ -35,9 +36,15 @@ export function register(program: Command): Command {
       "searchr1 build-index --retriever bm25 --corpus /data/wiki-18.jsonl --out /data/bm25",
       "searchr1 build-index --corpus corpus.jsonl.gz --out idx --k1 1.2 --b 0.75 --threads 8",
       "searchr1 build-index --retriever e5 --retriever-model /models/e5-base-v2 --corpus /data/wiki-18.jsonl --out /data/e5_Flat.index",
+      "searchr1 build-index --retriever e5 --retriever-model /models/e5-base-v2 --corpus /data/wiki-18.jsonl --faiss-type HNSW64 --out /data/e5_HNSW64.index",
     ],
     run: async (config) => {
       if (config.retriever !== "bm25") return buildDense(config);
+      if (config.faiss_type !== "Flat" || config.ef_construction !== null) {
+        throw new UsageError(
+          "--faiss-type and --ef-construction build a dense index: --retriever bm25 has none",
+        );
+      }
       const progress = createProgress({ quiet: config.quiet });
       const meta = await withInterrupt((signal) =>
         buildBm25Index({
@@ -71,11 +78,10 @@ async function buildDense(config: BuildIndexConfig): Promise<void> {
       `${flag} needs the encoder: set --retriever-model (e.g. a download of intfloat/e5-base-v2)`,
     );
   }
-  if (config.faiss_type !== "Flat") {
+  const hnsw = config.faiss_type.startsWith("HNSW");
+  if (config.ef_construction !== null && !hnsw) {
     throw new UsageError(
-      `--faiss-type ${config.faiss_type}: writing HNSW indexes is not implemented yet; build ` +
-        "--faiss-type Flat (exact search, Search-R1's default), or build HNSW64 with faiss: " +
-        "serve-retriever reads faiss's e5_HNSW64.index as it is",
+      `--ef-construction builds an HNSW graph: --faiss-type ${config.faiss_type} has none`,
     );
   }
   const out = config.out;
@@ -85,6 +91,8 @@ async function buildDense(config: BuildIndexConfig): Promise<void> {
       buildDenseIndex({
         corpus: config.corpus,
         out,
+        faissType: config.faiss_type,
+        efConstruction: hnsw ? (config.ef_construction ?? DEFAULT_EF_CONSTRUCTION) : null,
         model: config.retriever_model as string,
         recipe: denseRecipe(config.retriever, {
           pooling: config.pooling,
@@ -102,7 +110,7 @@ async function buildDense(config: BuildIndexConfig): Promise<void> {
   );
   const rate = Math.round((result.rows - result.resumedAt) / Math.max(result.seconds, 1e-3));
   process.stdout.write(
-    `${out}: ${result.rows.toLocaleString("en-US")} passages (IndexFlatIP, ` +
+    `${out}: ${result.rows.toLocaleString("en-US")} passages (${result.type}, ` +
       `${formatBytes(result.bytes)}) in ${result.seconds.toFixed(1)} s ` +
       `(${rate.toLocaleString("en-US")} passages/s` +
       `${result.resumedAt > 0 ? `; resumed at ${result.resumedAt.toLocaleString("en-US")}` : ""})\n`,

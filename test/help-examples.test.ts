@@ -370,7 +370,7 @@ const INPUTS: Input[] = [
   // searchr1-index: faiss files written by faiss (test/retrieval/make_faiss_fixtures.py),
   // query vectors of the same dimension, and vectors to write.
   {
-    when: /--index data\/e5_Flat\.index\b/,
+    when: /--(index|from) data\/e5_Flat\.index\b/,
     make: copy(join(FAISS, "flat-ip.index"), "data/e5_Flat.index"),
   },
   {

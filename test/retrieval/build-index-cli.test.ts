@@ -156,6 +156,22 @@ describe("searchr1 build-index --retriever bm25", () => {
     const k1 = build(join(dir, "c.jsonl"), join(dir, "k"), "--b", "2");
     expect(k1.code).toBe(2);
     expect(k1.stderr).toContain("bm25.b");
+
+    // The dense options are refused where they would do nothing.
+    const sq = build(join(dir, "c.jsonl"), join(dir, "s"), "--faiss-type", "SQ8");
+    expect(sq.code).toBe(2);
+    expect(sq.stderr).toContain("--retriever bm25 has none");
+    const ef = build(
+      join(dir, "c.jsonl"),
+      join(dir, "s"),
+      ...["--retriever", "e5", "--retriever-model", dir, "--faiss-type", "SQ8"],
+      ...["--ef-construction", "40"],
+    );
+    expect(ef.code).toBe(2);
+    expect(ef.stderr).toContain(
+      "--ef-construction builds an HNSW graph: --faiss-type SQ8 has none",
+    );
+    expect(existsSync(join(dir, "s"))).toBe(false);
   });
 
   it("--overwrite replaces an index only once the new one is complete", async () => {

@@ -18,6 +18,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { runCli, startCli } from "../helpers/cli.js";
 import { request } from "../helpers/http.js";
 import { startRetrieverServer } from "./helpers.js";
+import { runIndex } from "./index-tool.js";
 
 const FIXTURES = fileURLToPath(new URL("./fixtures/", import.meta.url));
 const DENSE = join(FIXTURES, "dense");
@@ -256,10 +257,53 @@ describe("build-index --retriever e5", () => {
     await expectFaissAnswers(serveArgs(copy), expected.flat);
   }, 120_000);
 
-  it("refuses HNSW64 (not written yet) and a missing encoder, naming them", () => {
-    const hnsw = build(["--faiss-type", "HNSW64", "--overwrite"]);
-    expect(hnsw.code, hnsw.stderr).toBe(2);
-    expect(hnsw.stderr).toContain("--faiss-type HNSW64");
+  it("--faiss-type HNSW8 and SQ8: the encoded vectors made into faiss's index types", () => {
+    for (const [type, cls] of [
+      ["HNSW8", "IndexHNSWFlat"],
+      ["SQ8", "IndexScalarQuantizer"],
+    ] as const) {
+      const file = join(tmp, "built", `e5_${type}.index`);
+      const r = runCli(
+        [
+          "build-index",
+          "--retriever",
+          "e5",
+          "--retriever-model",
+          MODEL,
+          "--corpus",
+          CORPUS,
+          "--out",
+          file,
+          "--faiss-type",
+          type,
+          "--quiet",
+        ],
+        { env: ENV },
+      );
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain(`60 passages (${cls}`);
+      const info = JSON.parse(runIndex(["info", "--index", file]).stdout);
+      expect(info).toMatchObject({ type: cls, ntotal: 60 });
+      if (type === "HNSW8") {
+        expect(info.hnsw).toMatchObject({ M: 8, ef_construction: 80 });
+        // the graph's vectors are the flat build's, row for row
+        const bytes = 60 * info.d * 4;
+        expect(
+          maxAbsDiff(
+            new Float32Array(Uint8Array.from(readFileSync(file).subarray(-bytes)).buffer),
+            flatVectors(join(DENSE, "e5_Flat.index")),
+          ),
+        ).toBeLessThan(1e-5);
+      }
+      expect(existsSync(`${file}.flat.partial`)).toBe(false);
+      expect(existsSync(`${file}.partial.json`)).toBe(false);
+    }
+  }, 120_000);
+
+  it("refuses an unknown --faiss-type and a missing encoder, naming them", () => {
+    const ivf = build(["--faiss-type", "IVF4096,PQ64", "--overwrite"]);
+    expect(ivf.code, ivf.stderr).toBe(2);
+    expect(ivf.stderr).toContain("faiss-type");
     const noModel = runCli([
       "build-index",
       "--retriever",

@@ -285,8 +285,54 @@ void validate_hnsw(const Cursor& c, const HnswGraph& g, int64_t ntotal) {
   if (g.ef_search < 1) c.fail("HNSW efSearch " + std::to_string(g.ef_search) + " must be >= 1");
 }
 
-// IHNf after its fourcc: header, graph, then the storage (an IxFI / IxF2 block).
-void read_hnsw_flat(Cursor& c, FaissIndex& index) {
+// An IxSQ block after its fourcc (write_ScalarQuantizer, then the codes): QT_8bit with
+// RS_minmax and QT_fp16, the types index_factory's SQ8 and SQfp16 make.
+void read_sq(Cursor& c, FaissIndex& index) {
+  const Header h = read_header(c, "the index header's");
+  auto sq = std::make_shared<ScalarQuantizer>();
+  const int32_t qtype = c.read<int32_t>("the scalar quantizer's qtype");
+  if (qtype != static_cast<int32_t>(SqType::QT_8bit) &&
+      qtype != static_cast<int32_t>(SqType::QT_fp16)) {
+    c.fail("scalar quantizer qtype " + std::to_string(qtype) +
+           " is not supported (searchr1 reads QT_8bit (0) and QT_fp16 (4): SQ8 and SQfp16)");
+  }
+  sq->qtype = static_cast<SqType>(qtype);
+  sq->rangestat = c.read<int32_t>("the scalar quantizer's rangestat");
+  sq->rangestat_arg = c.read<float>("the scalar quantizer's rangestat_arg");
+  const uint64_t d = c.read<uint64_t>("the scalar quantizer's d");
+  const uint64_t code_size = c.read<uint64_t>("the scalar quantizer's code_size");
+  const std::vector<float> trained = c.vector<float>("the scalar quantizer's trained");
+  if (d != static_cast<uint64_t>(h.d)) {
+    c.fail("the scalar quantizer's d = " + std::to_string(d) + " is not the index's " +
+           std::to_string(h.d));
+  }
+  sq->d = h.d;
+  sq->trained = trained;
+  if (code_size != sq->code_size()) {
+    c.fail("the scalar quantizer's code_size = " + std::to_string(code_size) + ", not " +
+           std::to_string(sq->code_size()) + " for d = " + std::to_string(h.d));
+  }
+  const uint64_t want_trained = sq->qtype == SqType::QT_8bit ? 2 * d : 0;
+  if (trained.size() != want_trained) {
+    c.fail("the scalar quantizer holds " + std::to_string(trained.size()) +
+           " trained values, not " + std::to_string(want_trained));
+  }
+  index.codes = c.array<uint8_t>("the codes");
+  index.vectors_offset = c.pos() - index.codes.n;
+  if (index.codes.n != static_cast<uint64_t>(h.ntotal) * code_size) {
+    c.fail("the header says ntotal = " + std::to_string(h.ntotal) + " codes of " +
+           std::to_string(code_size) + " bytes but the data holds " +
+           std::to_string(index.codes.n) + " bytes");
+  }
+  index.sq = std::move(sq);
+  index.d = h.d;
+  index.ntotal = h.ntotal;
+  index.metric = h.metric;
+}
+
+// IHNf / IHNs after its fourcc: header, graph, then the storage (an IxFI / IxF2 block, or
+// for IHNs an IxSQ one).
+void read_hnsw(Cursor& c, FaissIndex& index) {
   const Header h = read_header(c, "the index header's");
   index.hnsw = read_hnsw_graph(c);
   index.has_hnsw = true;
@@ -294,10 +340,17 @@ void read_hnsw_flat(Cursor& c, FaissIndex& index) {
   if (storage == "null") {
     c.fail("the HNSW index was written without its vectors (IO_FLAG_SKIP_STORAGE)");
   }
-  if (storage != "IxFI" && storage != "IxF2") {
-    c.fail("the HNSW storage is '" + storage + "', not a flat index (IxFI or IxF2)");
+  if (index.fourcc == "IHNs") {
+    if (storage != "IxSQ") {
+      c.fail("the IndexHNSWSQ storage is '" + storage + "', not a scalar quantizer (IxSQ)");
+    }
+    read_sq(c, index);
+  } else {
+    if (storage != "IxFI" && storage != "IxF2") {
+      c.fail("the HNSW storage is '" + storage + "', not a flat index (IxFI or IxF2)");
+    }
+    read_flat(c, storage, index);
   }
-  read_flat(c, storage, index);
   if (index.d != h.d || index.ntotal != h.ntotal || index.metric != h.metric) {
     c.fail("the HNSW storage (d = " + std::to_string(index.d) + ", ntotal = " +
            std::to_string(index.ntotal) + ", " + metric_name(index.metric) +
@@ -320,11 +373,14 @@ FaissIndex open_faiss_index(const std::string& path) {
   index.fourcc = c.fourcc("the fourcc");
   if (index.fourcc == "IxFI" || index.fourcc == "IxF2") {
     read_flat(c, index.fourcc, index);
-  } else if (index.fourcc == "IHNf") {
-    read_hnsw_flat(c, index);
+  } else if (index.fourcc == "IxSQ") {
+    read_sq(c, index);
+  } else if (index.fourcc == "IHNf" || index.fourcc == "IHNs") {
+    read_hnsw(c, index);
   } else {
     c.fail("unsupported faiss index type '" + index.fourcc +
-           "' (searchr1 reads IndexFlatIP 'IxFI', IndexFlatL2 'IxF2' and IndexHNSWFlat 'IHNf')");
+           "' (searchr1 reads IndexFlatIP 'IxFI', IndexFlatL2 'IxF2', IndexScalarQuantizer "
+           "'IxSQ', IndexHNSWFlat 'IHNf' and IndexHNSWSQ 'IHNs')");
   }
   if (c.pos() != index.file->size()) {
     c.fail(std::to_string(index.file->size() - c.pos()) + " unexpected bytes after the index (it "
@@ -333,13 +389,15 @@ FaissIndex open_faiss_index(const std::string& path) {
   if (index.has_hnsw) {
     index.file->advise_random(0, index.file->size());
   } else {
-    index.file->advise_sequential(index.vectors_offset, index.vectors.n * sizeof(float));
+    index.file->advise_sequential(index.vectors_offset,
+                                  index.sq ? index.codes.n : index.vectors.n * sizeof(float));
   }
   return index;
 }
 
 const char* index_type_name(const FaissIndex& index) {
-  if (index.has_hnsw) return "IndexHNSWFlat";
+  if (index.has_hnsw) return index.sq ? "IndexHNSWSQ" : "IndexHNSWFlat";
+  if (index.sq) return "IndexScalarQuantizer";
   return index.metric == Metric::L2 ? "IndexFlatL2" : "IndexFlatIP";
 }
 
@@ -352,6 +410,11 @@ json::Value index_info_json(const FaissIndex& index) {
                            {"ntotal", index.ntotal},
                            {"bytes", static_cast<int64_t>(index.file->size())},
                            {"vectors_offset", static_cast<int64_t>(index.vectors_offset)}};
+  if (index.sq) {
+    o.push_back({"scalar_quantizer", json::Value::object({{"type", index.sq->factory_name()},
+                                                          {"code_size", static_cast<int64_t>(
+                                                                            index.sq->code_size())}})});
+  }
   if (index.has_hnsw) {
     const HnswGraph& g = index.hnsw;
     const int levels = static_cast<int>(g.cum_nneighbor_per_level.size()) - 1;
@@ -402,6 +465,10 @@ void f32_to_f16_array(const unsigned char* src, uint64_t n, uint16_t* dst) {
 }  // namespace
 
 void keep_fp16(FaissIndex& index) {
+  if (index.sq) {
+    throw UsageError("--fp16 applies to float vectors; " + index.path + " is " +
+                     index_type_name(index) + " (" + index.sq->factory_name() + " codes)");
+  }
   const uint64_t n = index.vectors.n;
   std::shared_ptr<uint16_t[]> half(new uint16_t[n]);  // uninitialised: first touched in parallel
   // Converted a chunk at a time, each chunk's fp32 pages released before the next, so the

@@ -2,8 +2,9 @@
 // (faiss faiss/impl/index_read.cpp, read_index and read_index_header; index_write.cpp,
 // write_index and write_index_header; io_macros.h, READVECTOR, WRITEVECTOR, WRITEXBVECTOR).
 //
-// Read: IndexFlatIP (`IxFI`), IndexFlatL2 (`IxF2`) and IndexHNSWFlat (`IHNf`) over one of
-// those. The file is memory-mapped and never copied: Search-R1's e5_Flat.index is 64.6 GB.
+// Read: IndexFlatIP (`IxFI`), IndexFlatL2 (`IxF2`), IndexScalarQuantizer (`IxSQ`, QT_8bit
+// and QT_fp16: scalar_quantizer.h), and IndexHNSWFlat (`IHNf`) / IndexHNSWSQ (`IHNs`) over
+// one of those. The file is memory-mapped and never copied: Search-R1's e5_Flat.index is 64.6 GB.
 // Nothing in a faiss file is aligned (a flat index's floats start at byte 45), so every
 // value is read through memcpy (UnalignedArray), which compilers turn into plain unaligned
 // loads on x86 and ARM while staying correct C++. Everything is little-endian, as faiss
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "index/scalar_quantizer.h"
 #include "util/json.h"
 
 namespace sr1 {
@@ -103,15 +105,18 @@ inline float row_element(const float* row, int64_t i) {
   return v;
 }
 
-// An opened index: the flat vectors (row i has id i) and, for IHNf, the graph over them.
+// An opened index: the flat vectors or codes (row i has id i) and, for IHNf / IHNs, the
+// graph over them.
 struct FaissIndex {
   std::string path;
-  std::string fourcc;  // "IxFI", "IxF2" or "IHNf"
+  std::string fourcc;  // "IxFI", "IxF2", "IxSQ", "IHNf" or "IHNs"
   Metric metric = Metric::InnerProduct;
   int d = 0;
   int64_t ntotal = 0;
-  UnalignedArray<float> vectors;  // ntotal * d floats, row-major
-  uint64_t vectors_offset = 0;    // byte offset of the vectors in the file
+  UnalignedArray<float> vectors;  // ntotal * d floats, row-major (empty for IxSQ storage)
+  uint64_t vectors_offset = 0;    // byte offset of the vectors (or codes) in the file
+  std::shared_ptr<ScalarQuantizer> sq;  // IxSQ storage: its quantizer, and the codes
+  UnalignedArray<uint8_t> codes;        // ntotal * code_size bytes
   bool has_hnsw = false;
   HnswGraph hnsw;
   std::shared_ptr<MappedFile> file;  // keeps the mapping alive
@@ -120,15 +125,23 @@ struct FaissIndex {
   // Row `first` and those after it where they lie in the mapped file (unaligned: read them
   // with memcpy loads, as dots.h does), or nullptr where searches read the fp16 copy.
   const float* mapped_rows(int64_t first) const {
-    if (vectors_f16) return nullptr;
+    if (converted()) return nullptr;
     return reinterpret_cast<const float*>(vectors.bytes +
                                           static_cast<uint64_t>(first) * d * sizeof(float));
   }
-  // Copies rows [first, first+count) into dst (aligned, count*d floats), converted from the
-  // fp16 copy where there is one.
+  // True where rows are decoded (scalar-quantizer codes, or keep_fp16's copy), not read
+  // where they are mapped.
+  bool converted() const { return sq != nullptr || vectors_f16 != nullptr; }
+  // Copies rows [first, first+count) into dst (aligned, count*d floats), decoded from the
+  // codes or converted from the fp16 copy where there is one.
   void copy_rows(int64_t first, int64_t count, float* dst) const {
     const uint64_t at = static_cast<uint64_t>(first) * d, n = static_cast<uint64_t>(count) * d;
-    if (vectors_f16) {
+    if (sq) {
+      const uint64_t size = sq->code_size();
+      for (int64_t i = 0; i < count; i++) {
+        sq->decode(codes.bytes + static_cast<uint64_t>(first + i) * size, dst + i * d);
+      }
+    } else if (vectors_f16) {
       f16_to_f32_array(vectors_f16.get() + at, n, dst);
     } else {
       vectors.copy(at, n, dst);
@@ -141,7 +154,7 @@ struct FaissIndex {
 // search reads them, so that opening a 20M-node graph does not read all of it).
 FaissIndex open_faiss_index(const std::string& path);
 
-// "IndexFlatIP", "IndexFlatL2" or "IndexHNSWFlat".
+// "IndexFlatIP", "IndexFlatL2", "IndexScalarQuantizer", "IndexHNSWFlat" or "IndexHNSWSQ".
 const char* index_type_name(const FaissIndex& index);
 // What `searchr1-index info` prints: path, type, fourcc, metric, d, ntotal, bytes,
 // vectors_offset and, for HNSW, its parameters.

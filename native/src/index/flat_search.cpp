@@ -40,7 +40,7 @@ struct Block {
 void score_block(const FaissIndex& index, const float* queries, const float* query_norms,
                  int nq, Block& b) {
   const int d = index.d;
-  const int slice = index.vectors_f16 && nq <= kFewQueries ? kConvertRows : b.rows;
+  const int slice = index.converted() && nq <= kFewQueries ? kConvertRows : b.rows;
   for (int j0 = 0; j0 < b.rows; j0 += slice) {
     const int n = std::min(slice, b.rows - j0);
     const float* rows = index.mapped_rows(b.first + j0);
@@ -100,7 +100,7 @@ void scan(const FaissIndex& index, const float* queries, int nq, int k, int bloc
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     Block& mine = blocks[t];  // allocated by the thread that uses it (first touch)
-    if (index.vectors_f16) mine.vectors.resize(size_t(block_rows) * index.d);
+    if (index.converted()) mine.vectors.resize(size_t(block_rows) * index.d);
     mine.scores.resize(size_t(block_rows) * nq);
     mine.norms.resize(block_rows);
     const int64_t round_rows = int64_t(nt) * block_rows;

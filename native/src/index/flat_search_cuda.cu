@@ -516,7 +516,7 @@ CudaFlat::CudaFlat(const FaissIndex& index, const CudaFlatOptions& options)
   const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (sizeof(float) * d_));
   PinnedPair pinned(size_t(chunk_rows) * d_ * sizeof(float));
   Progress progress(index);
-  if (!index.vectors_f16) {
+  if (!index.converted()) {
     index.file->advise_sequential(index.vectors_offset, index.vectors.n * sizeof(float));
   }
   const int64_t n = static_cast<int64_t>(options.gpus.size());
@@ -578,7 +578,7 @@ void CudaFlat::upload(Shard& s, const FaissIndex& index, PinnedPair& pinned,
       const int b = static_cast<int>(c % 2);
       if (c >= 2) check(cudaEventSynchronize(copied[b]), "uploading the vectors");
       index.copy_rows(row, n, pinned.buf[b]);
-      if (!index.vectors_f16) {
+      if (!index.converted()) {
         index.file->release(index.vectors_offset + uint64_t(row) * d * sizeof(float),
                             uint64_t(n) * d * sizeof(float));
       }

@@ -8,6 +8,7 @@
 
 #include "backend/dots.h"
 #include "index/topk.h"
+#include "index/visited.h"
 #include "util/error.h"
 
 namespace sr1 {
@@ -65,7 +66,7 @@ class QueryDistance {
   // The rows ids[0..n): where they are mapped, or converted from the fp16 copy.
   const float* const* rows_of(const int32_t* ids, int n) {
     rows_.resize(n);
-    if (index_.vectors_f16) converted_.resize(size_t(n) * index_.d);
+    if (index_.converted()) converted_.resize(size_t(n) * index_.d);
     for (int j = 0; j < n; j++) {
       rows_[j] = index_.mapped_rows(ids[j]);
       if (rows_[j] == nullptr) {
@@ -81,29 +82,6 @@ class QueryDistance {
   const float* query_;
   std::vector<float> converted_;
   std::vector<const float*> rows_;
-};
-
-// faiss's VisitedTable: a mark per node, cleared lazily by bumping the mark value.
-class Visited {
- public:
-  explicit Visited(int64_t n) : marks_(n, 0) {}
-  // Marks node i; true when it was not marked yet.
-  bool set(int32_t i) {
-    if (marks_[i] == mark_) return false;
-    marks_[i] = mark_;
-    return true;
-  }
-  int64_t size() const { return int64_t(marks_.size()); }
-  void next_query() {
-    if (++mark_ == 250) {  // faiss's limit too; then really clear
-      std::fill(marks_.begin(), marks_.end(), 0);
-      mark_ = 1;
-    }
-  }
-
- private:
-  std::vector<uint8_t> marks_;
-  uint8_t mark_ = 1;
 };
 
 // faiss's MinimaxHeap: a max-heap of at most n candidates (the worst leaves when a better

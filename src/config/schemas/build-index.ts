@@ -2,6 +2,11 @@ import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import { denseFields, retrieverKind } from "./dense.js";
 
+/** The index_factory strings the native builder makes (native/src/index/faiss_write.h). */
+const FAISS_TYPE = /^(Flat|SQ8|SQfp16|HNSW([2-9]|[1-9]\d{1,3})(,(Flat|SQ8|SQfp16))?)$/;
+/** Chosen by measurement: docs/commands/build-index.md, "Choosing --ef-construction". */
+export const DEFAULT_EF_CONSTRUCTION = 80;
+
 export const buildIndexSchema = z.strictObject({
   retriever: retrieverKind,
   corpus: z.string().min(1).describe("corpus jsonl(.gz) with id and contents"),
@@ -11,9 +16,24 @@ export const buildIndexSchema = z.strictObject({
     .describe("index to write: a folder (bm25) or a faiss file such as e5_Flat.index (dense)"),
   ...denseFields,
   faiss_type: z
-    .enum(["Flat", "HNSW64"])
+    .string()
+    .regex(FAISS_TYPE, {
+      message:
+        "not an index_factory string searchr1 builds: Flat, HNSW{M}, HNSW{M},Flat, SQ8, SQfp16, HNSW{M},SQ8 or HNSW{M},SQfp16 (e.g. HNSW64)",
+    })
     .default("Flat")
-    .describe("dense index kind (Search-R1's --faiss_type); writing HNSW64 is not implemented yet"),
+    .describe(
+      "dense index (Search-R1's --faiss_type, a faiss index_factory string): Flat, HNSW{M}, SQ8, SQfp16, HNSW{M},SQ8, HNSW{M},SQfp16",
+    ),
+  ef_construction: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe(
+      `HNSW build beam (efConstruction); higher: better recall, slower build; null: ${DEFAULT_EF_CONSTRUCTION} for the HNSW types (refused with the others)`,
+    ),
   batch_size: z
     .number()
     .int()

@@ -9,6 +9,7 @@ import { loadEncoderTokenizer } from "../../text/encoder-tokenizer.js";
 import type { TextTokenizer } from "../../text/tokenizer.js";
 import { corpusBatches, corpusContents } from "../corpus-batches.js";
 import { identifyCorpus } from "../corpus-store.js";
+import { buildFaissType } from "./build-faiss-type.js";
 import { checkEncoderFolder, IndexProcess } from "./index-process.js";
 import type { DenseRecipe } from "./recipe.js";
 
@@ -16,6 +17,10 @@ export interface DenseBuildOptions {
   corpus: string;
   /** The faiss index file to write (e5_Flat.index). */
   out: string;
+  /** index_factory string (Search-R1's --faiss_type): Flat, HNSW64, SQ8, HNSW32,SQ8, ... */
+  faissType: string;
+  /** HNSW build beam (types with a graph); null otherwise. */
+  efConstruction: number | null;
   /** Encoder folder. */
   model: string;
   recipe: DenseRecipe;
@@ -30,6 +35,8 @@ export interface DenseBuildOptions {
 
 export interface DenseBuildResult {
   rows: number;
+  /** faiss's class of the file written (IndexFlatIP, IndexHNSWFlat, ...). */
+  type: string;
   /** Rows found already encoded in the partial file (a resumed build). */
   resumedAt: number;
   bytes: number;
@@ -52,6 +59,11 @@ interface BuildState {
  * answers: an interrupted build (Ctrl-C, a crash, a power cut) resumes from the rows
  * already there when run again with the same settings (`<out>.partial.json` records them).
  * The file appears at `out` only when complete.
+ *
+ * Another `faissType` (HNSW64, SQ8, ...) is built from those vectors: the encoded flat file
+ * is completed at `<out>.flat.partial`, then the native builder (build-faiss-type.ts) makes
+ * the index at `out` and the flat file is removed. A build interrupted after the encoding
+ * resumes at the index step (the graph itself starts again).
  */
 export async function buildDenseIndex(options: DenseBuildOptions): Promise<DenseBuildResult> {
   const started = Date.now();
@@ -82,35 +94,73 @@ export async function buildDenseIndex(options: DenseBuildOptions): Promise<Dense
       maxLength: Math.min(options.recipe.maxLength, info.encoder.max_position_embeddings),
     };
     const state = await buildState(corpus, options.model, recipe);
+    const flat = options.faissType === "Flat" ? out : `${out}.flat.partial`;
     await checkPartial(partial, statePath, state, options.overwrite);
+    if (flat !== out) await checkPartial(flat, statePath, state, options.overwrite);
+    const encoded = flat !== out && (await exists(flat));
     const tokenizer = loadEncoderTokenizer(options.model, {
       maxLength: recipe.maxLength,
       missing: "the encoder's tokenizer.json (or a BERT vocab.txt) is needed to encode the corpus",
     });
     writeFileAtomic(statePath, `${JSON.stringify(state, null, 2)}\n`);
-    const resumedAt = await native.buildOpen(partial);
-    if (resumedAt > 0) {
-      options.progress.log(
-        `resuming ${partial}: ${resumedAt.toLocaleString("en-US")} passages already encoded`,
-      );
+    let resumedAt = 0;
+    if (encoded) {
+      options.progress.log(`resuming at the index: ${flat} holds every passage encoded`);
+    } else {
+      resumedAt = await native.buildOpen(partial);
+      if (resumedAt > 0) {
+        options.progress.log(
+          `resuming ${partial}: ${resumedAt.toLocaleString("en-US")} passages already encoded`,
+        );
+      }
+      const rows = await encodeCorpus({ ...options, recipe }, native, tokenizer, resumedAt);
+      if (rows < resumedAt) {
+        throw new InputError(
+          `${partial} holds ${resumedAt} vectors but ${corpus} has only ${rows} rows: remove it`,
+        );
+      }
     }
-    const rows = await encodeCorpus({ ...options, recipe }, native, tokenizer, resumedAt);
-    if (rows < resumedAt) {
-      throw new InputError(
-        `${partial} holds ${resumedAt} vectors but ${corpus} has only ${rows} rows: remove it`,
-      );
+    const done = encoded ? null : await native.buildCommit(flat);
+    if (flat === out) {
+      await rm(statePath, { force: true });
+      const { rows, bytes } = done as { rows: number; bytes: number };
+      return {
+        rows,
+        type: "IndexFlatIP",
+        resumedAt,
+        bytes,
+        seconds: (Date.now() - started) / 1000,
+      };
     }
-    const done = await native.buildCommit(out);
+    await native.shutdown();
+    const built = await buildFaissType({
+      flat,
+      out,
+      faissType: options.faissType,
+      efConstruction: options.efConstruction,
+      threads: options.threads,
+      progress: options.progress,
+      signal: options.signal,
+    });
+    await rm(flat, { force: true });
     await rm(statePath, { force: true });
     return {
-      rows: done.rows,
-      resumedAt,
-      bytes: done.bytes,
+      rows: built.ntotal,
+      type: built.type,
+      resumedAt: encoded ? built.ntotal : resumedAt,
+      bytes: built.bytes,
       seconds: (Date.now() - started) / 1000,
     };
   } finally {
     await native.shutdown();
   }
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** Streams the corpus from row `from`, encodes and appends; resolves with the corpus's rows. */
@@ -191,11 +241,7 @@ async function checkPartial(
   state: BuildState,
   overwrite: boolean,
 ): Promise<void> {
-  const exists = await stat(partial).then(
-    () => true,
-    () => false,
-  );
-  if (!exists) return;
+  if (!(await exists(partial))) return;
   const text = await readFile(statePath, "utf8").catch(() => null);
   const before = text === null ? null : (JSON.parse(text) as BuildState);
   const differs = before === null ? "its settings file is missing" : difference(before, state);

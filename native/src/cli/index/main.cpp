@@ -16,6 +16,7 @@
 #include "cli/args.h"
 #include "cli/common.h"
 #include "index/faiss_io.h"
+#include "index/faiss_write.h"
 #include "index/flat_search.h"
 #include "index/flat_search_cuda.h"
 #include "index/hnsw_search.h"
@@ -31,12 +32,14 @@ const char* kUsage =
     "Usage: searchr1-index <command> [options]\n"
     "\n"
     "Reads and writes faiss index files (IndexFlatIP 'IxFI', IndexFlatL2 'IxF2',\n"
-    "IndexHNSWFlat 'IHNf') as they are, memory-mapped, without faiss.\n"
+    "IndexScalarQuantizer 'IxSQ', IndexHNSWFlat 'IHNf', IndexHNSWSQ 'IHNs') as they are,\n"
+    "memory-mapped, without faiss.\n"
     "\n"
     "Commands:\n"
     "  info    the file's type, metric, dimension, size and HNSW parameters, as JSON\n"
     "  search  top-k ids and scores of a batch of query vectors\n"
     "  write   an IndexFlatIP / IndexFlatL2 file from a safetensors matrix of vectors\n"
+    "  build   an HNSW / scalar-quantizer index (index_factory strings) from a flat file\n"
     "  encode  embeddings of tokenized texts with a BERT encoder (e5-base-v2's architecture)\n"
     "  serve   a long-lived process for searching, encoding and building over JSON lines\n"
     "\n"
@@ -46,6 +49,8 @@ const char* kUsage =
     "  $ searchr1-index info --index data/e5_Flat.index\n"
     "  $ searchr1-index search --index data/e5_HNSW64.index --queries q.safetensors --k 3 "
     "--out top3.safetensors --ef-search 128\n"
+    "  $ searchr1-index build --from data/e5_Flat.index --type HNSW64 "
+    "--out data/e5_HNSW64.index\n"
     "  $ searchr1-index encode --model models/e5-base-v2 --input ids.safetensors "
     "--out emb.safetensors\n";
 
@@ -202,6 +207,68 @@ int cmd_write(const std::vector<std::string>& argv) {
   return 0;
 }
 
+int cmd_build(const std::vector<std::string>& argv) {
+  const Args args(
+      "searchr1-index build",
+      "Builds the faiss index that index_factory(d, TYPE, METRIC_INNER_PRODUCT) makes, over\n"
+      "the vectors of an IndexFlatIP file (row i keeps id i), and writes it in faiss's format\n"
+      "at a temporary name renamed into place: Flat, HNSW{M} (IndexHNSWFlat), SQ8 / SQfp16\n"
+      "(IndexScalarQuantizer), HNSW{M},SQ8 / HNSW{M},SQfp16 (IndexHNSWSQ). The graph is built\n"
+      "with faiss's algorithm on all threads. Progress lines on stderr; one JSON line on\n"
+      "stdout: type, ntotal, bytes, max_level and the seconds the graph and the whole took.",
+      {{"from", "FILE", "IndexFlatIP file with the vectors (required)"},
+       {"type", "TYPE", "index_factory string: Flat, HNSW64, SQ8, HNSW32,SQ8, ... (required)"},
+       {"out", "FILE", "output index file (required)"},
+       {"ef-construction", "N",
+        "HNSW build beam (default " + std::to_string(kDefaultEfConstruction) + ")"},
+       {"ef-search", "N", "HNSW search beam stored in the file (default 16, faiss's)"},
+       {"overwrite", "", "replace an existing output file"},
+       {"threads", "N", "CPU threads (default: all cores)"}},
+      argv,
+      {"searchr1-index build --from data/e5_Flat.index --type HNSW64 --out data/e5_HNSW64.index"});
+  if (print_help(args)) return 0;
+  set_threads(args);
+  const FactorySpec spec = parse_factory(args.required("type"), "--type");
+  const std::string out = args.required("out");
+  BuildIndexOptions options;
+  options.ef_construction = static_cast<int>(args.integer("ef-construction", 0, 1));
+  options.ef_search = static_cast<int>(args.integer("ef-search", 16, 1));
+  for (const char* option : {"ef-construction", "ef-search"}) {
+    if (args.has(option) && spec.hnsw_m == 0) {
+      throw UsageError(std::string("--") + option + " applies to HNSW types; " + spec.text +
+                       " has no graph");
+    }
+  }
+  if (std::filesystem::exists(out) && !args.flag("overwrite")) {
+    throw UsageError(out + ": already exists; pass --overwrite to replace it");
+  }
+  const FaissIndex flat = open_faiss_index(args.required("from"));
+  const auto start = std::chrono::steady_clock::now();
+  int reported = -1;
+  std::string stage;
+  options.progress = [&](const std::string& what, int64_t done, int64_t total) {
+    const int percent = total > 0 ? static_cast<int>(100 * done / total) : 100;
+    if (what == stage && percent == reported) return;
+    stage = what, reported = percent;
+    std::fprintf(stderr, "searchr1-index: build %s: %s %lld/%lld (%d%%)\n", spec.text.c_str(),
+                 what.c_str(), static_cast<long long>(done), static_cast<long long>(total),
+                 percent);
+  };
+  const BuiltIndex built = build_faiss_index(flat, spec, out, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s\n", json::Value::object({{"type", built.type},
+                                           {"factory", spec.text},
+                                           {"ntotal", flat.ntotal},
+                                           {"bytes", static_cast<int64_t>(built.bytes)},
+                                           {"max_level", built.max_level},
+                                           {"graph_seconds", built.graph_seconds},
+                                           {"seconds", seconds}})
+                          .dump()
+                          .c_str());
+  return 0;
+}
+
 // A [B, T] integer tensor of the encode input, as int32 (the caller checks the values).
 std::vector<int32_t> read_tokens(const SafetensorsFile& file, const TensorView& t, int64_t B,
                                  int64_t T) {
@@ -324,9 +391,10 @@ int main(int argc, char** argv) {
     if (command == "info") return sr1::cmd_info(rest);
     if (command == "search") return sr1::cmd_search(rest);
     if (command == "write") return sr1::cmd_write(rest);
+    if (command == "build") return sr1::cmd_build(rest);
     if (command == "encode") return sr1::cmd_encode(rest);
     if (command == "serve") return sr1::cmd_index_serve(rest);
-    throw sr1::UsageError("unknown command '" + command + "' (info, search, write, encode, serve)");
+    throw sr1::UsageError("unknown command '" + command + "' (info, search, write, build, encode, serve)");
   } catch (const sr1::UsageError& e) {
     std::fprintf(stderr, "searchr1-index: %s\n", e.what());
     return 2;
