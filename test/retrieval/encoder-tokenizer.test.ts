@@ -187,6 +187,8 @@ describe("build-index --retriever e5 on these folders", () => {
         device: "cpu",
         threads: 1,
         overwrite: false,
+        faissType: "Flat",
+        efConstruction: null,
         progress: createProgress({ quiet: true }),
       });
       expect(result.rows).toBe(cases.texts.length);
