@@ -116,6 +116,16 @@ export const VERL_KEYS: Readonly<Record<string, VerlKey>> = {
   "actor_rollout_ref.model.enable_gradient_checkpointing": { to: "actor.gradient_checkpointing" },
   "actor_rollout_ref.model.use_remove_padding": { noEffect: PACKED },
   "actor_rollout_ref.model.trust_remote_code": { noEffect: "no remote code is run" },
+  // LoRA (verl/trainer/config/model/hf_model.yaml)
+  ...Object.fromEntries(
+    ["lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path"].map(
+      (k) => [`actor_rollout_ref.model.${k}`, { to: `model.${k}` }],
+    ),
+  ),
+  "actor_rollout_ref.model.use_shm": { noEffect: "models and adapters load from their folders" },
+  "actor_rollout_ref.rollout.layered_summon": {
+    noEffect: "the trainer exports the whole policy (adapters merged) to the engine each step",
+  },
 
   // actor_rollout_ref.actor
   "actor_rollout_ref.actor.strategy": { noEffect: FSDP },
@@ -210,6 +220,9 @@ export const VERL_KEYS: Readonly<Record<string, VerlKey>> = {
   },
   "critic.model.use_remove_padding": { noEffect: PACKED },
   "critic.model.trust_remote_code": { noEffect: "no remote code is run" },
+  "critic.model.lora_rank": { only: [0], why: "the trainer has no adapters for the critic yet" },
+  "critic.model.lora_alpha": { noEffect: "the critic is fully fine-tuned (no adapters)" },
+  "critic.model.target_modules": { noEffect: "the critic is fully fine-tuned (no adapters)" },
   ...fsdpConfig("critic.model.fsdp_config", "critic"),
   "critic.forward_micro_batch_size": { to: "critic.ppo_micro_batch_size" },
   "critic.forward_micro_batch_size_per_gpu": { to: "critic.ppo_micro_batch_size_per_gpu" },

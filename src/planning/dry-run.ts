@@ -17,7 +17,7 @@ import {
   type UpdateBatching,
   updateTokens,
 } from "../trainer/batch-sizes.js";
-import { formatPlan, memoryPlan, type PlanModel, planInput } from "./memory-plan.js";
+import { formatPlan, loraOn, memoryPlan, type PlanModel, planInput } from "./memory-plan.js";
 import type { LearnerBytes, ModelBytes } from "./native-sizes.js";
 import { stepTraffic, trafficLine } from "./traffic.js";
 
@@ -122,7 +122,7 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
   const d = policy.dims;
   const stage =
     trainer.zero_stage === null
-      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
+      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${loraOn(config) ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
       : `ZeRO stage ${input.stage}`;
   const title = [
     `memory plan of one device (its trainer rank and engine replica) of ${input.ranks} ` +
@@ -155,6 +155,11 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
       learners.push(learner(plan.sizes.critic, batches.critic));
     }
     notes.push(trafficLine(stepTraffic(learners, input.ranks, batches.optimizerSteps)));
+  }
+  if (loraOn(config)) {
+    notes.push(
+      "not counted yet: LoRA (model.lora_rank): the rows above are full fine-tuning's (the whole model's masters, moments and gradients, a reference copy); the adapters' run holds far less",
+    );
   }
   if (input.engineElsewhere) notes.push(`not on this device: ${input.engineElsewhere}`);
   if (input.device === "cuda") {

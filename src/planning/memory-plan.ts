@@ -54,9 +54,19 @@ export interface PlanModel {
 }
 
 /** trainer.zero_stage, null resolved: 0 on one rank, 2 on several. */
+/**
+ * Whether a run trains LoRA adapters: model.lora_rank > 0 or a model.lora_adapter_path to
+ * start from (verl's test, verl/workers/fsdp_workers.py: `lora_adapter_path is not None or
+ * lora_rank > 0`).
+ */
+export function loraOn(config: TrainConfig): boolean {
+  return config.model.lora_rank > 0 || config.model.lora_adapter_path !== null;
+}
+
 export function zeroStageOf(config: TrainConfig): ZeroStage {
   const ranks = config.trainer.gpus * config.trainer.nnodes;
-  return (config.trainer.zero_stage ?? (ranks > 1 ? 2 : 0)) as ZeroStage;
+  // LoRA's adapters are not sharded (src/train/lora.ts refuses a stage above 0 beside them).
+  return (config.trainer.zero_stage ?? (ranks > 1 && !loraOn(config) ? 2 : 0)) as ZeroStage;
 }
 
 /** A learner's offload keys as the plan takes them. */

@@ -30,6 +30,7 @@ import {
 } from "./checkpoints.js";
 import { DataOrder } from "./data-order.js";
 import { formatMetric, nonFiniteMetrics, nullableMetrics, RunHealth } from "./health.js";
+import { loraLoad } from "./lora.js";
 import { checkNodes, openNodes } from "./nodes.js";
 import { placeRun } from "./placement.js";
 import { pushWeights, type StepContext, trainStep } from "./step.js";
@@ -177,10 +178,12 @@ export async function runTrain(
     const ppo = config.algorithm.name === "ppo";
     const needRef = config.actor.use_kl_loss || config.algorithm.use_kl_in_reward;
     const optimizerSteps = totalSteps * batches.optimizerSteps;
-    await trainer.load({
+    // With LoRA the reference is the policy with its adapters off: no second model loaded.
+    const lora = loraLoad(config);
+    const loaded = await trainer.load({
       policy: model,
-      reference: needRef ? model : undefined,
-      reference_offload: needRef && config.ref.param_offload,
+      reference: needRef && !lora ? model : undefined,
+      reference_offload: needRef && !lora ? config.ref.param_offload : undefined,
       critic: ppo ? resolve(config.critic.model_path ?? model) : undefined,
       actor_optim: optim(
         config.actor,
@@ -195,11 +198,13 @@ export async function runTrain(
       // The learners' state sharded over the ranks (native/src/train/learner.h).
       zero_stage: zeroStageOf(config),
       // What each learner keeps in host memory (verl's fsdp_config offloads).
-      actor_offload: {
-        param: config.actor.param_offload,
-        grad: config.actor.grad_offload,
-        optimizer: config.actor.optimizer_offload,
-      },
+      actor_offload: lora
+        ? undefined
+        : {
+            param: config.actor.param_offload,
+            grad: config.actor.grad_offload,
+            optimizer: config.actor.optimizer_offload,
+          },
       critic_offload: ppo
         ? {
             param: config.critic.param_offload,
@@ -207,7 +212,14 @@ export async function runTrain(
             optimizer: config.critic.optimizer_offload,
           }
         : undefined,
+      lora,
     });
+    if (loaded.lora) {
+      const l = loaded.lora;
+      view.log(
+        `LoRA: rank ${l.rank}, scaling ${l.scaling} on ${l.target_modules.join(", ")}: ${l.trainable_parameters} trainable parameters of ${loaded.parameters} (the base frozen)`,
+      );
+    }
     if (resumed) {
       await trainer.loadCheckpoint({ dir: resumed.dir });
       view.log(`resuming from ${resumed.dir} (step ${resumed.state.step})`);
@@ -387,6 +399,8 @@ function check(config: TrainConfig): void {
     );
   }
   checkDapoAndRolloutCorrection(config);
+  // model.lora_*: refused here, before anything is written, when the trainer cannot run it.
+  loraLoad(config);
   // The agent's refusals and rollout.multi_turn.tool_config_path, before anything starts.
   agentSettings(config, { temperature: 0, topP: 1, topK: -1 });
   if (!existsSync(join(resolve(config.model.path), "config.json"))) {

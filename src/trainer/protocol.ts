@@ -71,6 +71,25 @@ export interface LoadFields {
   actor_offload?: OffloadFields;
   /** The same for the critic (only with `critic`). */
   critic_offload?: OffloadFields;
+  /**
+   * LoRA adapters on the policy (SERVE.md, "LoRA"): the base frozen, the reference the policy
+   * with its adapters off (no `reference`), checkpoints hold a PEFT folder `adapter`.
+   */
+  lora?: LoraFields;
+}
+
+/** load's `lora`: a fresh adapter (`rank`, ...) or a PEFT folder to start from (`path`). */
+export interface LoraFields {
+  rank?: number;
+  /** Scaling alpha / rank (alpha / sqrt(rank) with use_rslora); 16 when absent. */
+  alpha?: number;
+  use_rslora?: boolean;
+  /** "all-linear" or PEFT's module names (q_proj, ..., down_proj). */
+  target_modules?: "all-linear" | string[];
+  /** A PEFT adapter folder; the fields given beside it must be its adapter_config.json's. */
+  path?: string;
+  /** A fresh adapter's generator seed; load's `seed` when absent. */
+  seed?: number;
 }
 
 /** verl's fsdp_config offloads of one learner (native/src/train/learner.h). */
@@ -159,6 +178,15 @@ export interface LoadReply {
     actor: LearnerMemory;
     reference?: { weights: number; master_weights: number; host_weights: number };
     critic?: LearnerMemory;
+  };
+  /** The adapters attached by `lora`. */
+  lora?: {
+    rank: number;
+    alpha: number;
+    scaling: number;
+    use_rslora: boolean;
+    target_modules: string[];
+    trainable_parameters: number;
   };
 }
 

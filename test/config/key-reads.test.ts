@@ -420,7 +420,7 @@ describe("every key of every command is read", () => {
     }
   }, 240_000);
 
-  it("train (GRPO with rollout correction and overlong shaping, then PPO with an adaptive in-reward KL and dynamic sampling)", async () => {
+  it("train (GRPO with rollout correction and overlong shaping, GRPO with LoRA, then PPO with an adaptive in-reward KL and dynamic sampling)", async () => {
     const record = recordFor("train");
     const common = [
       "train",
@@ -505,6 +505,23 @@ describe("every key of every command is read", () => {
       "ref.log_prob_micro_batch_size=4",
       "ref.log_prob_use_dynamic_bsz=true",
       "ref.log_prob_max_token_len_per_gpu=2048",
+    ]);
+    // LoRA (model.lora_*): a fresh adapter, then a run starting from the adapter it saved.
+    const lora = [
+      ...common,
+      `retriever.index=${ix.index}`,
+      `retriever.corpus=${ix.corpus}`,
+      "trainer.total_training_steps=1",
+      "model.lora_alpha=4",
+      "model.use_rslora=true",
+      "model.target_modules=[q_proj,o_proj,gate_proj]",
+      "model.exclude_modules=[gate_proj]",
+    ];
+    await run(record, [...lora, "model.lora_rank=2", "trainer.experiment_name=lora"]);
+    await run(record, [
+      ...lora,
+      `model.lora_adapter_path=${path.join(dir, "runs", "reads", "lora", "global_step_1", "adapter")}`,
+      "trainer.experiment_name=lora-from-adapter",
     ]);
     // --dry-run prints the memory plan and stops (starts and writes nothing).
     await run(record, [...common, "--dry-run", "trainer.device_memory_gib=40"]);

@@ -12,6 +12,63 @@ import {
   threadsField,
 } from "./shared.js";
 
+/** The linear layers a LoRA adapter may target, in PEFT's module names (native/src/model/lora.h). */
+export const LORA_MODULES = [
+  "q_proj",
+  "k_proj",
+  "v_proj",
+  "o_proj",
+  "gate_proj",
+  "up_proj",
+  "down_proj",
+] as const;
+
+/**
+ * verl's LoRA keys of actor_rollout_ref.model (verl/trainer/config/model/hf_model.yaml), plus
+ * PEFT's use_rslora: adapters trained on the frozen policy by the native trainer
+ * (native/src/train/SERVE.md, "LoRA"); src/train/lora.ts turns them into the trainer's `lora`.
+ */
+const loraFields = {
+  lora_rank: z
+    .number()
+    .int()
+    .min(0)
+    .default(0)
+    .describe(
+      "LoRA rank r: > 0 trains adapters A [r, in], B [out, r] on the frozen model (PEFT's init: B = 0), the reference being the model with its adapters off; 0 = full fine-tuning (LoRA is also on with model.lora_adapter_path). CPU-tested; its CUDA path has not yet run on a GPU",
+    ),
+  lora_alpha: z
+    .number()
+    .positive()
+    .default(16)
+    .describe("LoRA's alpha: the adapters' output is scaled by lora_alpha / r"),
+  target_modules: z
+    .union([z.literal("all-linear"), z.array(z.enum(LORA_MODULES)).min(1)])
+    .default("all-linear")
+    .describe(
+      `the linear layers given adapters in every layer: all-linear, or a list of ${LORA_MODULES.join(", ")}`,
+    ),
+  exclude_modules: z
+    .array(z.string())
+    .nullable()
+    .default(null)
+    .describe(
+      `layers taken out of target_modules, in every layer: a list of ${LORA_MODULES.join(", ")}; PEFT's regex, or one layer's module name, is refused`,
+    ),
+  lora_adapter_path: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start training from, with its own r, lora_alpha, target_modules and use_rslora (model.lora_* keys set beside it must match them); null = a fresh adapter",
+    ),
+  use_rslora: z
+    .boolean()
+    .default(false)
+    .describe("rank-stabilized LoRA (PEFT's use_rslora): scale by lora_alpha / sqrt(r)"),
+};
+
 const klType = z.enum(["kl", "abs", "mse", "low_var_kl"]);
 
 /**
@@ -181,7 +238,7 @@ export const trainSchema = z.strictObject({
         .prefault({}),
     })
     .prefault({}),
-  model: modelSection,
+  model: modelSection.extend(loraFields),
   data: z
     .strictObject({
       train_files: z
@@ -509,7 +566,7 @@ export const trainSchema = z.strictObject({
         .nullable()
         .default(null)
         .describe(
-          "ZeRO stage of the trainer ranks (DeepSpeed's): 0 = every rank holds its learners' whole state; 1 = the fp32 master weights and AdamW moments sharded over the ranks, the gradient all-reduced once per optimizer step; 2 = the gradients too, each backward pass reduced region by region onto the ranks' shards (a shard and two buckets held during updates, none between; the gradient moves once per micro-batch); null = 0 on one rank, 2 on several",
+          "ZeRO stage of the trainer ranks (DeepSpeed's): 0 = every rank holds its learners' whole state; 1 = the fp32 master weights and AdamW moments sharded over the ranks, the gradient all-reduced once per optimizer step; 2 = the gradients too, each backward pass reduced region by region onto the ranks' shards (a shard and two buckets held during updates, none between; the gradient moves once per micro-batch); null = 0 on one rank, 2 on several (0 with LoRA, model.lora_rank, whose adapters are not sharded)",
         ),
       dry_run: z
         .boolean()

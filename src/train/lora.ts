@@ -1,0 +1,101 @@
+import { resolve } from "node:path";
+import { LORA_MODULES, type TrainConfig } from "../config/schemas/train.js";
+import { loraOn } from "../planning/memory-plan.js";
+import { UsageError } from "../runtime/errors.js";
+import type { LoraFields } from "../trainer/protocol.js";
+
+type Module = (typeof LORA_MODULES)[number];
+
+/**
+ * The trainer's `lora` of `load` (native/src/train/SERVE.md, "LoRA") from the model.lora_*
+ * keys, or undefined for full fine-tuning; refuses, naming the key, what the native trainer
+ * cannot do beside adapters. With model.lora_adapter_path the folder's adapter_config.json
+ * gives the fields, as verl's PeftModel.from_pretrained does; those set here beside it (away
+ * from their defaults) are sent too, and the trainer refuses one that differs from the file.
+ */
+export function loraLoad(config: TrainConfig): LoraFields | undefined {
+  const m = config.model;
+  // Read every key, so that one set without LoRA on is still seen as read and checked.
+  const { lora_rank, lora_alpha, use_rslora, lora_adapter_path } = m;
+  const targets = targetModules(m.target_modules, m.exclude_modules);
+  if (!loraOn(config)) {
+    const unused = [
+      lora_alpha !== 16 && `model.lora_alpha=${lora_alpha}`,
+      use_rslora && "model.use_rslora=true",
+      m.target_modules !== "all-linear" && "model.target_modules",
+      (m.exclude_modules?.length ?? 0) > 0 && "model.exclude_modules",
+    ].find((s) => s !== false);
+    if (unused) {
+      throw new UsageError(
+        `${unused} has no effect without LoRA: set model.lora_rank (> 0) or model.lora_adapter_path, or leave it at its default`,
+      );
+    }
+    return undefined;
+  }
+  checkLora(config);
+  if (lora_adapter_path === null) {
+    return { rank: lora_rank, alpha: lora_alpha, use_rslora, target_modules: targets };
+  }
+  return {
+    path: resolve(lora_adapter_path),
+    ...(lora_rank > 0 ? { rank: lora_rank } : {}),
+    ...(lora_alpha !== 16 ? { alpha: lora_alpha } : {}),
+    ...(use_rslora ? { use_rslora } : {}),
+    ...(targets !== "all-linear" ? { target_modules: targets } : {}),
+  };
+}
+
+/** What the native trainer refuses beside `lora` (session.cpp, load), named by our keys. */
+function checkLora(config: TrainConfig): void {
+  const why = `with LoRA (model.lora_rank=${config.model.lora_rank}${config.model.lora_adapter_path ? `, model.lora_adapter_path=${config.model.lora_adapter_path}` : ""})`;
+  if ((config.trainer.zero_stage ?? 0) > 0) {
+    throw new UsageError(
+      `trainer.zero_stage=${config.trainer.zero_stage} ${why}: the trainer does not shard adapters yet; set trainer.zero_stage=0 (or leave it null)`,
+    );
+  }
+  for (const key of ["param_offload", "grad_offload", "optimizer_offload"] as const) {
+    if (config.actor[key]) {
+      throw new UsageError(
+        `actor.${key}=true ${why}: the trainer's offload is not built for adapters yet (the frozen base has no gradient or optimizer state to offload)`,
+      );
+    }
+  }
+  if (config.ref.param_offload) {
+    throw new UsageError(
+      `ref.param_offload=true ${why}: the reference is the policy with its adapters off, there is no second copy to offload`,
+    );
+  }
+  if (config.algorithm.name === "ppo") {
+    throw new UsageError(
+      `algorithm.name=ppo ${why}: the trainer has no adapters for PPO's critic yet; use GRPO, RLOO or REINFORCE++ (algorithm.name), or full fine-tuning (model.lora_rank=0)`,
+    );
+  }
+}
+
+/**
+ * model.target_modules less model.exclude_modules, as PEFT's list matching does for our
+ * module names (peft/tuners/tuners_utils.py, check_target_module_exists: a name matches an
+ * entry equal to it or ending in `.<entry>`); PEFT's regex, or an entry naming one layer's
+ * module, cannot be expressed here and is refused naming the key.
+ */
+function targetModules(
+  target: "all-linear" | Module[],
+  exclude: string[] | null,
+): "all-linear" | Module[] {
+  if (exclude === null || exclude.length === 0) return target;
+  for (const name of exclude) {
+    if (!(LORA_MODULES as readonly string[]).includes(name)) {
+      throw new UsageError(
+        `model.exclude_modules: '${name}' is not one of ${LORA_MODULES.join(", ")}; adapters here cover a module in every layer or in none (PEFT's regex and one layer's module names are not supported)`,
+      );
+    }
+  }
+  const from = target === "all-linear" ? [...LORA_MODULES] : target;
+  const kept = from.filter((name) => !exclude.includes(name));
+  if (kept.length === 0) {
+    throw new UsageError(
+      `model.exclude_modules=[${exclude.join(",")}] leaves no module of model.target_modules to adapt`,
+    );
+  }
+  return kept;
+}
