@@ -24,6 +24,8 @@ export function register(program: Command): Command {
       { flags: "--max-length <n>", key: "max_length" },
       { flags: "--device <device>", key: "device" },
       { flags: "--ef-search <n>", key: "ef_search" },
+      { flags: "--rescore-from <file>", key: "rescore_from" },
+      { flags: "--rescore-candidates <n>", key: "rescore_candidates" },
       { flags: "--fp16", key: "fp16" },
       { flags: "--corpus-cache <dir>", key: "corpus_cache" },
       { flags: "--gpus <n>", key: "gpus" },

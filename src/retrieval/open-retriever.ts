@@ -31,6 +31,10 @@ export interface DenseSettings {
   maxLength: number;
   device: "auto" | "cpu" | "cuda";
   efSearch: number | null;
+  /** Flat file whose exact vectors rescore the index's candidates; null: none. */
+  rescoreFrom: string | null;
+  /** Candidates rescored per result (k times this); null: the native default. */
+  rescoreCandidates: number | null;
   fp16: boolean;
   /** Search-R1's --faiss_gpu: the index on the GPU(s) (fp16, sharded over `gpus`). */
   faissGpu: boolean;
@@ -159,6 +163,8 @@ async function openDense(
       model: dense.model as string,
       recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
       efSearch: dense.efSearch,
+      rescoreFrom: dense.rescoreFrom,
+      rescoreCandidates: dense.rescoreCandidates,
       fp16: dense.fp16,
       device,
       gpus: device === "cuda" ? dense.gpus : null,

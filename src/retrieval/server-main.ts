@@ -42,6 +42,7 @@ export async function serveRetriever(
 ): Promise<void> {
   const kind = config.retriever;
   checkRerankKeys(config);
+  checkRescoreKeys(config);
   const serving = isOnline(kind)
     ? await serveOnline(kind, config, err)
     : await serveIndex(config, err);
@@ -96,6 +97,20 @@ function checkRerankKeys(config: ServeRetrieverConfig): void {
   }
 }
 
+/** Rescoring reads a dense index's vectors from a Flat file, named by --rescore-from. */
+function checkRescoreKeys(config: ServeRetrieverConfig): void {
+  if (config.rescore_candidates !== null && config.rescore_from === null) {
+    throw new UsageError(
+      "--rescore-candidates (rescore_candidates) applies with --rescore-from <Flat index file>",
+    );
+  }
+  if (config.rescore_from !== null && (config.retriever === "bm25" || isOnline(config.retriever))) {
+    throw new UsageError(
+      `--rescore-from applies to a dense index (e5, bge), not --retriever ${config.retriever}`,
+    );
+  }
+}
+
 function isOnline(kind: ServeRetrieverConfig["retriever"]): kind is OnlineRetrieverKind {
   return (onlineRetrieverKinds as readonly string[]).includes(kind);
 }
@@ -133,6 +148,8 @@ async function serveIndex(
       maxLength: config.max_length,
       device: config.device,
       efSearch: config.ef_search,
+      rescoreFrom: config.rescore_from,
+      rescoreCandidates: config.rescore_candidates,
       fp16: config.fp16,
       faissGpu: config.faiss_gpu,
       gpus: config.gpus,

@@ -71,6 +71,7 @@ const serveArgs = (index: string) => [
 async function expectFaissAnswers(
   args: string[],
   want: { ids: number[][]; scores: number[][] },
+  index: Record<string, unknown> = {},
 ): Promise<void> {
   const server = await startRetrieverServer([...args, "--port", "0"], 60_000);
   try {
@@ -107,6 +108,7 @@ async function expectFaissAnswers(
     expect(health.json.retriever).toBe("e5");
     expect(health.json.documents).toBe(lines.length);
     expect(health.json.index.rss_bytes).toBeGreaterThan(0);
+    expect(health.json.index).toMatchObject(index);
   } finally {
     const stopped = await server.stop();
     expect(stopped.code, stopped.stderr).toBe(0);
@@ -115,14 +117,34 @@ async function expectFaissAnswers(
 
 describe("serve-retriever --retriever e5", () => {
   it("serves faiss's e5_Flat.index unchanged: faiss's ids, scores within 1e-4", async () => {
-    await expectFaissAnswers(serveArgs(join(DENSE, "e5_Flat.index")), expected.flat);
+    await expectFaissAnswers(serveArgs(join(DENSE, "e5_Flat.index")), expected.flat, {
+      rescore: null,
+    });
   }, 120_000);
 
   it("serves faiss's HNSW file with faiss's search (Search-R1's flag spellings)", async () => {
     // as retrieval_launch.sh launches it
     const args = ["--retriever_name", "e5", "--index_path", join(DENSE, "e5_HNSW.index")];
     args.push("--corpus_path", CORPUS, "--retriever_model", MODEL, "--faiss_gpu");
-    await expectFaissAnswers(args, expected.hnsw);
+    await expectFaissAnswers(args, expected.hnsw, { ef_search: 64, rescore: null });
+  }, 120_000);
+
+  it("--rescore-from: an SQ8 index answers with the Flat file's exact lists and scores", async () => {
+    const flat = join(DENSE, "e5_Flat.index");
+    const sq8 = join(tmp, "e5_SQ8.index");
+    const built = runIndex(["build", "--from", flat, "--type", "SQ8", "--out", sq8]);
+    expect(built.code, built.stderr).toBe(0);
+    const args = [...serveArgs(sq8), "--rescore-from", flat, "--rescore-candidates", "2"];
+    await expectFaissAnswers(args, expected.flat, {
+      type: "IndexScalarQuantizer",
+      rescore: { from: flat, candidates: 2 },
+    });
+    // With an explicit beam: the one /health reports.
+    const hnsw = [...serveArgs(join(DENSE, "e5_HNSW.index")), "--ef-search", "20"];
+    await expectFaissAnswers([...hnsw, "--rescore-from", flat], expected.flat, {
+      ef_search: 20,
+      rescore: { from: flat, candidates: 4 },
+    });
   }, 120_000);
 
   it("refuses what it cannot serve, naming the flag or file", () => {
@@ -155,6 +177,28 @@ describe("serve-retriever --retriever e5", () => {
       /^searchr1: error: \S*cut\.index: truncated: 60 vectors/,
     );
     expect(truncated.stderr).not.toContain("indexing corpus rows");
+    // a Flat file of other vectors to rescore from: named by its flag, before any corpus scan
+    const flat = [...base, "--index", join(DENSE, "e5_Flat.index"), "--retriever-model", MODEL];
+    const other = runCli([...flat, "--rescore-from", join(FIXTURES, "faiss", "flat-ip.index")], {
+      env: ENV,
+    });
+    expect(other.code).toBe(1);
+    expect(other.stderr.trim()).toMatch(
+      /^searchr1: error: --rescore-from \S*flat-ip\.index: holds 1200 vectors of d = 64 but \S*e5_Flat\.index holds 60 of d = \d+ /,
+    );
+    const bm25 = runCli(
+      [...base.map((x) => (x === "e5" ? "bm25" : x)), "--index", tmp, "--rescore-from", CORPUS],
+      { env: ENV },
+    );
+    expect(bm25.code).toBe(2);
+    expect(bm25.stderr).toContain(
+      "--rescore-from applies to a dense index (e5, bge), not --retriever bm25",
+    );
+    const alone = runCli([...flat, "--rescore-candidates", "8"], { env: ENV });
+    expect(alone.code).toBe(2);
+    expect(alone.stderr).toContain(
+      "--rescore-candidates (rescore_candidates) applies with --rescore-from",
+    );
   }, 60_000);
 });
 

@@ -9,6 +9,7 @@
 
 #include "index/flat_search.h"
 #include "index/hnsw_search.h"
+#include "index/rescore.h"
 #include "util/error.h"
 
 namespace sr1 {
@@ -175,6 +176,15 @@ json::Value info(const IndexSession& s) {
                                            {"type_vocab_size", c.type_vocab_size},
                                            {"max_position_embeddings", c.max_position_embeddings}}));
   }
+  const bool graph = s.index && s.index->has_hnsw && !s.exact && !s.gpu;
+  r.set("ef_search", graph ? json::Value(s.ef_search) : json::Value());
+  json::Value rescore;
+  if (s.rescore) {
+    rescore = json::Value::object({{"path", s.rescore->path},
+                                   {"type", index_type_name(*s.rescore)},
+                                   {"candidates", s.rescore_candidates}});
+  }
+  r.set("rescore", rescore);
   if (s.gpu) {  // only then, so that the reply of a CPU index stays as it was
     json::Value gpus = json::Value::array();
     for (const CudaShardInfo& shard : s.gpu->shards()) {
@@ -216,10 +226,19 @@ json::Value search(const IndexSession& s, const JsonFields& f) {
   if (s.gpu && kept > kCudaFlatMaxK) {
     throw Error("'k' must be <= " + std::to_string(kCudaFlatMaxK) + " with the index on the GPU");
   }
+  // With --rescore-from the index gives k * rescore_candidates candidates (an HNSW beam at
+  // least that wide), which the Flat file scores exactly.
+  int wanted = kept;
+  if (s.rescore) {
+    const int64_t candidates = int64_t{kept} * s.rescore_candidates;
+    wanted = static_cast<int>(std::min<int64_t>(candidates, index.ntotal));
+    if (s.gpu) wanted = std::max(kept, std::min(wanted, kCudaFlatMaxK));
+  }
   if (nq > 0 && kept > 0) {
-    r = s.gpu                         ? s.gpu->search(queries.data(), nq, kept)
-        : index.has_hnsw && !s.exact ? hnsw_search(index, queries.data(), nq, kept, s.ef_search)
-                                      : flat_search(index, queries.data(), nq, kept);
+    r = s.gpu                         ? s.gpu->search(queries.data(), nq, wanted)
+        : index.has_hnsw && !s.exact ? hnsw_search(index, queries.data(), nq, wanted, s.ef_search)
+                                      : flat_search(index, queries.data(), nq, wanted);
+    if (s.rescore) r = rescore(*s.rescore, queries.data(), r, kept);
   }
   const double search_seconds = seconds_since(start);
   json::Value ids = json::Value::array(), scores = json::Value::array();

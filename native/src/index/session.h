@@ -18,6 +18,11 @@
 
 namespace sr1 {
 
+// serve's defaults, chosen by measurement (bench/dense/serve_recall.py; the numbers in
+// SERVE.md under `--index` and `--rescore-from`).
+inline constexpr int kServeEfSearch = 64;
+inline constexpr int kRescoreCandidates = 4;
+
 struct IndexSession {
   std::unique_ptr<FaissIndex> index;
   std::unique_ptr<CudaFlatIndex> gpu;  // the index's vectors on the GPU(s), --device cuda
@@ -27,7 +32,12 @@ struct IndexSession {
   std::string pooling_name;
   Pooling pooling = Pooling::Mean;
   bool normalize = true;
-  int ef_search = 0;  // 0: the file's
+  // HNSW beam: kServeEfSearch unless --ef-search. Not the file's efSearch (16 in faiss's
+  // and Search-R1's files): at 16 an HNSW64 graph found 0.82 of the exact top 10, at 64
+  // 0.99 (bench/dense/serve_recall.py, SERVE.md).
+  int ef_search = kServeEfSearch;
+  std::unique_ptr<FaissIndex> rescore;  // --rescore-from: the Flat file of exact vectors
+  int rescore_candidates = kRescoreCandidates;  // rescored per result: k * this
   bool exact = false;
   int64_t batch_tokens = 16384;  // padded tokens per encoder micro-batch
   std::unique_ptr<FlatIndexWriter> build;  // the file of build_open, until build_commit

@@ -97,7 +97,24 @@ export const serveRetrieverSchema = z.strictObject({
     .positive()
     .nullable()
     .default(null)
-    .describe("HNSW beam width; null = the efSearch stored in the index file"),
+    .describe(
+      "HNSW beam width; null = 64 (recall@10 about 0.99), not the efSearch stored in the file (16 in faiss's and Search-R1's)",
+    ),
+  rescore_from: z
+    .string()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "Flat faiss file of the index's vectors (e5_Flat.index): each query's top candidates are rescored exactly from it (memory-mapped) and re-sorted",
+    ),
+  rescore_candidates: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("with rescore_from: candidates rescored per result, the index's top k*N (null = 4)"),
   fp16: z
     .boolean()
     .default(false)

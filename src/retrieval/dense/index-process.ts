@@ -8,7 +8,7 @@ import type { Pooling } from "./recipe.js";
 /** What `info` says of the index file (searchr1-index info's object). */
 export interface IndexInfo {
   path: string;
-  type: "IndexFlatIP" | "IndexFlatL2" | "IndexHNSWFlat";
+  type: "IndexFlatIP" | "IndexFlatL2" | "IndexScalarQuantizer" | "IndexHNSWFlat" | "IndexHNSWSQ";
   metric: "inner_product" | "l2";
   d: number;
   ntotal: number;
@@ -56,8 +56,12 @@ export type EncoderProcessOptions = EncoderOptions & ProcessOptions;
 interface ProcessOptions {
   /** faiss index file to search; absent when only building. */
   index?: string;
-  /** HNSW beam width; null: the file's efSearch. */
+  /** HNSW beam width; null: serve's default (64). */
   efSearch?: number | null;
+  /** Flat file whose exact vectors rescore the candidates (--rescore-from); null: none. */
+  rescoreFrom?: string | null;
+  /** Candidates per result rescored (--rescore-candidates); null: serve's default. */
+  rescoreCandidates?: number | null;
   /** Keep an fp16 copy of the flat vectors in memory (half the RAM). */
   fp16?: boolean;
   /** Where the encoder runs; "cuda" puts a flat index on the GPU too (fp16, sharded). */
@@ -93,6 +97,10 @@ export class IndexProcess {
       /** Only with `reranker`. */
       reranker?: RerankerInfo;
       fp16: boolean;
+      /** The HNSW beam searches use; null where no graph is searched. */
+      ef_search: number | null;
+      /** The Flat file rescoring the candidates (`--rescore-from`), or null. */
+      rescore: { path: string; type: string; candidates: number } | null;
     },
   ) {}
 
@@ -105,6 +113,10 @@ export class IndexProcess {
     args.push("--device", options.device);
     if (options.index !== undefined) args.push("--index", options.index);
     if (options.efSearch != null) args.push("--ef-search", String(options.efSearch));
+    if (options.rescoreFrom != null) args.push("--rescore-from", options.rescoreFrom);
+    if (options.rescoreCandidates != null) {
+      args.push("--rescore-candidates", String(options.rescoreCandidates));
+    }
     if (options.fp16) args.push("--fp16");
     if (options.gpus != null) args.push("--gpus", String(options.gpus));
     if (options.threads != null) args.push("--threads", String(options.threads));

@@ -17,7 +17,7 @@ export interface DenseOpenOptions
   kind: Exclude<RetrieverKind, "bm25">;
   index: string;
   recipe: DenseRecipe;
-  /** HNSW beam width; null: the file's efSearch. */
+  /** HNSW beam width; null: serve's default (64). */
   efSearch: number | null;
 }
 
@@ -49,8 +49,7 @@ export class DenseRetriever implements Retriever {
     private readonly recipe: DenseRecipe,
     private readonly index: IndexInfo,
     private readonly encoder: EncoderInfo,
-    private readonly fp16: boolean,
-    private readonly efSearch: number | null,
+    private readonly searching: Pick<IndexProcess["info"], "fp16" | "ef_search" | "rescore">,
     private readonly pid: number | undefined,
   ) {}
 
@@ -77,8 +76,7 @@ export class DenseRetriever implements Retriever {
         { ...recipe, maxLength },
         info.index,
         info.encoder,
-        info.fp16,
-        options.efSearch,
+        info,
         process.pid,
       );
     } catch (err) {
@@ -140,7 +138,8 @@ export class DenseRetriever implements Retriever {
   }
 
   describe(): Record<string, unknown> {
-    const { path, type, metric, d, ntotal, bytes, hnsw } = this.index;
+    const { path, type, metric, d, ntotal, bytes } = this.index;
+    const { fp16, ef_search, rescore } = this.searching;
     return {
       index: resolve(path),
       type,
@@ -148,8 +147,10 @@ export class DenseRetriever implements Retriever {
       d,
       ntotal,
       bytes,
-      ...(hnsw ? { ef_search: this.efSearch ?? hnsw.ef_search } : {}),
-      fp16: this.fp16,
+      // The beam searches use (serve's default, or --ef-search), where a graph is searched.
+      ...(ef_search !== null ? { ef_search } : {}),
+      rescore: rescore ? { from: resolve(rescore.path), candidates: rescore.candidates } : null,
+      fp16,
       encoder: { ...this.encoder, max_length: this.recipe.maxLength },
       query_prefix: this.recipe.queryPrefix,
       rss_bytes: rssBytes(this.pid),

@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "index/faiss_io.h"
 #include "index/flat_search_cuda.h"
+#include "index/rescore.h"
 #include "index/session.h"
 #include "model/bert.h"
 #include "util/error.h"
@@ -36,6 +37,19 @@ void start(IndexSession& s, const Args& args) {
                               : std::string("no --index was given")));
   }
   if (args.flag("fp16") && !s.index) throw UsageError("--fp16 applies to an --index");
+  if (args.has("rescore-from") && !s.index) {
+    throw UsageError("--rescore-from applies to an --index");
+  }
+  if (args.has("rescore-candidates") && !args.has("rescore-from")) {
+    throw UsageError("--rescore-candidates applies with --rescore-from");
+  }
+  s.rescore_candidates =
+      static_cast<int>(args.integer("rescore-candidates", s.rescore_candidates, 1));
+  if (args.has("rescore-from")) {
+    s.rescore = std::make_unique<FaissIndex>(open_faiss_index(args.required("rescore-from")));
+    check_rescore_file(*s.index, *s.rescore, "--rescore-from");
+    prepare_rescore_file(*s.rescore);
+  }
   // --device cuda puts an exhaustive search on the GPU too; auto moves only the encoder.
   const bool cuda = index_on_cuda(args.text("device", "auto"));
   const bool graph = s.index && s.index->has_hnsw && !s.exact;
@@ -99,7 +113,15 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
                "cross-encoder (BertForSequenceClassification folder, one label)"},
               {"pooling", "mean|cls", "pool the encoder's last layer by mean (default) or [CLS]"},
               {"no-normalize", "", "leave embeddings as pooled (default: L2-normalised)"},
-              {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
+              {"ef-search", "N",
+               "HNSW beam width (default " + std::to_string(kServeEfSearch) +
+                   ", not the file's efSearch)"},
+              {"rescore-from", "FILE",
+               "Flat file of the index's vectors: rescore each query's top candidates "
+               "exactly from it"},
+              {"rescore-candidates", "N",
+               "with --rescore-from: rescore the index's top k*N (default " +
+                   std::to_string(kRescoreCandidates) + ")"},
               {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
               {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
               {"batch-tokens", "N",
