@@ -14,6 +14,7 @@ export function register(program: Command): Command {
       { flags: "--input <dir>", key: "input" },
       { flags: "--out <dir>", key: "out" },
       { flags: "--splits <list>", key: "splits" },
+      { flags: "--format <search-r1|verl>", key: "format" },
       { flags: "--template <name|file>", key: "template" },
       { flags: "--strict", key: "strict" },
       { flags: "--overwrite", key: "overwrite" },
@@ -23,6 +24,7 @@ export function register(program: Command): Command {
       "searchr1 preprocess nq hotpotqa --input data/FlashRAG_datasets --out data/nq_hotpotqa",
       "searchr1 preprocess nq triviaqa popqa hotpotqa 2wikimultihopqa musique bamboogle --input data/FlashRAG_datasets --out data/all --splits test",
       "searchr1 preprocess nq --input data/FlashRAG_datasets --out data/nq_r1 --template r1-no-search",
+      "searchr1 preprocess nq hotpotqa --input data/FlashRAG_datasets --out data/searchR1_processed_direct --format verl",
     ],
     run: async (config) => {
       const progress = createProgress({ quiet: config.quiet });

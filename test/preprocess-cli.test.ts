@@ -56,6 +56,9 @@ putQaParquet(join(input, "hotpotqa", "dev.parquet"), [
 const PROMPT_HEAD =
   "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by <search> query </search> and it will return the top searched results between <information> and </information>. You can search as many times as your want. If you find no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. Question: ";
 
+const VERL_PROMPT_HEAD =
+  "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by <tool_call> query </tool_call> and it will return the top searched results between <tool_response> and </tool_response>. You can search as many times as your want. If you find no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. Question: ";
+
 const parquetFiles = (folder: string) => (existsSync(folder) ? readdirSync(folder) : []);
 
 describe("searchr1 preprocess (built CLI)", () => {
@@ -73,7 +76,7 @@ describe("searchr1 preprocess (built CLI)", () => {
     expect(train.map((row) => row.data_source)).toEqual(["nq", "nq", "hotpotqa"]);
     expect(train[1]).toEqual({
       id: "train_1",
-      question: "  Qui a écrit « Les Misérables » ?  ",
+      question: "Qui a écrit « Les Misérables » ?",
       golden_answers: ["Victor Hugo", "Hugo"],
       data_source: "nq",
       prompt: [{ role: "user", content: `${PROMPT_HEAD}Qui a écrit « Les Misérables » ?\n` }],
@@ -88,6 +91,60 @@ describe("searchr1 preprocess (built CLI)", () => {
     expect(test.map((row) => (row.extra_info as { uid: string }).uid)).toEqual([
       "nq-test-0",
       "hotpotqa-test-0",
+    ]);
+  });
+
+  it("--format verl writes verl's preprocess_search_r1_dataset.py rows (read back by DuckDB)", async () => {
+    const out = join(dir, "verl");
+    const r = runCli([
+      "preprocess",
+      "nq",
+      "hotpotqa",
+      "--input",
+      input,
+      "--out",
+      out,
+      "--format",
+      "verl",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const train = await readParquet(join(out, "train.parquet"));
+    expect(Object.keys(train[0] ?? {})).toEqual([
+      "data_source",
+      "prompt",
+      "ability",
+      "reward_model",
+      "extra_info",
+      "metadata",
+    ]);
+    const question = "Which magazine was started first?";
+    const gt = { target: ["Arthur's Magazine"] };
+    // The third row of the merged file, the first of hotpotqa: verl's index is the file's.
+    expect(train[2]).toEqual({
+      data_source: "searchR1_hotpotqa",
+      prompt: [
+        { role: "system", content: "You are a helpful and harmless assistant." },
+        { role: "user", content: `${VERL_PROMPT_HEAD}${question}` },
+      ],
+      ability: "fact-reasoning",
+      reward_model: { style: "rule", ground_truth: gt },
+      extra_info: {
+        index: "2",
+        need_tools_kwargs: true,
+        question,
+        split: "train",
+        tools_kwargs: {
+          search: {
+            create_kwargs: { ground_truth: gt, question, data_source: "searchR1_hotpotqa" },
+          },
+        },
+      },
+      metadata: null,
+    });
+    expect(train.map((row) => (row.extra_info as { question: string }).question)).toEqual([
+      "total number of death row inmates in the us?",
+      "Qui a écrit « Les Misérables » ?",
+      question,
     ]);
   });
 

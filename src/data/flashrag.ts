@@ -203,7 +203,7 @@ async function openParquet(file: SourceFile, columns?: string[]): Promise<Record
   const metadata = await parquetMetadataAsync(buffer).catch((e: unknown) => {
     throw fail(e);
   });
-  const present = new Set(metadata.schema.slice(1).map((s) => s.name));
+  const present = new Set(topLevelColumns(metadata.schema));
   const wanted = columns?.filter((c) => present.has(c));
   let rowsRead = 0;
 
@@ -236,4 +236,23 @@ async function openParquet(file: SourceFile, columns?: string[]): Promise<Record
     done: () => rowsRead,
     [Symbol.asyncIterator]: records,
   };
+}
+
+/**
+ * The names of a parquet schema's top-level columns. The schema is a depth-first list
+ * (parquet-format's SchemaElement: a group's `num_children` elements follow it), so a nested
+ * field that shares a column's name (verl's extra_info.question) is skipped.
+ */
+function topLevelColumns(schema: readonly { name: string; num_children?: number }[]): string[] {
+  const names: string[] = [];
+  let i = 1;
+  const skip = (): void => {
+    const children = schema[i++]?.num_children ?? 0;
+    for (let c = 0; c < children; c++) skip();
+  };
+  for (let c = 0; c < (schema[0]?.num_children ?? 0); c++) {
+    names.push(schema[i]?.name as string);
+    skip();
+  }
+  return names;
 }

@@ -12,9 +12,17 @@ import {
   recordLocation,
   type SourceFile,
 } from "./flashrag.js";
-import { buildVerlRow } from "./search-r1-rows.js";
+import { checkRecord, type RowFormat, SEARCH_R1_ROWS } from "./search-r1-rows.js";
 import { builtinTemplatesDir, loadTemplate, type PromptTemplate } from "./templates.js";
 import { VerlParquetWriter } from "./verl-parquet.js";
+import { VERL_TOOL_ROWS } from "./verl-tool-rows.js";
+
+/** Each `format`'s rows and the template it uses when `template` is not given. */
+const FORMATS: Record<PreprocessConfig["format"], { rows: RowFormat<unknown>; template: string }> =
+  {
+    "search-r1": { rows: SEARCH_R1_ROWS as RowFormat<unknown>, template: "search-r1" },
+    verl: { rows: VERL_TOOL_ROWS as RowFormat<unknown>, template: "verl-tool-call" },
+  };
 
 /** Warnings printed per source file; the rest are only counted. */
 const MAX_WARNINGS_PER_FILE = 10;
@@ -78,7 +86,8 @@ export async function runPreprocess(
   signal?: AbortSignal,
 ): Promise<PreprocessSummary> {
   signal?.throwIfAborted();
-  const template = loadTemplate(config.template, builtinTemplatesDir());
+  const format = FORMATS[config.format];
+  const template = loadTemplate(config.template ?? format.template, builtinTemplatesDir());
   const splits = [...new Set(config.splits ?? DEFAULT_SPLITS)];
   const optional: OutputSplit[] = config.splits === null ? ["train"] : [];
   const plans = locateSources(config.input, config.datasets, splits, optional);
@@ -94,7 +103,7 @@ export async function runPreprocess(
   }
 
   const summary: PreprocessSummary = { sources: [], leftOut: [], outputs: [], skipped: [] };
-  const writers: VerlParquetWriter[] = [];
+  const writers: VerlParquetWriter<unknown>[] = [];
   try {
     for (const plan of plans) {
       if (plan.skipped !== undefined) {
@@ -102,7 +111,10 @@ export async function runPreprocess(
         summary.skipped.push({ split: plan.split, path: file, reason: plan.skipped });
         continue;
       }
-      const writer = new VerlParquetWriter(path.join(config.out, `${plan.split}.parquet`));
+      const writer = new VerlParquetWriter(
+        path.join(config.out, `${plan.split}.parquet`),
+        format.rows,
+      );
       writers.push(writer);
       for (const { dataset, lookedFor } of plan.missing) {
         summary.leftOut.push({ split: plan.split, dataSource: dataset, lookedFor });
@@ -138,7 +150,7 @@ interface ConvertOptions {
 async function convertSource(
   file: SourceFile,
   split: OutputSplit,
-  writer: VerlParquetWriter,
+  writer: VerlParquetWriter<unknown>,
   { template, strict, progress, signal }: ConvertOptions,
 ): Promise<SourceSummary> {
   const summary: SourceSummary = {
@@ -158,9 +170,10 @@ async function convertSource(
   let seen = 0;
   try {
     for await (const { value, line, index } of records) {
-      const built = buildVerlRow(value, { dataSource: file.dataset, split, index, template });
-      if ("row" in built) {
-        writer.append(built.row);
+      const built = checkRecord(value);
+      if ("record" in built) {
+        const ctx = { dataSource: file.dataset, split, index, row: writer.rows, template };
+        writer.append(writer.format.build(built.record, ctx));
         summary.rows++;
       } else {
         const where = recordLocation(file, line);

@@ -66,7 +66,7 @@ function toItem(row: Record<string, unknown>, where: string): Omit<QaItem, "key"
   ) {
     throw bad("prompt", "must be a list of {role, content} messages");
   }
-  const extra = (row.extra_info ?? {}) as { index?: unknown; uid?: unknown };
+  const extra = (row.extra_info ?? {}) as { index?: unknown; uid?: unknown; question?: unknown };
   const id =
     row.id !== null && row.id !== undefined
       ? String(row.id)
@@ -75,7 +75,13 @@ function toItem(row: Record<string, unknown>, where: string): Omit<QaItem, "key"
   return {
     id,
     dataSource,
-    question: typeof row.question === "string" ? row.question : (messages.at(-1)?.content ?? ""),
+    // verl's tool-call rows keep the question in extra_info only.
+    question:
+      typeof row.question === "string"
+        ? row.question
+        : typeof extra.question === "string"
+          ? extra.question
+          : (messages.at(-1)?.content ?? ""),
     golds: golds as string[],
     messages,
     uid: typeof extra.uid === "string" ? extra.uid : null,

@@ -1,61 +1,7 @@
 import { rename, rm } from "node:fs/promises";
 import path from "node:path";
-import type { SchemaElement } from "hyparquet";
-import { type ColumnSource, fileWriter, ParquetWriter } from "hyparquet-writer";
-import type { VerlRow } from "./search-r1-rows.js";
-
-function string(name: string, repetition: "REQUIRED" | "OPTIONAL" = "REQUIRED"): SchemaElement {
-  return {
-    name,
-    type: "BYTE_ARRAY",
-    converted_type: "UTF8",
-    logical_type: { type: "STRING" },
-    repetition_type: repetition,
-  };
-}
-
-function struct(name: string, fields: SchemaElement[][]): SchemaElement[] {
-  return [{ name, repetition_type: "REQUIRED", num_children: fields.length }, ...fields.flat()];
-}
-
-/** The standard 3-level LIST: `<name>` (LIST) → repeated `list` → `element`. */
-function list(name: string, element: SchemaElement[]): SchemaElement[] {
-  return [
-    {
-      name,
-      repetition_type: "REQUIRED",
-      converted_type: "LIST",
-      logical_type: { type: "LIST" },
-      num_children: 1,
-    },
-    { name: "list", repetition_type: "REPEATED", num_children: 1 },
-    ...element,
-  ];
-}
-
-const COLUMNS: SchemaElement[][] = [
-  [string("id", "OPTIONAL")],
-  [string("question")],
-  list("golden_answers", [string("element")]),
-  [string("data_source")],
-  list("prompt", struct("element", [[string("role")], [string("content")]])),
-  [string("ability")],
-  struct("reward_model", [
-    [string("style")],
-    struct("ground_truth", [list("target", [string("element")])]),
-  ]),
-  struct("extra_info", [
-    [string("split")],
-    [{ name: "index", type: "INT64", repetition_type: "REQUIRED" }],
-    [string("uid")],
-  ]),
-];
-
-/** verl's training schema (Search-R1's columns plus `id`, `question`, `golden_answers`). */
-export const VERL_SCHEMA: SchemaElement[] = [
-  { name: "root", num_children: COLUMNS.length },
-  ...COLUMNS.flat(),
-];
+import { fileWriter, ParquetWriter } from "hyparquet-writer";
+import type { RowFormat } from "./search-r1-rows.js";
 
 const DEFAULT_ROW_GROUP_SIZE = 10_000;
 
@@ -63,21 +9,22 @@ const DEFAULT_ROW_GROUP_SIZE = 10_000;
  * Writes rows to `<dir>/.<name>.tmp-<pid>` one row group at a time, so memory holds at most
  * one row group; `commit()` renames the finished file into place, `abort()` deletes it.
  */
-export class VerlParquetWriter {
+export class VerlParquetWriter<Row> {
   readonly tempPath: string;
   rows = 0;
-  private buffer: VerlRow[] = [];
+  private buffer: Row[] = [];
   private readonly writer: ParquetWriter;
 
   constructor(
     readonly path: string,
+    readonly format: RowFormat<Row>,
     private readonly rowGroupSize = DEFAULT_ROW_GROUP_SIZE,
   ) {
     this.tempPath = tempPathFor(path);
-    this.writer = new ParquetWriter({ writer: fileWriter(this.tempPath), schema: VERL_SCHEMA });
+    this.writer = new ParquetWriter({ writer: fileWriter(this.tempPath), schema: format.schema });
   }
 
-  append(row: VerlRow): void {
+  append(row: Row): void {
     this.buffer.push(row);
     this.rows++;
     if (this.buffer.length >= this.rowGroupSize) this.flush();
@@ -102,22 +49,7 @@ export class VerlParquetWriter {
     if (this.buffer.length === 0) return;
     const rows = this.buffer;
     this.buffer = [];
-    const columnData: ColumnSource[] = [
-      { name: "id", data: rows.map((r) => r.id) },
-      { name: "question", data: rows.map((r) => r.question) },
-      { name: "golden_answers", data: rows.map((r) => r.golden_answers) },
-      { name: "data_source", data: rows.map((r) => r.data_source) },
-      // Min/max over long prompts that share the template prefix were the costliest part of
-      // writing, and no reader of training data prunes on prompt text.
-      { name: "prompt", data: rows.map((r) => r.prompt), statistics: false },
-      { name: "ability", data: rows.map((r) => r.ability) },
-      { name: "reward_model", data: rows.map((r) => r.reward_model) },
-      {
-        name: "extra_info",
-        // INT64 columns take bigints.
-        data: rows.map(({ extra_info: e }) => ({ ...e, index: BigInt(e.index) })),
-      },
-    ];
+    const columnData = this.format.columns(rows);
     void this.writer.write({ columnData, rowGroupSize: rows.length });
   }
 }

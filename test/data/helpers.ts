@@ -100,7 +100,8 @@ export function config(overrides: Partial<PreprocessConfig> & { input: string; o
   return {
     datasets: ["nq"],
     splits: ["train", "test"],
-    template: "search-r1",
+    format: "search-r1",
+    template: null,
     strict: false,
     overwrite: false,
     quiet: true,

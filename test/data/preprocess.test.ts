@@ -112,7 +112,7 @@ interface Expected {
 function expectedRow(e: Expected, prompt = searchR1Prompt) {
   return {
     id: e.id,
-    question: e.question,
+    question: e.normalized,
     golden_answers: e.answers,
     data_source: e.source,
     prompt: [{ role: "user", content: prompt(e.normalized) }],

@@ -1,10 +1,23 @@
 import { describe, expect, it } from "vitest";
-import { buildVerlRow, normalizeQuestion, type RowContext } from "../../src/data/search-r1-rows.js";
+import {
+  checkRecord,
+  normalizeQuestion,
+  type RowContext,
+  SEARCH_R1_ROWS,
+} from "../../src/data/search-r1-rows.js";
+import { VERL_TOOL_ROWS } from "../../src/data/verl-tool-rows.js";
+
+const build = (value: unknown, c: RowContext) => {
+  const r = checkRecord(value);
+  if (!("record" in r)) throw new Error(r.invalid);
+  return SEARCH_R1_ROWS.build(r.record, c);
+};
 
 const ctx: RowContext = {
   dataSource: "nq",
   split: "test",
   index: 7,
+  row: 3,
   template: { name: "t", file: "t.txt", text: "Q: {question}\n" },
 };
 
@@ -18,13 +31,11 @@ describe("Search-R1 rows", () => {
     );
   });
 
-  it("builds the verl row, keeping the original question and stringifying numeric ids", () => {
-    expect(
-      buildVerlRow({ id: 12, question: " why ", golden_answers: ["a", "b"], extra: 1 }, ctx),
-    ).toEqual({
-      row: {
+  it("builds Search-R1's row, the question column normalised, numeric ids as strings", () => {
+    expect(build({ id: 12, question: " why ", golden_answers: ["a", "b"], extra: 1 }, ctx)).toEqual(
+      {
         id: "12",
-        question: " why ",
+        question: "why?",
         golden_answers: ["a", "b"],
         data_source: "nq",
         prompt: [{ role: "user", content: "Q: why?\n" }],
@@ -32,11 +43,38 @@ describe("Search-R1 rows", () => {
         reward_model: { style: "rule", ground_truth: { target: ["a", "b"] } },
         extra_info: { split: "test", index: 7, uid: "nq-test-7" },
       },
+    );
+    expect(build({ question: "q", golden_answers: ["a"] }, ctx).id).toBeNull();
+    expect(build({ id: 2n ** 40n, question: "q", golden_answers: ["a"] }, ctx).id).toBe(
+      "1099511627776",
+    );
+  });
+
+  it("builds verl's tool-call row: system message, searchR1_ source, index in the file", () => {
+    const r = checkRecord({ id: "x", question: " why ", golden_answers: ["a"] });
+    if (!("record" in r)) throw new Error(r.invalid);
+    const gt = { target: ["a"] };
+    expect(VERL_TOOL_ROWS.build(r.record, ctx)).toEqual({
+      data_source: "searchR1_nq",
+      prompt: [
+        { role: "system", content: "You are a helpful and harmless assistant." },
+        { role: "user", content: "Q: why?\n" },
+      ],
+      ability: "fact-reasoning",
+      reward_model: { style: "rule", ground_truth: gt },
+      extra_info: {
+        index: 3,
+        need_tools_kwargs: true,
+        question: "why?",
+        split: "test",
+        tools_kwargs: {
+          search: {
+            create_kwargs: { ground_truth: gt, question: "why?", data_source: "searchR1_nq" },
+          },
+        },
+      },
+      metadata: null,
     });
-    const noId = buildVerlRow({ question: "q", golden_answers: ["a"] }, ctx);
-    expect("row" in noId && noId.row.id).toBeNull();
-    const bigId = buildVerlRow({ id: 2n ** 40n, question: "q", golden_answers: ["a"] }, ctx);
-    expect("row" in bigId && bigId.row.id).toBe("1099511627776");
   });
 
   it.each([
@@ -60,6 +98,6 @@ describe("Search-R1 rows", () => {
       "id is not a string or number",
     ],
   ])("rejects %s", (_, value, reason) => {
-    expect(buildVerlRow(value, ctx)).toEqual({ invalid: reason });
+    expect(checkRecord(value)).toEqual({ invalid: reason });
   });
 });

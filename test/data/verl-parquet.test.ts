@@ -1,11 +1,11 @@
 import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { VerlRow } from "../../src/data/search-r1-rows.js";
+import { SEARCH_R1_ROWS, type SearchR1Row } from "../../src/data/search-r1-rows.js";
 import { VerlParquetWriter } from "../../src/data/verl-parquet.js";
 import { duckdb, readParquet, tempDir } from "./helpers.js";
 
-function row(i: number): VerlRow {
+function row(i: number): SearchR1Row {
   const answers = i % 2 ? ["ans", `ans ${i}`] : [`only ${i}`];
   return {
     id: i % 3 ? `id-${i}` : null,
@@ -28,7 +28,7 @@ describe("VerlParquetWriter", () => {
 
   it("writes row groups of the given size to a hidden temporary file, then renames it", async () => {
     const file = path.join(tmp.dir, "train.parquet");
-    const writer = new VerlParquetWriter(file, 4);
+    const writer = new VerlParquetWriter(file, SEARCH_R1_ROWS, 4);
     expect(writer.tempPath).toBe(path.join(tmp.dir, `.train.parquet.tmp-${process.pid}`));
     for (let i = 0; i < 10; i++) writer.append(row(i));
     writer.finish();
@@ -52,7 +52,7 @@ describe("VerlParquetWriter", () => {
 
   it("writes a valid empty file when no row passes", async () => {
     const file = path.join(tmp.dir, "test.parquet");
-    const writer = new VerlParquetWriter(file);
+    const writer = new VerlParquetWriter(file, SEARCH_R1_ROWS);
     writer.finish();
     await writer.commit();
     expect(await readParquet(file)).toEqual([]);
@@ -60,7 +60,7 @@ describe("VerlParquetWriter", () => {
 
   it("deletes the temporary file on abort and leaves no final file", async () => {
     const file = path.join(tmp.dir, "train.parquet");
-    const writer = new VerlParquetWriter(file, 2);
+    const writer = new VerlParquetWriter(file, SEARCH_R1_ROWS, 2);
     for (let i = 0; i < 5; i++) writer.append(row(i));
     await writer.abort();
     expect(readdirSync(tmp.dir)).toEqual([]);

@@ -15,7 +15,7 @@ export interface QaRow {
 export function preprocessQa(
   dir: string,
   sources: Record<string, Partial<Record<"train" | "test", QaRow[]>>>,
-  options: { template?: string } = {},
+  options: { template?: string; format?: "search-r1" | "verl" } = {},
 ): { train: string; test: string } {
   const splits = new Set<string>();
   for (const [source, bySplit] of Object.entries(sources)) {
@@ -39,6 +39,7 @@ export function preprocessQa(
     [...splits].join(","),
     "--quiet",
     ...(options.template ? [`template=${options.template}`] : []),
+    ...(options.format ? [`format=${options.format}`] : []),
   ]);
   if (r.code !== 0) throw new Error(`preprocess failed: ${r.stderr}`);
   return {

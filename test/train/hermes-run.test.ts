@@ -60,7 +60,8 @@ beforeAll(async () => {
   data = preprocessQa(
     dir,
     { nq: { train: rows("train", 4), test: rows("test", 2) } },
-    { template: PROMPT },
+    // verl's rows (system message, searchR1_nq, question in extra_info), with a short prompt.
+    { template: PROMPT, format: "verl" },
   );
   ix = buildTestIndex({ rows: 200 });
   model = path.join(dir, "model");
@@ -170,6 +171,11 @@ describe("rollout.multi_turn.format=hermes end to end", () => {
       .split("\n")
       .map((l) => JSON.parse(l) as EvalRecord);
     expect(records).toHaveLength(2);
+    // verl's rows: ids from the searchR1_ source and the row's index in the file.
+    expect(records.map((rec) => [rec.id, rec.data_source, rec.question])).toEqual([
+      ["searchR1_nq_0", "searchR1_nq", "who is paul walker number 0?"],
+      ["searchR1_nq_1", "searchR1_nq", "who is paul walker number 1?"],
+    ]);
     for (const rec of records) {
       expect(rec.turns.map((turn) => turn.action)).toEqual(["search", "search"]);
       expect(rec.turns[0]?.query).toBe(JSON.stringify([CALL_QUERY]));

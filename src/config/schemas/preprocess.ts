@@ -16,11 +16,20 @@ export const preprocessSchema = z.strictObject({
     .describe(
       "which output files to write (null: train and test, train skipped when no dataset has a train split)",
     ),
+  format: z
+    .enum(["search-r1", "verl"])
+    .default("search-r1")
+    .describe(
+      "rows as Search-R1's nq_search.py writes them (search-r1: tag prompt for rollout.multi_turn.format search_r1) or as verl's preprocess_search_r1_dataset.py does (verl: system message, <tool_call> prompt, searchR1_ sources, tools_kwargs, for format hermes)",
+    ),
   template: z
     .string()
     .min(1)
-    .default("search-r1")
-    .describe("built-in prompt template name (search-r1, r1-no-search) or a file with {question}"),
+    .nullable()
+    .default(null)
+    .describe(
+      "built-in prompt template name (search-r1, r1-no-search, verl-tool-call) or a file with {question} (null: search-r1 for format search-r1, verl-tool-call for format verl)",
+    ),
   strict: z
     .boolean()
     .default(false)
