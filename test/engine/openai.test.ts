@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
@@ -29,6 +30,30 @@ import {
  * Jinja2 renders as transformers' apply_chat_template does:
  * test/text/fixtures/hermes/reference.json).
  */
+
+/**
+ * The official `openai` Python package, where this machine has one (PyPI is not needed: any
+ * folder on SEARCHR1_OPENAI_PYTHONPATH where `import openai` works; docs/development.md).
+ * Without it that test is skipped, and says so.
+ */
+const PYTHON = process.env.PYTHON ?? "python3";
+const PYTHON_CLIENT = fileURLToPath(new URL("./openai_python_client.py", import.meta.url));
+const PYTHON_ENV = {
+  ...process.env,
+  PYTHONPATH: [process.env.SEARCHR1_OPENAI_PYTHONPATH, process.env.PYTHONPATH]
+    .filter(Boolean)
+    .join(":"),
+};
+const PYTHON_OPENAI = (() => {
+  const r = spawnSync(PYTHON, ["-c", "import openai"], { env: PYTHON_ENV, encoding: "utf8" });
+  const ok = r.status === 0;
+  if (!ok) {
+    process.stderr.write(
+      "engine/openai.test.ts: the openai Python package test is SKIPPED: `import openai` failed (set SEARCHR1_OPENAI_PYTHONPATH)\n",
+    );
+  }
+  return { ok };
+})();
 
 const QWEN = modelDir("qwen-bpe");
 const KEY = "sk-test-5f1c2a9d";
@@ -810,4 +835,77 @@ describe("tools, through a scripted engine", () => {
       );
     }
   });
+
+  it.skipIf(!PYTHON_OPENAI.ok)(
+    "the official openai Python package: chat, stream, completion, errors and tool calls",
+    async () => {
+      const run = spawnSync(PYTHON, [PYTHON_CLIENT], {
+        input: JSON.stringify({
+          base: server.base,
+          key: KEY,
+          model: NAME,
+          messages: MESSAGES,
+          tools_base: scripted.base,
+          tools_model: model,
+          tools: [reference.tool_schema],
+          ask,
+        }),
+        env: PYTHON_ENV,
+        encoding: "utf8",
+        timeout: 60_000,
+      });
+      expect(run.status, run.stderr).toBe(0);
+      const out = JSON.parse(run.stdout) as Extra;
+      expect(out.models.map((m: Extra) => m.id)).toEqual([NAME]);
+
+      // Greedy chat: /generate's text on the chat template's tokens, and their count.
+      const prompt = await tokenizer.encodeChat(MESSAGES, { addGenerationPrompt: true });
+      const ref = await generate({
+        input_ids: prompt,
+        sampling_params: { temperature: 0, max_new_tokens: 40 },
+      });
+      expect(out.chat.choices[0].message.content).toBe(ref.text);
+      expect(out.chat.choices[0].finish_reason).toBe(ref.meta_info.finish_reason.type);
+      expect(out.chat.usage).toMatchObject({
+        prompt_tokens: prompt.length,
+        completion_tokens: ref.output_ids.length,
+        total_tokens: prompt.length + ref.output_ids.length,
+      });
+      // Streamed: the same text, then the usage chunk (stream_options.include_usage).
+      // (The repeated prompt is now served from the prefix cache: cached_tokens differ.)
+      expect(out.stream).toMatchObject({
+        text: ref.text,
+        finish_reason: out.chat.choices[0].finish_reason,
+        usage: { prompt_tokens: prompt.length, completion_tokens: ref.output_ids.length },
+      });
+      // A text completion: /generate on the tokenizer's ids of the prompt.
+      const ids = await tokenizer.encode("The capital of France is", { addSpecialTokens: false });
+      const textRef = await generate({
+        input_ids: ids,
+        sampling_params: { temperature: 0, max_new_tokens: 8 },
+      });
+      expect(out.completion.choices[0].text).toBe(textRef.text);
+      expect(out.completion.usage.prompt_tokens).toBe(ids.length);
+      // The client's exception classes, from the status codes and error bodies.
+      expect(out.wrong_key).toEqual({
+        class: "AuthenticationError",
+        status: 401,
+        code: "invalid_api_key",
+      });
+      expect(out.bad_request).toEqual({ class: "BadRequestError", status: 400 });
+      // The scripted model's Hermes call, parsed by the client into tool_calls.
+      const message = out.tool_call.choices[0].message;
+      expect(out.tool_call.choices[0].finish_reason).toBe("tool_calls");
+      expect(message.content).toBe("I need to search.\n");
+      expect(message.tool_calls).toHaveLength(1);
+      expect(message.tool_calls[0].function.name).toBe("search");
+      expect(JSON.parse(message.tool_calls[0].function.arguments)).toEqual({
+        query_list: ["capital of France"],
+      });
+      expect(out.tool_call_stream.finish_reason).toBe("tool_calls");
+      expect(out.tool_call_stream.tool_calls).toHaveLength(1);
+      expect(out.tool_call_stream.tool_calls[0].function.name).toBe("search");
+    },
+    90_000,
+  );
 });
