@@ -45,7 +45,7 @@ describe("searchr1 CLI", () => {
       /--gpus <n>\s+GPUs per node[\s\S]*?\(default: 1\)/,
     );
     expect(runCli(["preprocess", "--help"]).stdout).toMatch(
-      /--template <name\|file>[\s\S]*\(default:\s+search-r1\)/,
+      /--format <search-r1\|verl>[\s\S]*?\(default:\s+search-r1\)/,
     );
     expect(runCli(["download", "--help"]).stdout).toMatch(/HF_TOKEN\s+sets token/);
   });

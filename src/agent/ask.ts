@@ -3,6 +3,7 @@ import { join, resolve } from "node:path";
 import type { AskConfig } from "../config/schemas/ask.js";
 import { normalizeQuestion } from "../data/search-r1-rows.js";
 import { builtinTemplatesDir, loadTemplate, renderTemplate } from "../data/templates.js";
+import { VERL_SYSTEM_CONTENT } from "../data/verl-tool-rows.js";
 import { extractAnswer } from "../reward/extract.js";
 import { InputError } from "../runtime/errors.js";
 import { ModelTokenizer } from "../text/model-tokenizer.js";
@@ -13,6 +14,8 @@ import type { Trajectory, Turn } from "./trajectory.js";
 
 export interface AskResult {
   question: string;
+  /** The prompt as the model saw it: the messages through its chat template. */
+  prompt: string;
   /** The last `<answer>` of the response, or null. */
   answer: string | null;
   turns: Turn[];
@@ -38,7 +41,12 @@ export async function ask(
     throw new InputError(`${model}: not a Hugging Face model folder (no config.json) (--model)`);
   }
   const tokenizer = ModelTokenizer.load(config.model.tokenizer_path ?? model);
-  const template = loadTemplate(config.template, builtinTemplatesDir());
+  // verl's recipe's prompt with its tool calls, as `preprocess --format verl` writes it.
+  const verl = config.rollout.multi_turn.format === "hermes" && config.template === null;
+  const template = loadTemplate(
+    config.template ?? (verl ? "verl-tool-call" : "search-r1"),
+    builtinTemplatesDir(),
+  );
   const question = normalizeQuestion(config.question);
   const { rollout: r } = config;
   const settings = agentSettings(
@@ -49,7 +57,10 @@ export async function ask(
   );
   const ids = await promptIds(
     tokenizer,
-    [{ role: "user", content: renderTemplate(template, question) }],
+    [
+      ...(verl ? [{ role: "system", content: VERL_SYSTEM_CONTENT }] : []),
+      { role: "user", content: renderTemplate(template, question) },
+    ],
     settings.format,
   );
   const session = await AgentSession.open(config, model, log, signal);
@@ -63,6 +74,7 @@ export async function ask(
     const text = await tokenizer.decode(trajectory.responseIds, true);
     return {
       question,
+      prompt: await tokenizer.decode(ids, false),
       answer: extractAnswer(text),
       turns: trajectory.turns,
       searches: trajectory.searches,

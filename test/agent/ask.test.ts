@@ -63,6 +63,9 @@ it("--json prints one object for scripts", async () => {
   const out = JSON.parse(r.stdout);
   expect(out.answer).toBe("an actor");
   expect(out.question).toBe("who played Brian?");
+  expect(out.prompt).toMatch(
+    /^<\|im_start\|>system\n.*Question: who played Brian\?\n<\|im_end\|>\n<\|im_start\|>assistant\n$/s,
+  );
   expect(out.searches).toBe(1);
   expect(out.finish_reason).toBe("answer");
   expect(out.turns.map((t: { action: string }) => t.action)).toEqual(["search", "answer"]);

@@ -230,6 +230,39 @@ describe("rollout.multi_turn.format=hermes end to end", () => {
     }
   }, 360_000);
 
+  it("searchr1 ask: verl's system message and <tool_call> prompt, the tool turn as in eval", async () => {
+    const r = await startCli([
+      "ask",
+      "who is paul walker",
+      "--model",
+      model,
+      "--json",
+      `retriever.url=${retriever.url}`,
+      ...HERMES.filter((o) => !o.startsWith("data.max_prompt_length")),
+    ]).result;
+    expect(r.code, r.stderr.slice(-3000)).toBe(0);
+    const out = JSON.parse(r.stdout);
+    // The prompt `preprocess --format verl` writes, through the template with the tools.
+    expect(out.prompt).toBe(
+      tokenizer.applyChatTemplate(
+        [
+          { role: "system", content: "You are a helpful and harmless assistant." },
+          {
+            role: "user",
+            content: readFileSync(
+              fileURLToPath(new URL("../../templates/verl-tool-call.txt", import.meta.url)),
+              "utf8",
+            ).replace("{question}", "who is paul walker?"),
+          },
+        ],
+        { addGenerationPrompt: true, tools: loadToolConfig(TOOL_CONFIG) },
+      ),
+    );
+    expect(out.turns.map((t: { action: string }) => t.action)).toEqual(["search", "search"]);
+    expect(out.turns[0].observation).toBe(toolTurn);
+    expect(out.finish_reason).toBe("max_turns");
+  }, 120_000);
+
   it("refuses Search-R1's tag-judging reward switches, naming them, before anything runs", async () => {
     const evalOut = path.join(dir, "eval-refused");
     const evalRun = await startCli([

@@ -16,8 +16,11 @@ export const askSchema = z.strictObject({
   template: z
     .string()
     .min(1)
-    .default("search-r1")
-    .describe("prompt template: a built-in name (templates/*.txt) or a file with {question}"),
+    .nullable()
+    .default(null)
+    .describe(
+      "prompt template: a built-in name (templates/*.txt) or a file with {question} (null: search-r1, or with rollout.multi_turn.format hermes verl-tool-call after verl's system message, as preprocess --format verl writes the prompt)",
+    ),
   data: z.strictObject({ ...lengthFields }).prefault({}),
   rollout: z.strictObject({ ...generationFields, ...decodingFields }).prefault({}),
   retriever: retrieverSection.prefault({}),
