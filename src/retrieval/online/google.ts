@@ -8,6 +8,7 @@
  * ends it on 2027-01-01.
  */
 import {
+  getRequest,
   listOf,
   objectOf,
   type Provider,
@@ -25,13 +26,7 @@ export function google(settings: ProviderSettings): Provider {
   return {
     cacheName: "google",
     prepare: sanitizeQuery,
-    request: (query) => {
-      const url = new URL(settings.url);
-      url.searchParams.set("key", key);
-      url.searchParams.set("cx", cx);
-      url.searchParams.set("q", query);
-      return { url: url.href };
-    },
+    request: (query) => getRequest(settings.url, { key, cx, q: query }),
     documents: (answer, topk) => {
       const docs: SearchDocument[] = [];
       for (const item of listOf(objectOf(answer)?.items)) {

@@ -66,3 +66,27 @@ export function objectOf(value: unknown): Record<string, unknown> | null {
     ? (value as Record<string, unknown>)
     : null;
 }
+
+/** A GET of `base` with `params` added to its query string. */
+export function getRequest(base: string, params: Record<string, string>): UpstreamRequest {
+  const url = new URL(base);
+  for (const [name, value] of Object.entries(params)) url.searchParams.set(name, value);
+  return { url: url.href };
+}
+
+/**
+ * serp_search_server.py's order of an answer's sections: the answer box (when it has any
+ * field), then the results, then the related questions (the question as the title).
+ */
+export function sectionDocuments(
+  box: unknown,
+  results: unknown,
+  questions: unknown,
+): SearchDocument[] {
+  const docs: SearchDocument[] = [];
+  const b = objectOf(box);
+  if (b && Object.keys(b).length > 0) docs.push(searchDocument(b.title, b.snippet, b.link));
+  for (const r of listOf(results)) docs.push(searchDocument(r.title, r.snippet, r.link));
+  for (const r of listOf(questions)) docs.push(searchDocument(r.question, r.snippet, r.link));
+  return docs;
+}

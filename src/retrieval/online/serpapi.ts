@@ -7,12 +7,11 @@
  */
 import {
   AnswerError,
-  listOf,
+  getRequest,
   objectOf,
   type Provider,
   type ProviderSettings,
-  type SearchDocument,
-  searchDocument,
+  sectionDocuments,
 } from "./provider.js";
 
 export const SERPAPI_URL = "https://serpapi.com/search";
@@ -23,25 +22,10 @@ export function serpapi(settings: ProviderSettings, engine: string): Provider {
   return {
     cacheName: `serpapi-${engine}`,
     prepare: (query) => query,
-    request: (query) => {
-      const url = new URL(settings.url);
-      url.searchParams.set("engine", engine);
-      url.searchParams.set("q", query);
-      url.searchParams.set("api_key", key);
-      return { url: url.href };
-    },
+    request: (query) => getRequest(settings.url, { engine, q: query, api_key: key }),
     documents: (answer, topk) => {
       const a = objectOf(answer) ?? {};
-      const docs: SearchDocument[] = [];
-      const box = objectOf(a.answer_box);
-      if (box && Object.keys(box).length > 0) {
-        docs.push(searchDocument(box.title, box.snippet, box.link));
-      }
-      for (const r of listOf(a.organic_results))
-        docs.push(searchDocument(r.title, r.snippet, r.link));
-      for (const r of listOf(a.related_questions)) {
-        docs.push(searchDocument(r.question, r.snippet, r.link));
-      }
+      const docs = sectionDocuments(a.answer_box, a.organic_results, a.related_questions);
       // SerpAPI answers a search that found nothing with 200, `"error": "Google hasn't
       // returned any results for this query."` and a search_metadata status of Success.
       const status = objectOf(a.search_metadata)?.status;
