@@ -4,18 +4,27 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { readMeta } from "../../src/retrieval/bm25/format.js";
 import { openCorpusStore } from "../../src/retrieval/corpus-store.js";
 import { runCli, startCli } from "../helpers/cli.js";
 import { generateCorpus } from "./generated-corpus.js";
 
-const tmp = () => mkdtempSync(join(tmpdir(), "searchr1-build-index-"));
+const made: string[] = [];
+const tmp = () => {
+  const dir = mkdtempSync(join(tmpdir(), "searchr1-build-index-"));
+  made.push(dir);
+  return dir;
+};
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
 const build = (corpus: string, out: string, ...extra: string[]) =>
   runCli(["build-index", "--corpus", corpus, "--out", out, "--quiet", ...extra]);
 
