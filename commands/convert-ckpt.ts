@@ -8,6 +8,7 @@ import { hfFolderTensors } from "../src/ckpt/hf-source.js";
 import { megatronToHf } from "../src/ckpt/megatron.js";
 import { locateMegatron } from "../src/ckpt/megatron-layout.js";
 import { modelDims, readConfig } from "../src/ckpt/model-dims.js";
+import { localBaseModel, mergeLora, readLoraAdapter } from "../src/ckpt/peft.js";
 import type { Conversion } from "../src/ckpt/source.js";
 import { defineCommand } from "../src/command/define.js";
 import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
@@ -38,6 +39,7 @@ export function register(program: Command): Command {
       "searchr1 convert megatron-to-hf --input ckpt/actor --hf-base models/Qwen2.5-3B --out hf/step300",
       "searchr1 convert fsdp-to-hf --input checkpoints/nq/global_step_300/actor --out hf/step300 --dtype bf16",
       "searchr1 convert native-to-hf --input runs/sft/model --out hf/sft --max-shard-size 2GB --verify",
+      "searchr1 convert peft-to-hf --input runs/nq/global_step_100/adapter --hf-base models/Qwen2.5-0.5B-Instruct --out hf/step100",
     ],
     run: async (config) => {
       const started = Date.now();
@@ -63,6 +65,17 @@ export function register(program: Command): Command {
         baseDir = config.hf_base ?? join(layout.actorDir, "huggingface");
         from = `${layout.actorDir} (world size ${layout.worldSize})`;
         open = (dims) => fsdpToHf(layout, dims);
+      } else if (config.kind === "peft-to-hf") {
+        const adapter = await readLoraAdapter(config.input);
+        const base = config.hf_base ?? localBaseModel(config.input, adapter);
+        if (base === null) {
+          throw new UsageError(
+            `convert peft-to-hf: --hf-base is required (the model the adapter was trained on; the adapter's base_model_name_or_path ${JSON.stringify(adapter.baseModel)} is not a local folder)`,
+          );
+        }
+        baseDir = base;
+        from = `${config.input} (LoRA rank ${[...adapter.pairs.values()][0]?.rank ?? 0} on ${adapter.pairs.size} weights, scaling ${adapter.scaling}) merged into ${base}`;
+        open = async () => mergeLora(await hfFolderTensors(base), adapter, config.input);
       } else {
         baseDir = config.hf_base ?? config.input;
         from = config.input;

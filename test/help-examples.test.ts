@@ -308,6 +308,14 @@ const INPUTS: Input[] = [
     make: copy(join(CKPT, "fsdp", "ws2-dtensor-untied"), "checkpoints/nq"),
   },
   { when: /--input runs\/sft\/model\b/, make: copy(join(CKPT, "hf", "untied"), "runs/sft/model") },
+  // a PEFT adapter of the native tests' untied model (its stand-in for Qwen2.5-0.5B-Instruct)
+  {
+    when: /--input runs\/nq\/global_step_100\/adapter\b/,
+    make: (d) => {
+      copy(join(NATIVE, "lora", "adapter"), "runs/nq/global_step_100/adapter")(d);
+      copy(join(NATIVE, "untied"), "models/Qwen2.5-0.5B-Instruct")(d);
+    },
+  },
   // serve-engine: a tiny Qwen2 with a tokenizer.
   {
     when: /--model \S*models\/Qwen2\.5-3B-Instruct\b/,

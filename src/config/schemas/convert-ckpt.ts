@@ -4,8 +4,10 @@ import { dtypeEnum } from "./dtype.js";
 
 export const convertCkptSchema = z.strictObject({
   kind: z
-    .enum(["megatron-to-hf", "fsdp-to-hf", "native-to-hf"])
-    .describe("what to convert: a Megatron-LM, a verl FSDP or a searchr1 native checkpoint"),
+    .enum(["megatron-to-hf", "fsdp-to-hf", "native-to-hf", "peft-to-hf"])
+    .describe(
+      "what to convert: a Megatron-LM, a verl FSDP or a searchr1 native checkpoint, or a PEFT LoRA adapter to merge into --hf-base",
+    ),
   input: z
     .string()
     .min(1)
@@ -18,7 +20,7 @@ export const convertCkptSchema = z.strictObject({
     .default(null)
     .describe(
       "HF folder whose config.json and tokenizer files go with the weights " +
-        "(required for megatron-to-hf; default <input>/huggingface for fsdp-to-hf, the input for native-to-hf)",
+        "(required for megatron-to-hf; default <input>/huggingface for fsdp-to-hf, the input for native-to-hf; for peft-to-hf the model the adapter is merged into, default the adapter's base_model_name_or_path when it is a local folder)",
     ),
   dtype: dtypeEnum(["keep", "bf16", "fp16", "fp32"])
     .default("keep")
