@@ -14,10 +14,15 @@ export function register(program: Command): Command {
       { flags: "--dir <dir>", key: "dir" },
       { flags: "--algorithm <name>", key: "algorithm" },
       { flags: "--seed <n>", key: "seed" },
+      { flags: "--lora-rank <r>", key: "lora_rank" },
       { flags: "--threads <n>", key: "threads" },
       { flags: "--overwrite", key: "overwrite" },
     ],
-    examples: ["searchr1 quickstart", "searchr1 quickstart --dir qs-ppo --algorithm ppo --seed 2"],
+    examples: [
+      "searchr1 quickstart",
+      "searchr1 quickstart --dir qs-ppo --algorithm ppo --seed 2",
+      "searchr1 quickstart --dir qs-lora --lora-rank 8",
+    ],
     run: async (config) => {
       const result = await withInterrupt(
         (signal) => runQuickstart(config, (line) => process.stderr.write(`${line}\n`), signal),

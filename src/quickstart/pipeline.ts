@@ -10,7 +10,7 @@ import { latestCheckpoint } from "../train/checkpoints.js";
 import { QUESTION_ONLY_TEMPLATE, writeDemonstrations } from "../world/demonstrations.js";
 import { WORLD_FILES, writeWorld } from "../world/world.js";
 import { type QuickstartResult, scores } from "./report.js";
-import { COPY_SCHOOL, quickstartSteps, SFT, type SftRecipe } from "./steps.js";
+import { COPY_SCHOOL, quickstartSteps, runName, SFT, type SftRecipe } from "./steps.js";
 
 /**
  * `searchr1 quickstart`: a tiny invented world from a seed, then the real commands one after
@@ -91,11 +91,20 @@ export async function runQuickstart(
     const evaluate = (name: string, model: string, out: string) =>
       searchr1(name, steps.evaluate(model, out, retriever.url));
     await evaluate("eval of the warm-started model", at("models", "warm"), at("eval-before"));
-    await searchr1(`train (${config.algorithm})`, steps.train(retriever.url));
-    const runDir = at("runs", "quickstart", config.algorithm);
+    const lora = config.lora_rank > 0 ? ` with LoRA rank ${config.lora_rank}` : "";
+    await searchr1(`train (${config.algorithm}${lora})`, steps.train(retriever.url));
+    const runDir = at("runs", "quickstart", runName(config));
     const last = latestCheckpoint(runDir);
     if (!last) throw new ServiceError(`quickstart: train wrote no checkpoint in ${runDir}`);
-    const trained = join(last.dir, "policy");
+    let trained = join(last.dir, "policy");
+    if (lora) {
+      // A LoRA checkpoint holds the adapter; eval gets the warm model with it merged.
+      trained = at("models", `trained-${runName(config)}`);
+      await searchr1(
+        "merge the adapter (convert peft-to-hf)",
+        steps.merge(join(last.dir, "adapter"), trained),
+      );
+    }
     await evaluate("eval of the trained model", trained, at("eval-after"));
 
     const result: QuickstartResult = {
@@ -103,6 +112,7 @@ export async function runQuickstart(
       after: scores(at("eval-after")),
       seconds: (performance.now() - started) / 1000,
       algorithm: config.algorithm,
+      lora_rank: config.lora_rank,
       seed: config.seed,
       paths: { dir, run: runDir, plots: join(runDir, "plots"), trained },
     };

@@ -15,6 +15,8 @@ export interface QuickstartResult {
   after: QuickstartScores;
   seconds: number;
   algorithm: "grpo" | "ppo";
+  /** 0: full fine-tuning. */
+  lora_rank: number;
   seed: number;
   /** Where things are, for the closing table. */
   paths: { dir: string; run: string; plots: string; trained: string };
@@ -44,7 +46,10 @@ export function quickstartTable(r: QuickstartResult): string {
   return [
     `${"".padEnd(20)} ${"EM".padStart(6)}  ${"searches".padStart(8)}  ${"valid actions".padStart(12)}`,
     row("warm start (before)", r.before),
-    row(`after ${r.algorithm.toUpperCase()}`, r.after),
+    row(
+      `after ${r.algorithm.toUpperCase()}${r.lora_rank > 0 ? ` LoRA ${r.lora_rank}` : ""}`,
+      r.after,
+    ),
     "",
     `${r.seconds.toFixed(0)} s in all; plots in ${r.paths.plots}; trained model ${r.paths.trained}`,
     "ask it about the world (questions in world/datasets/*/test.jsonl):",

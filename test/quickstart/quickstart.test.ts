@@ -35,13 +35,20 @@ it("runs world → preprocess → build-index → sft → eval → train → eva
     expect(r.stderr).toContain(`== ${phase}`);
   }
   const figures = JSON.parse(readFileSync(path.join(out, "quickstart.json"), "utf8"));
-  expect(Object.keys(figures).sort()).toEqual(["after", "algorithm", "before", "seconds", "seed"]);
+  expect(Object.keys(figures).sort()).toEqual([
+    "after",
+    "algorithm",
+    "before",
+    "lora_rank",
+    "seconds",
+    "seed",
+  ]);
   for (const side of [figures.before, figures.after]) {
     expect(Object.keys(side).sort()).toEqual(["em", "searches_per_question", "valid_action_rate"]);
     expect(side.em).toBeGreaterThanOrEqual(0);
     expect(side.em).toBeLessThanOrEqual(1);
   }
-  expect(figures).toMatchObject({ algorithm: "grpo", seed: 1 });
+  expect(figures).toMatchObject({ algorithm: "grpo", lora_rank: 0, seed: 1 });
   // The pooled EM equals the trajectories' mean.
   const records = readFileSync(path.join(out, "eval-after", "trajectories.jsonl"), "utf8")
     .split("\n")
