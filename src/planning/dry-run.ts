@@ -17,7 +17,7 @@ import {
   type UpdateBatching,
   updateTokens,
 } from "../trainer/batch-sizes.js";
-import { formatPlan, loraOn, memoryPlan, type PlanModel, planInput } from "./memory-plan.js";
+import { formatPlan, memoryPlan, type PlanModel, planInput } from "./memory-plan.js";
 import type { LearnerBytes, ModelBytes } from "./native-sizes.js";
 import { stepTraffic, trafficLine } from "./traffic.js";
 
@@ -122,7 +122,7 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
   const d = policy.dims;
   const stage =
     trainer.zero_stage === null
-      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${loraOn(config) ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
+      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${input.lora ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
       : `ZeRO stage ${input.stage}`;
   const title = [
     `memory plan of one device (its trainer rank and engine replica) of ${input.ranks} ` +
@@ -130,7 +130,7 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
     `model ${config.model.path}: ${plan.parameters.toLocaleString("en-US")} parameters (${d.modelType}, ` +
       `${d.layers} layers, hidden ${d.hiddenSize}, ${d.tied ? "tied" : "untied"} embeddings)`,
     `${config.algorithm.name}${input.reference ? " with a reference policy" : ""}; trainer on ` +
-      `${input.device === "cuda" ? "CUDA (bf16 compute, fp32 masters, moments and gradients)" : "the CPU (fp32)"}; ${stage}`,
+      `${input.device === "cuda" ? (input.lora ? "CUDA (bf16 compute; the base frozen in bf16, the adapters' fp32 masters, moments and gradients)" : "CUDA (bf16 compute, fp32 masters, moments and gradients)") : "the CPU (fp32)"}; ${stage}`,
     `trajectories of at most ${input.trajectoryTokens} tokens (data.max_start_length + ` +
       "rollout.max_turns × (data.max_response_length + data.max_obs_length) + " +
       "data.max_response_length)",
@@ -141,7 +141,9 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
     const computeBytes = input.device === "cuda" ? 2 : 4;
     const learner = (bytes: ModelBytes, u: UpdateBatching) => ({
       // The padded buffer: the compute copy's elements at the run's stage.
-      floats: (bytes.learner[input.stage] as LearnerBytes).weights / computeBytes,
+      // With LoRA the adapters' buffer alone is all-reduced.
+      floats:
+        bytes.lora?.floats ?? (bytes.learner[input.stage] as LearnerBytes).weights / computeBytes,
       computeBytes,
       rowsPerRank: u.miniBatch / input.ranks,
       // A token budget's micro-batches counted as budget ÷ the longest trajectory.
@@ -156,9 +158,11 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
     }
     notes.push(trafficLine(stepTraffic(learners, input.ranks, batches.optimizerSteps)));
   }
-  if (loraOn(config)) {
+  const lora = plan.sizes.policy.lora;
+  if (lora && input.lora) {
+    const share = ((100 * lora.floats) / plan.parameters).toFixed(2);
     notes.push(
-      "not counted yet: LoRA (model.lora_rank): the rows above are full fine-tuning's (the whole model's masters, moments and gradients, a reference copy); the adapters' run holds far less",
+      `LoRA rank ${input.lora.rank} on ${[input.lora.targets].flat().join(", ")}: ${lora.floats.toLocaleString("en-US")} adapter floats (${share} % of the parameters) trained on the frozen base; the reference is the policy with its adapters off`,
     );
   }
   if (input.engineElsewhere) notes.push(`not on this device: ${input.engineElsewhere}`);

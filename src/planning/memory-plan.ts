@@ -23,6 +23,7 @@
  * trainer keeps between commands), the log-probs and the updates (the engine's KV cache
  * unless it was released, and the largest command of the phase). The peak is the largest.
  */
+
 import type { ModelDims } from "../ckpt/model-dims.js";
 import type { TrainConfig } from "../config/schemas/train.js";
 import {
@@ -32,6 +33,7 @@ import {
   type UpdateBatching,
   updateTokens,
 } from "../trainer/batch-sizes.js";
+import { loraOn, loraSpec } from "./lora-spec.js";
 import {
   type Device,
   type LearnerBytes,
@@ -53,17 +55,9 @@ export interface PlanModel {
   dims: ModelDims;
 }
 
-/** trainer.zero_stage, null resolved: 0 on one rank, 2 on several. */
-/**
- * Whether a run trains LoRA adapters: model.lora_rank > 0 or a model.lora_adapter_path to
- * start from (verl's test, verl/workers/fsdp_workers.py: `lora_adapter_path is not None or
- * lora_rank > 0`).
- */
-export function loraOn(config: TrainConfig): boolean {
-  return config.model.lora_rank > 0 || config.model.lora_adapter_path !== null;
-}
-
-export function zeroStageOf(config: TrainConfig): ZeroStage {
+/** trainer.zero_stage, null resolved: 0 on one rank, 2 on several. */ export function zeroStageOf(
+  config: TrainConfig,
+): ZeroStage {
   const ranks = config.trainer.gpus * config.trainer.nnodes;
   // LoRA's adapters are not sharded (src/train/lora.ts refuses a stage above 0 beside them).
   return (config.trainer.zero_stage ?? (ranks > 1 && !loraOn(config) ? 2 : 0)) as ZeroStage;
@@ -84,6 +78,11 @@ export interface PlanInput {
   /** The critic's model (critic.model_path), null without a critic (GRPO and the others). */
   critic: PlanModel | null;
   reference: boolean;
+  /**
+   * LoRA adapters on the policy (model.lora_*): the actor trains them alone on its frozen
+   * base, and the reference is the policy with them off (no copy of its own).
+   */
+  lora?: { rank: number; targets: "all-linear" | string[] } | null;
   /** ref.param_offload: the reference waits in host memory between its log-probs. */
   referenceOffload?: boolean;
   /** actor.*_offload and critic.*_offload: what each learner keeps in host memory. */
@@ -141,6 +140,7 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
     policy,
     critic: ppo ? critic : null,
     reference: actor.use_kl_loss || algorithm.use_kl_in_reward,
+    lora: loraSpec(config),
     referenceOffload: config.ref.param_offload,
     actorOffload: offloadOf(config.actor),
     criticOffload: offloadOf(config.critic),
@@ -238,6 +238,7 @@ export function planSizes(input: PlanInput): MemoryPlan["sizes"] {
     ranks,
     offload: input.actorOffload ?? NO_OFFLOAD,
     tokens: [tokens.update, tokens.logProbs],
+    lora: input.lora ?? undefined,
     engine: input.engine
       ? { deviceGiB: input.deviceBytes / GiB, utilization: input.engine.utilization }
       : undefined,
@@ -379,9 +380,39 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
 
   const { policy, critic } = sizes;
   const actorCommands: [Command, Command] = ["actor log-probs", "actor update"];
-  learnerRows("actor", policy, input.actorOffload ?? NO_OFFLOAD, actorCommands);
+  const lora = policy.lora;
+  if (lora) {
+    // The frozen base's compute copy and the adapters' own state (stage 0: not sharded).
+    const l = lora.learner;
+    const r = input.lora?.rank ?? 0;
+    row("actor", `weights (${xName} compute copy, frozen)`, same(l.weights));
+    row(
+      "actor",
+      `LoRA rank ${r} adapters: fp32 weights${device === "cuda" ? " and their bf16 copy" : ""}`,
+      same(l.masters),
+    );
+    row("actor", "LoRA adapters: AdamW moments (fp32 m, v)", same(l.optimizer));
+    row("actor", "LoRA adapters: fp32 gradients", same(l.gradientsBetween));
+  } else {
+    learnerRows("actor", policy, input.actorOffload ?? NO_OFFLOAD, actorCommands);
+  }
   actsRows("actor", policy, tokens.update, tokens.logProbs, actorCommands, "log-prob micro-batch");
-  if (input.reference) {
+  if (lora) {
+    commandRow(
+      "actor",
+      `LoRA adapters' scratch (A x, its gradient, one module's output; ${tok(tokens.update)})`,
+      actorCommands,
+      same(Math.max(...lora.scratch)),
+    );
+  }
+  if (input.reference && lora) {
+    commandRow(
+      "reference",
+      `activations, log-prob micro-batch (${tok(tokens.logProbs)}, forward; the policy with its adapters off: no copy of its own)`,
+      ["reference log-probs"],
+      same(passOf(policy, tokens.logProbs).forward),
+    );
+  } else if (input.reference) {
     const weights = `weights (${xName} compute copy)`;
     if (input.referenceOffload) {
       commandRow(

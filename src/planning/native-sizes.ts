@@ -73,6 +73,8 @@ export interface ModelBytes {
   /** cuBLASLt's, one per CUDA process (0 on the CPU). */
   workspace: number;
   engine: EngineBytes | null;
+  /** With LoRA: the adapters' floats, their learner (stage 0), each pass's adapter scratch. */
+  lora: { floats: number; learner: LearnerBytes; scratch: number[] } | null;
 }
 
 export interface SizesRequest {
@@ -86,6 +88,8 @@ export interface SizesRequest {
   tokens: number[];
   /** Plan the engine too, on a device of this many GiB, at this share of it. */
   engine?: { deviceGiB: number; utilization: number };
+  /** LoRA adapters on the model (load's `lora`). */
+  lora?: { rank: number; targets: "all-linear" | string[] };
 }
 
 /** `searchr1-trainer plan` for `req`. */
@@ -105,6 +109,10 @@ export function modelBytes(req: SizesRequest): ModelBytes {
     [...new Set(req.tokens.filter((t) => t > 0))].join(","),
   ];
   if (offload.length > 0) args.push("--offload", offload.join(","));
+  if (req.lora) {
+    const { rank, targets } = req.lora;
+    args.push("--lora-rank", String(rank), "--lora-targets", [targets].flat().join(","));
+  }
   if (req.engine) {
     args.push("--device-memory-gib", String(req.engine.deviceGiB));
     args.push("--gpu-memory-utilization", String(req.engine.utilization));
@@ -135,22 +143,22 @@ interface PlanJson {
   passes: Json[];
   workspace: number;
   engine?: Record<string, number | string | null>;
+  lora?: { floats: number; learner: Json; scratch: number[] };
 }
 
 function parse(j: PlanJson): ModelBytes {
-  const learner = j.learner.map(
-    (m): LearnerBytes => ({
-      weights: m.weights as number,
-      masters: m.master_weights as number,
-      optimizer: m.optimizer_state as number,
-      gradients: m.gradients as number,
-      gradientsBetween: m.gradients_between_updates as number,
-      hostWeights: m.host_weights as number,
-      hostMasters: m.host_master_weights as number,
-      hostOptimizer: m.host_optimizer_state as number,
-      hostGradients: m.host_gradients as number,
-    }),
-  );
+  const learnerOf = (m: Json): LearnerBytes => ({
+    weights: m.weights as number,
+    masters: m.master_weights as number,
+    optimizer: m.optimizer_state as number,
+    gradients: m.gradients as number,
+    gradientsBetween: m.gradients_between_updates as number,
+    hostWeights: m.host_weights as number,
+    hostMasters: m.host_master_weights as number,
+    hostOptimizer: m.host_optimizer_state as number,
+    hostGradients: m.host_gradients as number,
+  });
+  const learner = j.learner.map(learnerOf);
   const e = j.engine;
   return {
     parameters: j.parameters,
@@ -179,6 +187,9 @@ function parse(j: PlanJson): ModelBytes {
           kvBlocks: e.kv_blocks as number,
           refused: (e.refused as string | null) ?? null,
         }
+      : null,
+    lora: j.lora
+      ? { floats: j.lora.floats, learner: learnerOf(j.lora.learner), scratch: j.lora.scratch }
       : null,
   };
 }

@@ -1,10 +1,8 @@
 import { resolve } from "node:path";
-import { LORA_MODULES, type TrainConfig } from "../config/schemas/train.js";
-import { loraOn } from "../planning/memory-plan.js";
+import type { TrainConfig } from "../config/schemas/train.js";
+import { loraOn, targetModules } from "../planning/lora-spec.js";
 import { UsageError } from "../runtime/errors.js";
 import type { LoraFields } from "../trainer/protocol.js";
-
-type Module = (typeof LORA_MODULES)[number];
 
 /**
  * The trainer's `lora` of `load` (native/src/train/SERVE.md, "LoRA") from the model.lora_*
@@ -70,32 +68,4 @@ function checkLora(config: TrainConfig): void {
       `algorithm.name=ppo ${why}: the trainer has no adapters for PPO's critic yet; use GRPO, RLOO or REINFORCE++ (algorithm.name), or full fine-tuning (model.lora_rank=0)`,
     );
   }
-}
-
-/**
- * model.target_modules less model.exclude_modules, as PEFT's list matching does for our
- * module names (peft/tuners/tuners_utils.py, check_target_module_exists: a name matches an
- * entry equal to it or ending in `.<entry>`); PEFT's regex, or an entry naming one layer's
- * module, cannot be expressed here and is refused naming the key.
- */
-function targetModules(
-  target: "all-linear" | Module[],
-  exclude: string[] | null,
-): "all-linear" | Module[] {
-  if (exclude === null || exclude.length === 0) return target;
-  for (const name of exclude) {
-    if (!(LORA_MODULES as readonly string[]).includes(name)) {
-      throw new UsageError(
-        `model.exclude_modules: '${name}' is not one of ${LORA_MODULES.join(", ")}; adapters here cover a module in every layer or in none (PEFT's regex and one layer's module names are not supported)`,
-      );
-    }
-  }
-  const from = target === "all-linear" ? [...LORA_MODULES] : target;
-  const kept = from.filter((name) => !exclude.includes(name));
-  if (kept.length === 0) {
-    throw new UsageError(
-      `model.exclude_modules=[${exclude.join(",")}] leaves no module of model.target_modules to adapt`,
-    );
-  }
-  return kept;
 }

@@ -7,6 +7,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { modelBytes, NO_OFFLOAD } from "../../src/planning/native-sizes.js";
 import {
   CPU,
   caseFile,
@@ -116,6 +117,29 @@ describe("serve with a LoRA adapter", () => {
         lora: { path: join(LORA, "adapter") },
       });
       expect(loaded.lora).toMatchObject({ rank: 4, alpha: 8, scaling: 2, use_rslora: false });
+      // The memory plan's LoRA learner (searchr1-trainer plan --lora-rank) is what it holds.
+      const planned = modelBytes({
+        dir: POLICY,
+        head: "lm",
+        device: "cpu",
+        ranks: 1,
+        offload: NO_OFFLOAD,
+        tokens: [40],
+        lora: { rank: 4, targets: "all-linear" },
+      }).lora;
+      const l = planned?.learner;
+      expect((loaded.memory as { actor: unknown }).actor).toEqual({
+        weights: l?.weights,
+        master_weights: l?.masters,
+        optimizer_state: l?.optimizer,
+        gradients: l?.gradients,
+        gradients_between_updates: l?.gradientsBetween,
+        host_weights: 0,
+        host_master_weights: 0,
+        host_optimizer_state: 0,
+        host_gradients: 0,
+      });
+      expect(l?.optimizer).toBe(2 * 4 * (planned?.floats ?? 0));
       expect(sameBits(await logProbs(ranks, "reference"), base)).toBe(true);
       const policy = await logProbs(ranks, "policy");
       expect(maxAbsDiff(policy, get(ref, "adapter.logprobs"))).toBeLessThan(5e-6);

@@ -643,4 +643,51 @@ describe("searchr1 train --dry-run", () => {
     );
     expect(existsSync(out)).toBe(false);
   });
+
+  // Issue 42: with LoRA the learner is the frozen base's bf16 copy and the adapters' fp32
+  // state, and the reference is the policy with its adapters off: 7B GRPO on ONE GPU.
+  it("Qwen2.5-7B GRPO with LoRA rank 32 fits one 80 GB GPU beside its engine", () => {
+    const dir = tempDir();
+    const model = writeModelConfig(join(dir, "Qwen2.5-7B"), QWEN_CONFIGS["Qwen/Qwen2.5-7B"]);
+    const r = runCli([
+      "train",
+      "--config",
+      "templates/configs/search-r1-v0.2-grpo.yaml",
+      "--model",
+      model,
+      "--gpus",
+      "1",
+      "--dry-run",
+      "--device-memory",
+      "80",
+      `trainer.output_dir=${join(dir, "runs")}`,
+      "model.lora_rank=32",
+      "model.lora_alpha=64",
+      "actor.ppo_micro_batch_size_per_gpu=1",
+      "rollout.log_prob_micro_batch_size_per_gpu=1",
+      "actor.param_offload=false",
+      "actor.grad_offload=false",
+      "actor.optimizer_offload=false",
+      "ref.param_offload=false",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/ZeRO stage 0 \(trainer\.zero_stage null: 0 with LoRA\)/);
+    // The base: 7,615,616,512 × 2 bytes = 14.19 GiB, frozen; no fp32 masters, moments or
+    // gradients of it, and no reference copy.
+    expect(r.stdout).toMatch(/actor +weights \(bf16 compute copy, frozen\) +14\.19 /);
+    expect(r.stdout).not.toMatch(/actor +fp32 master weights/);
+    expect(r.stdout).not.toMatch(/reference weights/);
+    // Rank 32 on q/k/v/o/gate/up/down of 28 layers: 28 × 32 × (3584 + 3584 + 3584 + 512 +
+    // 3584 + 512 + 3584 + 3584 + 3584 + 18944 + 3584 + 18944 + 18944 + 3584) = 80,740,352
+    // floats, 1.06 % of the parameters: 0.30 GiB of fp32 weights (+ 0.15 their bf16 copy),
+    // 0.60 of moments, 0.30 of gradients.
+    expect(r.stdout).toMatch(
+      /LoRA rank 32 on all-linear: 80,740,352 adapter floats \(1\.06 % of the parameters\)/,
+    );
+    expect(r.stdout).toMatch(
+      /actor +LoRA rank 32 adapters: fp32 weights and their bf16 copy +0\.45 /,
+    );
+    expect(r.stdout).toMatch(/actor +LoRA adapters: AdamW moments \(fp32 m, v\) +0\.60 /);
+    expect(r.stdout).toMatch(/^fits 80\.00 GiB at ZeRO stage 0/m);
+  });
 });

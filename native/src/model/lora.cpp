@@ -121,9 +121,8 @@ LoraConfig read_adapter_config(const std::string& dir) {
   return out;
 }
 
-LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backend& backend)
-    : config_(config), be_(backend) {
-  if (config_.rank < 1) throw Error("LoRA 'rank' must be >= 1");
+LoraLayout lora_layout(const ModelConfig& c, const LoraConfig& config) {
+  if (config.rank < 1) throw Error("LoRA 'rank' must be >= 1");
   const int H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
             K = c.num_kv_heads * c.head_dim;
   // in, out, first column, fused width of each module (kLoraModuleNames' order)
@@ -131,11 +130,11 @@ LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backe
                                       {H, K, Q + K, c.qkv_dim()}, {Q, H, 0, H},
                                       {H, I, 0, 2 * I},          {H, I, I, 2 * I},
                                       {I, H, 0, H}};
-  sites_.assign(static_cast<size_t>(c.num_layers), std::vector<std::vector<const LoraModule*>>(4));
-  const size_t r = static_cast<size_t>(config_.rank);
+  const size_t r = static_cast<size_t>(config.rank);
+  LoraLayout out;
   for (int l = 0; l < c.num_layers; l++) {
     for (int m = 0; m < kLoraModules; m++) {
-      if (!config_.targets[m]) continue;
+      if (!config.targets[m]) continue;
       LoraModule mod;
       mod.layer = l;
       mod.module = m;
@@ -143,16 +142,34 @@ LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backe
       mod.out = shape[m][1];
       mod.col = shape[m][2];
       mod.ld = shape[m][3];
-      mod.a = total_;
-      total_ = aligned(total_ + r * mod.in);
-      mod.b = total_;
-      total_ = aligned(total_ + static_cast<size_t>(mod.out) * r);
+      mod.a = out.total;
+      out.total = aligned(out.total + r * mod.in);
+      mod.b = out.total;
+      out.total = aligned(out.total + static_cast<size_t>(mod.out) * r);
       mod.prefix = "base_model.model.model.layers." + std::to_string(l) +
                    (m < 4 ? ".self_attn." : ".mlp.") + kLoraModuleNames[m];
-      max_out_ = std::max(max_out_, mod.out);
-      modules_.push_back(mod);
+      out.max_out = std::max(out.max_out, mod.out);
+      out.modules.push_back(mod);
     }
   }
+  return out;
+}
+
+LoraScratch lora_scratch(DeviceBuffers& buffers, size_t rows, size_t rank, size_t max_out) {
+  LoraScratch s;
+  s.t = buffers.x(rows * rank);
+  s.dt = buffers.x(rows * rank);
+  s.y = buffers.x(rows * max_out);
+  return s;
+}
+
+LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backend& backend)
+    : config_(config), be_(backend) {
+  LoraLayout layout = lora_layout(c, config_);
+  modules_ = std::move(layout.modules);
+  total_ = layout.total;
+  max_out_ = layout.max_out;
+  sites_.assign(static_cast<size_t>(c.num_layers), std::vector<std::vector<const LoraModule*>>(4));
   for (const LoraModule& mod : modules_) {
     sites_[static_cast<size_t>(mod.layer)][static_cast<size_t>(site_of(mod.module))].push_back(&mod);
   }
@@ -295,10 +312,11 @@ void LoraAdapters::reserve(int N) {
   if (N <= scratch_rows_) return;
   scratch_.reset();
   scratch_ = std::make_unique<DeviceBuffers>(be_);
-  const size_t rows = static_cast<size_t>(N), r = static_cast<size_t>(config_.rank);
-  t_ = scratch_->x(rows * r);
-  dt_ = scratch_->x(rows * r);
-  y_ = scratch_->x(rows * static_cast<size_t>(max_out_));
+  const LoraScratch s = lora_scratch(*scratch_, static_cast<size_t>(N),
+                                     static_cast<size_t>(config_.rank), static_cast<size_t>(max_out_));
+  t_ = s.t;
+  dt_ = s.dt;
+  y_ = s.y;
   scratch_rows_ = N;
 }
 

@@ -58,6 +58,22 @@ struct LoraModule {
   std::string prefix;   // base_model.model.model.layers.<l>.<self_attn|mlp>.<name>
 };
 
+// The adapters' flat fp32 buffer for a model: each targeted module's A and B (aligned),
+// the floats in all, and the widest output (the scratch's width).
+struct LoraLayout {
+  std::vector<LoraModule> modules;
+  size_t total = 0;
+  int max_out = 0;
+};
+LoraLayout lora_layout(const ModelConfig& model, const LoraConfig& config);
+
+// The scratch of a pass over `rows` token rows: A x, its gradient, one module's output (or
+// output gradient). Laid out by `buffers`, which allocates or, with no backend, only counts.
+struct LoraScratch {
+  XPtr t, dt, y;
+};
+LoraScratch lora_scratch(DeviceBuffers& buffers, size_t rows, size_t rank, size_t max_out);
+
 // The four matmuls of a layer an adapter can attach to.
 enum class LoraSite { Qkv, O, GateUp, Down };
 

@@ -57,7 +57,10 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
     if (offload_.param || offload_.grad || offload_.optimizer) {
       throw Error("LoRA: offload is not built for adapters yet (leave 'actor_offload' out)");
     }
-    return;  // the adapters' fp32 buffer is the masters
+    // The adapters' fp32 buffer is the masters; the frozen base keeps its compute copy alone
+    // (bf16 on CUDA; on the CPU its fp32 compute copy is all there is).
+    model.drop_masters();
+    return;
   }
   if (bucketed()) model.set_gradient_sink(this);
   if (model.params() == nullptr) {
@@ -357,7 +360,16 @@ json::Value Learner::Memory::json() const {
 }
 
 Learner::Memory Learner::planned(const ParamLayout& layout, int ranks, int zero_stage,
-                                 size_t x_elem, Offload offload) {
+                                 size_t x_elem, Offload offload, const LoraLayout* lora) {
+  if (lora != nullptr) {  // memory()'s LoRA case: the base's compute copy, the adapters' state
+    const size_t a = lora->total * sizeof(float);
+    Memory m;
+    m.weights = layout.total() * x_elem;
+    m.masters = a + (x_elem != sizeof(float) ? lora->total * x_elem : 0);
+    m.optimizer = 2 * a;
+    m.gradients = m.gradients_between = a;
+    return m;
+  }
   const size_t multiple = zero_pad_multiple(zero_stage, ranks);
   const size_t capacity = (layout.total() + multiple - 1) / multiple * multiple;
   const size_t shard = (zero_stage == 0 ? layout.total() : capacity / ranks) * sizeof(float);

@@ -166,8 +166,10 @@ class Learner : private Qwen2Model::GradientSink {
   // the compute copy is the masters) and `offload`, the model not loaded: the memory plan's
   // source (searchr1-trainer plan), checked against live learners' by the tests. `weights` is
   // the compute copy while it is on the device (with param offload, during its commands).
+  // With `lora` (stage 0, no offload, as the constructor requires): the base's compute copy
+  // and the adapters' fp32 masters (with their compute copy where apart), moments and gradients.
   static Memory planned(const ParamLayout& layout, int ranks, int zero_stage, size_t x_elem,
-                        Offload offload);
+                        Offload offload, const LoraLayout* lora = nullptr);
 
  private:
   // Rank 0's host copy of the first param_buffer_size() values of the ranks' shards

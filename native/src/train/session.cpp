@@ -603,12 +603,14 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     }
     // Without whole fp32 masters (ZeRO on CUDA) the bf16 compute copy is the bf16 export
     // exactly; any other dtype is written from the fp32 shards, gathered to rank 0.
-    const bool gathered = m.params() == nullptr && dtype != DType::BF16;
+    const bool gathered = m.lora() == nullptr && m.params() == nullptr && dtype != DType::BF16;
     // With LoRA: the base with each adapter merged into it (PEFT's merge_and_unload).
     std::vector<float> merged;
     if (m.lora() != nullptr) {
       merged.resize(m.param_buffer_size());
-      s.be.download(merged.data(), m.params(), merged.size());
+      // The frozen base has no fp32 masters apart from its compute copy (Learner, LoRA).
+      if (m.params() != nullptr) s.be.download(merged.data(), m.params(), merged.size());
+      else s.be.download_x(merged.data(), m.weights(), merged.size());
       m.lora()->merge(m.layout(), merged.data());
     }
     const auto write = [&](const std::string& path, const std::vector<float>& masters) {

@@ -10,6 +10,7 @@
 #include "cli/trainer/commands.h"
 #include "engine/engine.h"
 #include "engine/kv_budget.h"
+#include "model/lora.h"
 #include "model/paged.h"
 #include "train/learner.h"
 #include "util/error.h"
@@ -71,6 +72,26 @@ json::Value pass_json(const ModelConfig& c, size_t x_elem, bool cuda, size_t N) 
        {"attention_backward_scratch", bytes(cuda ? attention_backward_scratch(shape) : 0)}});
 }
 
+// The adapters of load's `lora`: their flat buffer, their learner and each pass's scratch.
+json::Value lora_json(const Args& args, const ModelConfig& c, const ParamLayout& layout,
+                      size_t x_elem, const std::vector<size_t>& tokens) {
+  LoraConfig config;
+  config.rank = static_cast<int>(args.integer("lora-rank", 0, 1));
+  const std::string targets = args.text("lora-targets", "all-linear");
+  config.set_targets(split(targets));
+  const LoraLayout lora = lora_layout(c, config);
+  json::Value scratch = json::Value::array();
+  for (size_t N : tokens) {
+    DeviceBuffers counted(nullptr, x_elem);
+    lora_scratch(counted, N, static_cast<size_t>(config.rank), static_cast<size_t>(lora.max_out));
+    scratch.push(bytes(counted.bytes()));
+  }
+  return json::Value::object(
+      {{"floats", bytes(lora.total)},
+       {"learner", Learner::planned(layout, 1, 0, x_elem, Offload{}, &lora).json()},
+       {"scratch", scratch}});
+}
+
 // The engine `train` starts on this device (searchr1-engine's defaults, cli/engine/main.cpp):
 // its compute copy, its largest step's buffers, and the KV cache its budget gives it.
 json::Value engine_json(const Args& args, const std::string& dir, const ModelConfig& c,
@@ -128,13 +149,18 @@ int cmd_plan(const std::vector<std::string>& argv) {
       "'memory'); 'compute_copy': an untrained copy's (the reference's); 'passes': for each\n"
       "--tokens count, the activations of a forward pass, of a backward pass with and\n"
       "without recomputation, and the CUDA attention's scratch; 'workspace': cuBLASLt's;\n"
-      "with --device-memory-gib, 'engine': the engine's weights, step buffers and KV cache.",
+      "with --device-memory-gib, 'engine': the engine's weights, step buffers and KV cache;\n"
+      "with --lora-rank, 'lora': the adapters' 'floats', their 'learner' (stage 0: the base's\n"
+      "compute copy and the adapters' state, as the load reply's 'memory') and each pass's\n"
+      "adapter 'scratch'.",
       {{"model", "DIR", "a Hugging Face folder; only its config.json is read (required)"},
        {"head", "KIND", "lm (a policy; the default) or value (a critic)"},
        {"device", "DEVICE", "cpu (fp32) or cuda (bf16 compute copy) (required)"},
        {"ranks", "N", "data-parallel ranks over every node (default 1)"},
        {"offload", "LIST", "what the learner keeps in host memory: param,grad,optimizer"},
        {"tokens", "LIST", "token rows of the passes to size, e.g. 4096,16384"},
+       {"lora-rank", "R", "LoRA adapters of rank R on the policy (load's 'lora')"},
+       {"lora-targets", "LIST", "their modules: all-linear (the default) or q_proj,k_proj,..."},
        {"device-memory-gib", "G", "the device's memory: plan the engine on it too"},
        {"gpu-memory-utilization", "U",
         "the engine's share of the device (searchr1-engine's option)"},
@@ -177,6 +203,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (args.has("device-memory-gib")) {
     out.set("engine", engine_json(args, dir, c, layout, x_elem, cuda));
   }
+  if (args.has("lora-rank")) out.set("lora", lora_json(args, c, layout, x_elem, tokens));
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
