@@ -69,7 +69,7 @@ describe("searchr1 CLI", () => {
     const none = runCli(["convert", "--input", "x", "--out", "y"]);
     expect(none.code).toBe(2);
     expect(none.stderr).toContain(
-      'missing required key "kind": expected one of megatron-to-hf|fsdp-to-hf|native-to-hf (set it with <kind> argument',
+      'missing required key "kind": expected one of megatron-to-hf|fsdp-to-hf|native-to-hf|peft-to-hf (set it with <kind> argument',
     );
   });
 

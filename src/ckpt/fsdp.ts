@@ -9,7 +9,9 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { InputError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
+import { castBytes } from "./cast.js";
 import { type ModelDims, readConfig } from "./model-dims.js";
+import { mergedTensor, readLoraConfig } from "./peft.js";
 import type { Conversion, SourceTensor } from "./source.js";
 import { concat } from "./tensor-ops.js";
 import { convertTorchFiles, DTensorShard, describe } from "./torch-load.js";
@@ -101,20 +103,78 @@ export function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Conversio
       }
     });
     const tensors: SourceTensor[] = [];
+    const lora = new Map<string, { A?: SourceTensor; B?: SourceTensor }>();
     for (const name of first.keys()) {
-      if (name.includes("lora_")) {
-        throw new InputError(`${layout.files[0]}: ${name}: LoRA adapter weights are not supported`);
+      const merged = merge(
+        name,
+        layout.files,
+        dicts.map((d) => d.get(name)),
+      );
+      const hfName = name.replace(PEFT_PREFIX, "").replace(".base_layer.", ".");
+      const half = LORA_TENSOR.exec(hfName);
+      if (half) {
+        const key = `${half[1]}.weight`;
+        lora.set(key, { ...lora.get(key), [half[2] as "A" | "B"]: merged });
+        continue;
       }
-      if (name === "lm_head.weight" && dims.tied) continue; // the tied embedding, saved twice
-      tensors.push(
-        merge(
-          name,
-          layout.files,
-          dicts.map((d) => d.get(name)),
-        ),
+      if (hfName.includes("lora_")) {
+        throw new InputError(`${layout.files[0]}: ${name}: not a LoRA tensor this reader knows`);
+      }
+      if (hfName === "lm_head.weight" && dims.tied) continue; // the tied embedding, saved twice
+      tensors.push({ ...merged, name: hfName });
+    }
+    return lora.size === 0 ? tensors : mergeFsdpLora(layout, tensors, lora);
+  });
+}
+
+/**
+ * PEFT's names in a LoRA model's state dict (peft/tuners/lora/layer.py): the model under
+ * `base_model.model.`, a targeted layer's own weight as `base_layer`, its adapter as
+ * `lora_A.default` / `lora_B.default`.
+ */
+const PEFT_PREFIX = /^base_model\.model\./;
+const LORA_TENSOR = /^(.+)\.lora_([AB])\.default\.weight$/;
+
+/**
+ * A LoRA run's checkpoint: the adapters merged into the base weights they target, with the
+ * scaling of the PEFT folder verl writes beside the rank files (`<actor>/lora_adapter/`,
+ * verl/workers/fsdp_workers.py, save_checkpoint), which holds lora_alpha.
+ */
+function mergeFsdpLora(
+  layout: FsdpLayout,
+  tensors: SourceTensor[],
+  lora: Map<string, { A?: SourceTensor; B?: SourceTensor }>,
+): SourceTensor[] {
+  const adapterDir = join(layout.actorDir, "lora_adapter");
+  if (!existsSync(join(adapterDir, "adapter_config.json"))) {
+    throw new InputError(
+      `${layout.files[0]}: holds LoRA adapters, but ${join(adapterDir, "adapter_config.json")} (their lora_alpha, which verl saves beside the rank files) is missing`,
+    );
+  }
+  const config = readLoraConfig(adapterDir);
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  for (const [key, { A, B }] of lora) {
+    if (!A || !B) {
+      throw new InputError(`${layout.files[0]}: ${key}: lora_${A ? "B" : "A"} is missing`);
+    }
+    if (!byName.has(key)) {
+      throw new InputError(
+        `${layout.files[0]}: an adapter targets ${key}, which is not in the checkpoint`,
       );
     }
-    return tensors;
+  }
+  return tensors.map((t) => {
+    const halves = lora.get(t.name);
+    if (!halves) return t;
+    const { A, B } = halves as { A: SourceTensor; B: SourceTensor };
+    const floats = async (x: SourceTensor) =>
+      new Float32Array(new Uint8Array(castBytes(await x.read(), x.dtype, "F32")).buffer);
+    return mergedTensor(
+      t,
+      async () => ({ a: await floats(A), b: await floats(B), rank: A.shape[0] as number }),
+      config.scaling,
+      config.fanInFanOut,
+    );
   });
 }
 

@@ -35,8 +35,16 @@ export interface LoraAdapter {
 /** PEFT's tensor names: `base_model.model.<module>.lora_A.weight` (adapter name left out). */
 const PEFT_NAME = /^base_model\.model\.(.+)\.lora_([AB])(?:\.default)?\.weight$/;
 
-/** Reads a PEFT adapter folder (adapter_config.json and adapter_model.safetensors). */
-export async function readLoraAdapter(dir: string): Promise<LoraAdapter> {
+/** What adapter_config.json of a PEFT LoRA folder says about merging its adapters. */
+export interface LoraConfig {
+  rank: number;
+  scaling: number;
+  fanInFanOut: boolean;
+  baseModel: string | null;
+}
+
+/** adapter_config.json of a PEFT folder; refuses, naming the field, what is not merged here. */
+export function readLoraConfig(dir: string): LoraConfig {
   const configPath = join(dir, "adapter_config.json");
   if (!existsSync(configPath)) {
     throw new InputError(`${dir}: no adapter_config.json (a PEFT adapter folder is expected)`);
@@ -75,8 +83,19 @@ export async function readLoraAdapter(dir: string): Promise<LoraAdapter> {
   if (typeof alpha !== "number" || !Number.isFinite(alpha)) {
     throw refuse("lora_alpha", "must be a number");
   }
-  const scaling = config.use_rslora === true ? alpha / Math.sqrt(r) : alpha / r;
+  const base = config.base_model_name_or_path;
+  return {
+    rank: r,
+    scaling: config.use_rslora === true ? alpha / Math.sqrt(r) : alpha / r,
+    fanInFanOut: config.fan_in_fan_out === true,
+    baseModel: typeof base === "string" && base !== "" ? base : null,
+  };
+}
 
+/** Reads a PEFT adapter folder (adapter_config.json and adapter_model.safetensors). */
+export async function readLoraAdapter(dir: string): Promise<LoraAdapter> {
+  const { rank: r, scaling, fanInFanOut, baseModel } = readLoraConfig(dir);
+  const configPath = join(dir, "adapter_config.json");
   const weights = join(dir, "adapter_model.safetensors");
   if (!existsSync(weights)) {
     const bin = existsSync(join(dir, "adapter_model.bin"));
@@ -109,13 +128,7 @@ export async function readLoraAdapter(dir: string): Promise<LoraAdapter> {
     }
     pairs.set(key, { a: toFloat32(A), b: toFloat32(B), rank: r });
   }
-  const base = config.base_model_name_or_path;
-  return {
-    pairs,
-    scaling,
-    fanInFanOut: config.fan_in_fan_out === true,
-    baseModel: typeof base === "string" && base !== "" ? base : null,
-  };
+  return { pairs, scaling, fanInFanOut, baseModel };
 }
 
 /**
@@ -146,12 +159,7 @@ export function mergeLora(base: Conversion, adapter: LoraAdapter, from: string):
       throw new InputError(
         `${from}: the adapter changes ${name}, which the base model does not have`,
       );
-    const [out, inDim] = adapter.fanInFanOut ? [t.shape[1], t.shape[0]] : [t.shape[0], t.shape[1]];
-    if (
-      t.shape.length !== 2 ||
-      pair.b.length !== (out ?? 0) * pair.rank ||
-      pair.a.length !== (inDim ?? 0) * pair.rank
-    ) {
+    if (!fits(t.shape, pair, adapter.fanInFanOut)) {
       throw new InputError(
         `${from}: ${name}: the adapter's A and B do not fit the base weight [${t.shape}]`,
       );
@@ -159,21 +167,30 @@ export function mergeLora(base: Conversion, adapter: LoraAdapter, from: string):
   }
   const tensors = base.tensors.map((t) => {
     const pair = adapter.pairs.get(t.name);
-    return pair ? mergedTensor(t, pair, adapter.scaling, adapter.fanInFanOut) : t;
+    return pair ? mergedTensor(t, async () => pair, adapter.scaling, adapter.fanInFanOut) : t;
   });
   return { tensors, close: base.close };
 }
 
-/** `base` + scaling · B A (transposed with fan_in_fan_out), in `base`'s dtype. */
+/**
+ * `base` + scaling · B A (transposed with fan_in_fan_out), in `base`'s dtype; the adapter is
+ * read when the tensor is, and must fit it.
+ */
 export function mergedTensor(
   base: SourceTensor,
-  pair: LoraPair,
+  readPair: () => Promise<LoraPair>,
   scaling: number,
   fanInFanOut: boolean,
 ): SourceTensor {
   return {
     ...base,
     read: async () => {
+      const pair = await readPair();
+      if (!fits(base.shape, pair, fanInFanOut)) {
+        throw new InputError(
+          `${base.name}: the adapter's A and B do not fit the base weight [${base.shape}]`,
+        );
+      }
       const [rows, cols] = base.shape as [number, number];
       const w = new Float32Array(rows * cols);
       Buffer.from(w.buffer).set(castBytes(await base.read(), base.dtype, "F32"));
@@ -193,4 +210,13 @@ export function mergedTensor(
       return castBytes(Buffer.from(w.buffer), "F32", base.dtype);
     },
   };
+}
+
+/** Whether A [r, in] and B [out, r] fit a weight of `shape` ([out, in], or [in, out]). */
+function fits(shape: readonly number[], pair: LoraPair, fanInFanOut: boolean): boolean {
+  if (shape.length !== 2) return false;
+  const [out, inDim] = fanInFanOut ? [shape[1], shape[0]] : [shape[0], shape[1]];
+  return (
+    pair.b.length === (out as number) * pair.rank && pair.a.length === (inDim as number) * pair.rank
+  );
 }

@@ -231,6 +231,26 @@ describe("searchr1 convert fsdp-to-hf", () => {
     );
   });
 
+  // make_fsdp_lora_fixture.py: a LoRA run's checkpoint under PEFT's names, 2 ranks, with the
+  // lora_adapter/ folder verl writes beside the rank files.
+  it("a LoRA run's checkpoint: the adapters merged into the base, bit for bit PEFT's merge", async () => {
+    const lora = join(F, "fsdp", "ws2-lora-untied");
+    const out = join(dir, "f-lora");
+    const r = runCli(["convert", "fsdp-to-hf", "--input", lora, "--out", out, "--quiet"]);
+    expect(r.code, r.stderr).toBe(0);
+    await expectSameTensors(out, await readSafetensors(join(lora, "expected.safetensors")));
+
+    const copy = join(dir, "fsdp-lora-no-adapter");
+    cpSync(lora, copy, { recursive: true });
+    rmSync(join(copy, "global_step_300", "actor", "lora_adapter"), { recursive: true });
+    const missing = runCli(["convert", "fsdp-to-hf", "--input", copy, "--out", join(dir, "x")]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(
+      /holds LoRA adapters, but .*lora_adapter\/adapter_config\.json \(their lora_alpha/,
+    );
+    expect(existsSync(join(dir, "x"))).toBe(false);
+  });
+
   it("names a missing rank file", () => {
     const copy = join(dir, "fsdp-missing");
     cpSync(join(F, "fsdp", "ws2-dtensor-untied"), copy, { recursive: true });

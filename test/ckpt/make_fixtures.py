@@ -96,6 +96,7 @@ import random
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import types
 import typing
@@ -1446,6 +1447,9 @@ The script's docstring documents every layout in detail.
   - `ws2-dtensor-untied`: two ranks, DTensor pickles (Shard(0), Shard(1) for
     `model.layers.0.mlp.down_proj.weight`, Replicate for `model.norm.weight`),
     layer norms as plain full tensors on both ranks (take one)
+  - `ws2-lora-untied`: a LoRA run's (make_fsdp_lora_fixture.py): PEFT's names, adapters
+    on q_proj, v_proj and down_proj, `lora_adapter/` beside the rank files, and
+    `expected.safetensors` (the adapters merged)
 - `cast/`: dtype-cast references: `untied-bf16`, `untied-fp16`, `tied-fp32`, and
   `edge.safetensors` (`x`, `x.bf16`, `x.fp16`, `x.bf16.f32`, `x.fp16.f32`).
 """
@@ -1472,6 +1476,8 @@ def main():
     for case, spec in FSDP_CASES.items():
         write_fsdp(case, hf[spec[0]])
     write_casts(hf)
+    # A LoRA run's FSDP checkpoint, from hf/untied (its own script: make_fsdp_lora_fixture.py).
+    subprocess.run([sys.executable, os.path.join(HERE, "make_fsdp_lora_fixture.py")], check=True)
 
     print("checks:")
     for name in MODELS:
