@@ -2,14 +2,13 @@ import { join } from "node:path";
 import type { Command } from "commander";
 import { outputDType } from "../src/ckpt/cast.js";
 import { expectedTensors, verifyTensors } from "../src/ckpt/expected-tensors.js";
-import { fsdpToHf, locateFsdp } from "../src/ckpt/fsdp.js";
+import { type FsdpConversion, fsdpToHf, locateFsdp } from "../src/ckpt/fsdp.js";
 import { parseShardSize, writeHfFolder } from "../src/ckpt/hf-folder.js";
 import { hfFolderTensors } from "../src/ckpt/hf-source.js";
 import { megatronToHf } from "../src/ckpt/megatron.js";
 import { locateMegatron } from "../src/ckpt/megatron-layout.js";
 import { modelDims, readConfig } from "../src/ckpt/model-dims.js";
-import { localBaseModel, mergeLora, readLoraAdapter } from "../src/ckpt/peft.js";
-import type { Conversion } from "../src/ckpt/source.js";
+import { localBaseModel, mergeLora, readLoraAdapter, writeLoraFolder } from "../src/ckpt/peft.js";
 import { defineCommand } from "../src/command/define.js";
 import { convertCkptSpec } from "../src/config/schemas/convert-ckpt.js";
 import { InputError, UsageError } from "../src/runtime/errors.js";
@@ -29,6 +28,7 @@ export function register(program: Command): Command {
       { flags: "--out <dir>", key: "out" },
       { flags: "--hf-base <dir>", key: "hf_base" },
       { flags: "--dtype <dtype>", key: "dtype" },
+      { flags: "--lora <mode>", key: "lora" },
       { flags: "--max-shard-size <size>", key: "max_shard_size" },
       { flags: "--keep-config", key: "keep_config" },
       { flags: "--verify", key: "verify" },
@@ -40,6 +40,7 @@ export function register(program: Command): Command {
       "searchr1 convert fsdp-to-hf --input checkpoints/nq/global_step_300/actor --out hf/step300 --dtype bf16",
       "searchr1 convert native-to-hf --input runs/sft/model --out hf/sft --max-shard-size 2GB --verify",
       "searchr1 convert peft-to-hf --input runs/nq/global_step_100/adapter --hf-base models/Qwen2.5-0.5B-Instruct --out hf/step100",
+      "searchr1 convert fsdp-to-hf --input checkpoints/nq-lora/global_step_300/actor --out hf/step300 --lora separate",
     ],
     run: async (config) => {
       const started = Date.now();
@@ -47,8 +48,13 @@ export function register(program: Command): Command {
       const progress = createProgress({ quiet: config.quiet });
       const warn = (message: string) => progress.log(`warning: ${message}`);
 
+      if (config.lora !== "merge" && config.kind !== "fsdp-to-hf") {
+        throw new UsageError(
+          `convert ${config.kind}: --lora ${config.lora} is for fsdp-to-hf (a LoRA run's checkpoint, base and adapters together)`,
+        );
+      }
       let baseDir: string;
-      let open: (dims: ReturnType<typeof modelDims>) => Promise<Conversion>;
+      let open: (dims: ReturnType<typeof modelDims>) => Promise<FsdpConversion>;
       let from: string;
       if (config.kind === "megatron-to-hf") {
         if (!config.hf_base) {
@@ -64,7 +70,7 @@ export function register(program: Command): Command {
         const layout = locateFsdp(config.input);
         baseDir = config.hf_base ?? join(layout.actorDir, "huggingface");
         from = `${layout.actorDir} (world size ${layout.worldSize})`;
-        open = (dims) => fsdpToHf(layout, dims);
+        open = (dims) => fsdpToHf(layout, dims, config.lora);
       } else if (config.kind === "peft-to-hf") {
         const adapter = await readLoraAdapter(config.input);
         const base = config.hf_base ?? localBaseModel(config.input, adapter);
@@ -107,6 +113,8 @@ export function register(program: Command): Command {
         const tensors = [...conversion.tensors].sort(
           (a, b) => (rank.get(a.name) ?? 0) - (rank.get(b.name) ?? 0),
         );
+        const { adapter } = conversion;
+        const adapterDir = join(config.out, "lora_adapter");
         const summary = await withInterrupt(
           (signal) =>
             writeHfFolder({
@@ -120,6 +128,10 @@ export function register(program: Command): Command {
               progress,
               signal,
               warn,
+              extra: adapter
+                ? (dir) =>
+                    writeLoraFolder(join(dir, "lora_adapter"), adapter.configPath, adapter.tensors)
+                : undefined,
             }),
           `interrupted; ${config.out} was not written`,
         );
@@ -128,6 +140,11 @@ export function register(program: Command): Command {
           `${config.out}: ${summary.tensors} tensors, ${formatBytes(summary.bytes)} ` +
             `(${summary.dtypes.join(", ")}) in ${summary.files.length} file(s) from ${from} in ${seconds} s\n`,
         );
+        if (adapter) {
+          process.stdout.write(
+            `${adapterDir}: the LoRA adapter apart (rank ${adapter.rank}, ${adapter.tensors.length} tensors, ${adapter.configPath} copied); the weights above are the base's, unmerged\n`,
+          );
+        }
         for (const c of summary.configDtype) {
           process.stdout.write(
             `${join(config.out, "config.json")}: ${c.field} set to ${c.to} (was ${c.from}) to match the tensors; --keep-config keeps the base model's\n`,

@@ -307,6 +307,11 @@ const INPUTS: Input[] = [
     when: /--input checkpoints\/nq\/global_step_300\/actor\b/,
     make: copy(join(CKPT, "fsdp", "ws2-dtensor-untied"), "checkpoints/nq"),
   },
+  // a verl LoRA run's checkpoint (PEFT's names, lora_adapter/ beside the rank files)
+  {
+    when: /--input checkpoints\/nq-lora\/global_step_300\/actor\b/,
+    make: copy(join(CKPT, "fsdp", "ws2-lora-untied"), "checkpoints/nq-lora"),
+  },
   { when: /--input runs\/sft\/model\b/, make: copy(join(CKPT, "hf", "untied"), "runs/sft/model") },
   // a PEFT adapter of the native tests' untied model (its stand-in for Qwen2.5-0.5B-Instruct)
   {

@@ -7,7 +7,7 @@
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { InputError } from "../runtime/errors.js";
+import { InputError, UsageError } from "../runtime/errors.js";
 import { DTYPE_SIZE, type DType } from "../tensors/safetensors.js";
 import { castBytes } from "./cast.js";
 import { type ModelDims, readConfig } from "./model-dims.js";
@@ -86,8 +86,30 @@ function findActorDir(input: string): string {
 // FSDP/activation-checkpointing wrappers that older saves leave in parameter names.
 const WRAPPERS = /(^|\.)(_fsdp_wrapped_module|_checkpoint_wrapped_module|_orig_mod)\./g;
 
-export function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Conversion> {
-  return convertTorchFiles(layout.files, (values) => {
+/** What fsdp-to-hf does with a LoRA run's adapters (`--lora`). */
+export type FsdpLora = "merge" | "separate";
+
+/** A LoRA run's adapter as a PEFT folder to write beside the base (`--lora separate`). */
+export interface FsdpAdapter {
+  /** The checkpoint's `lora_adapter/adapter_config.json`, copied as it is. */
+  configPath: string;
+  rank: number;
+  /** PEFT's saved names, `base_model.model.<module>.lora_A.weight`, in checkpoint order. */
+  tensors: SourceTensor[];
+}
+
+export interface FsdpConversion extends Conversion {
+  /** With `--lora separate`, the adapter the base tensors go without. */
+  adapter?: FsdpAdapter;
+}
+
+export async function fsdpToHf(
+  layout: FsdpLayout,
+  dims: ModelDims,
+  loraMode: FsdpLora = "merge",
+): Promise<FsdpConversion> {
+  let adapter: FsdpAdapter | undefined;
+  const conversion = await convertTorchFiles(layout.files, (values) => {
     const dicts = values.map((value, r) => {
       if (!(value instanceof Map)) {
         throw new InputError(`${layout.files[r]}: expected a state dict, found ${describe(value)}`);
@@ -113,7 +135,7 @@ export function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Conversio
       const hfName = name.replace(PEFT_PREFIX, "").replace(".base_layer.", ".");
       const half = LORA_TENSOR.exec(hfName);
       if (half) {
-        const key = `${half[1]}.weight`;
+        const key = half[1] as string;
         lora.set(key, { ...lora.get(key), [half[2] as "A" | "B"]: merged });
         continue;
       }
@@ -123,8 +145,22 @@ export function fsdpToHf(layout: FsdpLayout, dims: ModelDims): Promise<Conversio
       if (hfName === "lm_head.weight" && dims.tied) continue; // the tied embedding, saved twice
       tensors.push({ ...merged, name: hfName });
     }
-    return lora.size === 0 ? tensors : mergeFsdpLora(layout, tensors, lora);
+    if (lora.size === 0) {
+      if (loraMode === "separate") {
+        throw new UsageError(
+          `--lora separate: ${layout.actorDir} holds no LoRA adapters (no lora_A/lora_B tensors)`,
+        );
+      }
+      return tensors;
+    }
+    const found = fsdpLora(layout, tensors, lora);
+    if (loraMode === "separate") {
+      adapter = found.adapter;
+      return tensors;
+    }
+    return found.merged;
   });
+  return { ...conversion, adapter };
 }
 
 /**
@@ -136,46 +172,68 @@ const PEFT_PREFIX = /^base_model\.model\./;
 const LORA_TENSOR = /^(.+)\.lora_([AB])\.default\.weight$/;
 
 /**
- * A LoRA run's checkpoint: the adapters merged into the base weights they target, with the
- * scaling of the PEFT folder verl writes beside the rank files (`<actor>/lora_adapter/`,
- * verl/workers/fsdp_workers.py, save_checkpoint), which holds lora_alpha.
+ * A LoRA run's checkpoint: its adapters, checked against the base weights they target and
+ * the PEFT folder verl writes beside the rank files (`<actor>/lora_adapter/`,
+ * verl/workers/fsdp_workers.py, save_checkpoint), whose adapter_config.json holds the
+ * lora_alpha the rank files lack; as the base tensors with the adapters merged in, and as a
+ * PEFT adapter apart (what verl's model_merger writes, verl/model_merger/base_model_merger.py,
+ * save_lora_adapter: the names less `.default`).
  */
-function mergeFsdpLora(
+function fsdpLora(
   layout: FsdpLayout,
   tensors: SourceTensor[],
   lora: Map<string, { A?: SourceTensor; B?: SourceTensor }>,
-): SourceTensor[] {
+): { merged: SourceTensor[]; adapter: FsdpAdapter } {
   const adapterDir = join(layout.actorDir, "lora_adapter");
-  if (!existsSync(join(adapterDir, "adapter_config.json"))) {
+  const configPath = join(adapterDir, "adapter_config.json");
+  if (!existsSync(configPath)) {
     throw new InputError(
-      `${layout.files[0]}: holds LoRA adapters, but ${join(adapterDir, "adapter_config.json")} (their lora_alpha, which verl saves beside the rank files) is missing`,
+      `${layout.files[0]}: holds LoRA adapters, but ${configPath} (their lora_alpha, which verl saves beside the rank files) is missing`,
     );
   }
   const config = readLoraConfig(adapterDir);
   const byName = new Map(tensors.map((t) => [t.name, t]));
-  for (const [key, { A, B }] of lora) {
-    if (!A || !B) {
-      throw new InputError(`${layout.files[0]}: ${key}: lora_${A ? "B" : "A"} is missing`);
-    }
-    if (!byName.has(key)) {
+  const pairs = new Map<string, { A: SourceTensor; B: SourceTensor }>();
+  const adapterTensors: SourceTensor[] = [];
+  for (const [module, { A, B }] of lora) {
+    const key = `${module}.weight`;
+    const where = `${layout.files[0]}: ${key}`;
+    if (!A || !B) throw new InputError(`${where}: lora_${A ? "B" : "A"} is missing`);
+    const base = byName.get(key);
+    if (!base)
+      throw new InputError(`${where}: an adapter targets it, but it is not in the checkpoint`);
+    const why = config.refuses(module);
+    if (why !== null) throw new InputError(`${where}: has an adapter, but ${why} (${configPath})`);
+    const [out, inDim] = base.shape;
+    const fit =
+      base.shape.length === 2 &&
+      A.shape.join() === [config.rank, inDim].join() &&
+      B.shape.join() === [out, config.rank].join();
+    if (!fit) {
       throw new InputError(
-        `${layout.files[0]}: an adapter targets ${key}, which is not in the checkpoint`,
+        `${where}: lora_A [${A.shape}] and lora_B [${B.shape}] do not fit the base weight [${base.shape}] at r = ${config.rank} (${configPath})`,
       );
     }
+    pairs.set(key, { A, B });
+    for (const [half, t] of [
+      ["A", A],
+      ["B", B],
+    ] as const) {
+      adapterTensors.push({ ...t, name: `base_model.model.${module}.lora_${half}.weight` });
+    }
   }
-  return tensors.map((t) => {
-    const halves = lora.get(t.name);
-    if (!halves) return t;
-    const { A, B } = halves as { A: SourceTensor; B: SourceTensor };
-    const floats = async (x: SourceTensor) =>
-      new Float32Array(new Uint8Array(castBytes(await x.read(), x.dtype, "F32")).buffer);
+  const floats = async (x: SourceTensor) =>
+    new Float32Array(new Uint8Array(castBytes(await x.read(), x.dtype, "F32")).buffer);
+  const merged = tensors.map((t) => {
+    const pair = pairs.get(t.name);
+    if (!pair) return t;
     return mergedTensor(
       t,
-      async () => ({ a: await floats(A), b: await floats(B), rank: A.shape[0] as number }),
+      async () => ({ a: await floats(pair.A), b: await floats(pair.B), rank: config.rank }),
       config.scaling,
-      config.fanInFanOut,
     );
   });
+  return { merged, adapter: { configPath, rank: config.rank, tensors: adapterTensors } };
 }
 
 function merge(name: string, files: string[], values: unknown[]): SourceTensor {

@@ -123,6 +123,8 @@ export interface HfFolderOptions {
   progress: Progress;
   signal?: AbortSignal;
   warn: (msg: string) => void;
+  /** Writes more files into the new folder (given) before it is put in place. */
+  extra?: (dir: string) => Promise<void>;
 }
 
 export interface HfFolderSummary {
@@ -179,6 +181,7 @@ export async function writeHfFolder(opts: HfFolderOptions): Promise<HfFolderSumm
       const index = join(tmp, INDEX_FILE);
       await fsOp(`${index}: cannot write`, writeFile(index, indexJson(shards, bytes)));
     }
+    await opts.extra?.(tmp);
     opts.signal?.throwIfAborted();
     await fsOp(`${out}: cannot put the new folder in place`, replaceDir(tmp, out));
   } catch (e) {

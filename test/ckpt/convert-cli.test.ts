@@ -249,6 +249,98 @@ describe("searchr1 convert fsdp-to-hf", () => {
       /holds LoRA adapters, but .*lora_adapter\/adapter_config\.json \(their lora_alpha/,
     );
     expect(existsSync(join(dir, "x"))).toBe(false);
+
+    // An adapter on a module the lora_adapter/ config does not select: the two disagree.
+    const narrow = join(dir, "fsdp-lora-narrow");
+    cpSync(lora, narrow, { recursive: true });
+    const configFile = join(
+      narrow,
+      "global_step_300",
+      "actor",
+      "lora_adapter",
+      "adapter_config.json",
+    );
+    const config = JSON.parse(readFileSync(configFile, "utf8"));
+    writeFileSync(configFile, JSON.stringify({ ...config, target_modules: ["q_proj", "v_proj"] }));
+    const refused = runCli(["convert", "fsdp-to-hf", "--input", narrow, "--out", join(dir, "x")]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /model\.layers\.0\.mlp\.down_proj\.weight: has an adapter, but target_modules \["q_proj","v_proj"\] does not select it \(.*lora_adapter\/adapter_config\.json\)/,
+    );
+    expect(existsSync(join(dir, "x"))).toBe(false);
+  });
+
+  // verl's model_merger (verl/model_merger/base_model_merger.py, save_lora_adapter): the base
+  // unmerged, the adapter as a PEFT folder in <out>/lora_adapter.
+  it("--lora separate: the base unmerged and the adapter apart, which peft-to-hf merges to the same", async () => {
+    const lora = join(F, "fsdp", "ws2-lora-untied");
+    const actor = join(lora, "global_step_300", "actor");
+    const out = join(dir, "f-lora-separate");
+    const r = runCli([
+      "convert",
+      "fsdp-to-hf",
+      "--input",
+      lora,
+      "--out",
+      out,
+      "--lora",
+      "separate",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(
+      `${join(out, "lora_adapter")}: the LoRA adapter apart (rank 2, 24 tensors`,
+    );
+    await expectSameTensors(out, await readFolder(join(F, "hf", "untied")));
+    expect(readFileSync(join(out, "lora_adapter", "adapter_config.json"))).toEqual(
+      readFileSync(join(actor, "lora_adapter", "adapter_config.json")),
+    );
+    const ours = await readSafetensors(join(out, "lora_adapter", "adapter_model.safetensors"));
+    const verls = await readSafetensors(join(actor, "lora_adapter", "adapter_model.safetensors"));
+    expect([...ours.keys()].sort()).toEqual([...verls.keys()].sort());
+    for (const [name, t] of verls) {
+      expect(ours.get(name)?.dtype, name).toBe(t.dtype);
+      expect(ours.get(name)?.data, name).toEqual(t.data);
+    }
+    const merged = join(dir, "f-lora-separate-merged");
+    const m = runCli([
+      "convert",
+      "peft-to-hf",
+      "--input",
+      join(out, "lora_adapter"),
+      "--hf-base",
+      out,
+      "--out",
+      merged,
+      "--quiet",
+    ]);
+    expect(m.code, m.stderr).toBe(0);
+    await expectSameTensors(merged, await readSafetensors(join(lora, "expected.safetensors")));
+
+    const plain = runCli([
+      "convert",
+      "fsdp-to-hf",
+      "--input",
+      join(F, "fsdp", "ws2-dtensor-untied"),
+      "--out",
+      join(dir, "y"),
+      "--lora",
+      "separate",
+    ]);
+    expect(plain.code).toBe(2);
+    expect(plain.stderr).toMatch(/--lora separate: .*actor holds no LoRA adapters/);
+    const other = runCli([
+      "convert",
+      "native-to-hf",
+      "--input",
+      join(F, "hf", "untied"),
+      "--out",
+      join(dir, "y"),
+      "--lora",
+      "separate",
+    ]);
+    expect(other.code).toBe(2);
+    expect(other.stderr).toContain("convert native-to-hf: --lora separate is for fsdp-to-hf");
+    expect(existsSync(join(dir, "y"))).toBe(false);
   });
 
   it("names a missing rank file", () => {

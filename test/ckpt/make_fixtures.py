@@ -1450,6 +1450,9 @@ The script's docstring documents every layout in detail.
   - `ws2-lora-untied`: a LoRA run's (make_fsdp_lora_fixture.py): PEFT's names, adapters
     on q_proj, v_proj and down_proj, `lora_adapter/` beside the rank files, and
     `expected.safetensors` (the adapters merged)
+- `peft/`: `convert peft-to-hf` references (make_peft_fixtures.py): `adapter-bin/` (a PEFT
+  adapter saved as adapter_model.bin) and `expected.safetensors` (merges on a bf16 base, and
+  PEFT's own float32 arithmetic)
 - `cast/`: dtype-cast references: `untied-bf16`, `untied-fp16`, `tied-fp32`, and
   `edge.safetensors` (`x`, `x.bf16`, `x.fp16`, `x.bf16.f32`, `x.fp16.f32`).
 """
@@ -1478,6 +1481,8 @@ def main():
     write_casts(hf)
     # A LoRA run's FSDP checkpoint, from hf/untied (its own script: make_fsdp_lora_fixture.py).
     subprocess.run([sys.executable, os.path.join(HERE, "make_fsdp_lora_fixture.py")], check=True)
+    # convert peft-to-hf's references (make_peft_fixtures.py), from test/native/fixtures/lora/.
+    subprocess.run([sys.executable, os.path.join(HERE, "make_peft_fixtures.py")], check=True)
 
     print("checks:")
     for name in MODELS:

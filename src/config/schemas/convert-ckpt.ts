@@ -25,6 +25,12 @@ export const convertCkptSchema = z.strictObject({
   dtype: dtypeEnum(["keep", "bf16", "fp16", "fp32"])
     .default("keep")
     .describe("dtype of the written floating-point tensors (keep = as in the checkpoint)"),
+  lora: z
+    .enum(["merge", "separate"])
+    .default("merge")
+    .describe(
+      "fsdp-to-hf of a LoRA run: merge = the adapters merged into the base weights; separate = as verl's model_merger, the base weights unmerged and the adapter as a PEFT folder in <out>/lora_adapter",
+    ),
   max_shard_size: z
     .string()
     .min(1)
