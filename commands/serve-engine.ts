@@ -23,6 +23,12 @@ export function register(program: Command): Command {
       { flags: "--skip-tokenizer-init", key: "skip_tokenizer_init" },
       { flags: "--max-body-mb <n>", key: "max_body_mb" },
       { flags: "--served-model-name <name>", key: "served_model_name" },
+      { flags: "--lora <name=path>", key: "lora", repeatable: true },
+      {
+        flags: "--lora-paths <specs...>",
+        key: "lora",
+        description: "SGLang's spelling of --lora: several NAME=PATH after one flag",
+      },
       { flags: "--api-key <key>", key: "api_key" },
     ],
     examples: [
@@ -30,6 +36,7 @@ export function register(program: Command): Command {
       "searchr1 serve-engine --model ./qwen --device cpu --threads 8 --kv-cache-mb 4096 --context-length 8192",
       "searchr1 serve-engine --model ./qwen --skip-tokenizer-init --host 0.0.0.0 max_running=64",
       "searchr1 serve-engine --model ./qwen --host 0.0.0.0 --api-key sk-my-secret --served-model-name qwen",
+      "searchr1 serve-engine --model models/Qwen2.5-0.5B-Instruct --skip-tokenizer-init --lora search=runs/nq/global_step_100/adapter",
     ],
     run: (config) => serveEngine(config),
   });

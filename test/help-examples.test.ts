@@ -321,6 +321,11 @@ const INPUTS: Input[] = [
       copy(join(NATIVE, "untied"), "models/Qwen2.5-0.5B-Instruct")(d);
     },
   },
+  // serve-engine --lora: that adapter (the model is the rule for models/Qwen2.5-0.5B-Instruct's)
+  {
+    when: /--lora \w+=runs\/nq\/global_step_100\/adapter\b/,
+    make: copy(join(NATIVE, "lora", "adapter"), "runs/nq/global_step_100/adapter"),
+  },
   // serve-engine: a tiny Qwen2 with a tokenizer.
   {
     when: /--model \S*models\/Qwen2\.5-3B-Instruct\b/,

@@ -79,15 +79,15 @@ export class EngineProcess {
     return ready as EngineEvent;
   }
 
-  /** Sends control command `op` and waits for its reply; throws when it is refused. */
-  async control(op: string): Promise<EngineEvent> {
+  /** Sends control command `op` (with `fields`) and waits for its reply; throws when refused. */
+  async control(op: string, fields: object = {}): Promise<EngineEvent> {
     const id = this.nextId();
     let reply: EngineEvent | undefined;
     const done = this.until((e) => {
       if (e.ev === "reply" && e.id === id) reply = e;
       return reply !== undefined;
     });
-    this.send([{ op, id }]);
+    this.send([{ ...fields, op, id }]);
     await done;
     if (!reply?.ok) throw new Error(`searchr1-engine: ${op} refused: ${JSON.stringify(reply)}`);
     return reply;

@@ -43,6 +43,8 @@ export interface AgentSettings {
   compat: "none" | "search-r1-retokenize";
   /** How search is called: Search-R1's tags (absent: those), or Hermes tool calls (verl's tool agent). */
   format?: { kind: "search_r1" } | HermesFormat;
+  /** The engine's LoRA adapter every turn runs with (train with LoRA); absent: the base. */
+  lora?: string;
 }
 
 export interface AgentParts {
@@ -141,6 +143,7 @@ async function turns(
         // Hermes turns end at EOS (<|im_end|>), as verl's tool agent asks for no stop strings.
         stop: hermes ? [] : STOP_STRINGS,
         seed: task.seed === null ? null : turnSeed(task.seed, index),
+        ...(settings.lora ? { lora: settings.lora } : {}),
       },
       hooks.signal,
     );

@@ -12,6 +12,8 @@ export interface FlagSpec {
   key: string;
   /** Help text; defaults to the schema's description of the key. */
   description?: string;
+  /** The flag may be given several times, each value joining a list (a key of strings). */
+  repeatable?: boolean;
 }
 
 function formatDefault(value: unknown): string {
@@ -62,7 +64,12 @@ export function addConfigFlags(
       def === undefined || def === null || def === false || (Array.isArray(def) && def.length === 0)
         ? ""
         : ` (default: ${formatDefault(def)})`;
-    cmd.option(f.flags, `${text}${shown}`);
+    if (f.repeatable) {
+      const collect = (value: string, list: string[] | undefined) => [...(list ?? []), value];
+      cmd.option(f.flags, `${text} (repeatable)${shown}`, collect);
+    } else {
+      cmd.option(f.flags, `${text}${shown}`);
+    }
   }
   const env = Object.entries(spec.env);
   const envHelp = env.length
@@ -95,12 +102,19 @@ export function resolveFromCli<S extends CommandConfigSpec>(
   const opts = cmd.opts();
   const cli: CliValue[] = [...extra];
   const flagNames: Record<string, string> = { ...hints, ...flagNamesOf(cmd) };
+  const given = new Map<string, string>();
   for (const f of flags) {
     const option = cmd.options.find((o) => o.flags === f.flags);
     if (!option) continue;
     const value = opts[option.attributeName()];
-    if (value !== undefined)
-      cli.push({ key: f.key, value, origin: { kind: "flag", flag: option.long ?? f.flags } });
+    if (value === undefined) continue;
+    const flag = option.long ?? f.flags;
+    // Two spellings of one key (--lora, --lora-paths): one would silently replace the other.
+    const other = given.get(f.key);
+    if (other !== undefined)
+      cmd.error(`error: give ${other} or ${flag}, not both`, { exitCode: 2 });
+    given.set(f.key, flag);
+    cli.push({ key: f.key, value, origin: { kind: "flag", flag } });
   }
   return resolveConfig(spec, {
     configFile: opts.config as string | undefined,

@@ -29,6 +29,8 @@ export interface ModelLimits {
   contextLength: number;
   /** false with --skip-tokenizer-init: no text, and stop strings are refused. */
   tokenizer: boolean;
+  /** The LoRA adapters loaded (names); `lora_path` must name one. Absent: none. */
+  loras?: readonly string[];
 }
 
 export interface SamplingParams {
@@ -56,6 +58,8 @@ export interface SequenceSpec {
   returnLogprob: boolean;
   /** How many of the most likely tokens to report beside each sampled one (0: none). */
   topLogprobs: number;
+  /** The loaded LoRA adapter it runs with (its name); absent: the base model. */
+  lora?: string;
 }
 
 export interface GenerateRequest {
@@ -72,7 +76,6 @@ const NEUTRAL_REQUEST_KEYS: Record<string, unknown> = {
   logprob_start_len: -1,
   return_text_in_logprobs: false,
   token_ids_logprob: null,
-  lora_path: null,
   return_hidden_states: false,
   custom_logit_processor: null,
 };
@@ -93,7 +96,13 @@ const NEUTRAL_SAMPLING_KEYS: Record<string, unknown> = {
   stop_regex: null,
 };
 
-const REQUEST_KEYS = ["input_ids", "sampling_params", "return_logprob", "top_logprobs_num"];
+const REQUEST_KEYS = [
+  "input_ids",
+  "sampling_params",
+  "return_logprob",
+  "top_logprobs_num",
+  "lora_path",
+];
 const SAMPLING_KEYS = [
   "max_new_tokens",
   "temperature",
@@ -143,6 +152,9 @@ export function parseGenerateRequest(body: unknown, limits: ModelLimits): Genera
   const params = readSamplingList(body.sampling_params, batch, count);
   const logprob = perInput(body.return_logprob, "return_logprob", batch, count, false, readFlag);
   const top = perInput(body.top_logprobs_num, "top_logprobs_num", batch, count, 0, readTopNum);
+  const lora = perInput<string | null>(body.lora_path, "lora_path", batch, count, null, (v, f) =>
+    readLoraName(v, f, limits.loras ?? []),
+  );
   top.forEach((k, i) => {
     if (k > 0 && !logprob[i]) {
       const field = Array.isArray(body.top_logprobs_num)
@@ -169,6 +181,8 @@ export function parseGenerateRequest(body: unknown, limits: ModelLimits): Genera
       },
       (key) => quote(`${raw.name}.${key}`),
     );
+    const adapter = lora[i];
+    if (adapter) for (const s of sequences) if (s.input === i) s.lora = adapter;
   }
   return { batch, single: !batch && sequences.length === 1, sequences };
 }
@@ -347,6 +361,30 @@ function perInput<T>(
     throw bad(`${quote(key)} has ${value.length} entries for ${count} inputs`);
   }
   return value.map((v, i) => read(v, `${key}[${i}]`));
+}
+
+/**
+ * SGLang's `lora_path` (managers/io_struct.py, GenerateReqInput): the name of a loaded LoRA
+ * adapter, as SGLang's LoRA registry looks it up; null: the base model.
+ */
+export function readLoraName(
+  value: unknown,
+  field: string,
+  loaded: readonly string[],
+): string | null {
+  if (value === null) return null;
+  if (typeof value !== "string" || value === "") {
+    throw bad(
+      `${quote(field)} must be the name of a loaded LoRA adapter or null, got ${typeOf(value)}`,
+    );
+  }
+  if (!loaded.includes(value)) {
+    throw bad(
+      `${quote(field)}: no LoRA adapter named "${value}" is loaded (loaded: ` +
+        `${loaded.length ? loaded.join(", ") : "none"}; POST /load_lora_adapter loads one)`,
+    );
+  }
+  return value;
 }
 
 function readFlag(value: unknown, field: string): boolean {

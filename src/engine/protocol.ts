@@ -85,6 +85,8 @@ export interface GenerateCommand {
   ignore_eos: boolean;
   /** The most likely tokens to report beside each sampled one (0, the default: none). */
   top_logprobs?: number;
+  /** A loaded LoRA adapter's name (`load_lora`); absent or null: the base model. */
+  lora?: string | null;
 }
 
 /** The `stats` reply's figures. */
@@ -111,7 +113,14 @@ export type ControlCommand =
   | { op: "flush_cache" }
   | { op: "release_memory" }
   | { op: "resume_memory" }
-  | { op: "stats" };
+  | { op: "stats" }
+  | { op: "load_lora"; name: string; path: string }
+  | { op: "unload_lora"; name: string };
+
+/** The reply to `load_lora` and `unload_lora`: every adapter loaded after it, name → folder. */
+export interface LoraReply extends ReplyEvent {
+  adapters: Record<string, string>;
+}
 
 /** Parses one stdout line into an event; throws with the reason when it is not one. */
 export function parseEvent(line: string): EngineEvent {

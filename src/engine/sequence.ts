@@ -130,6 +130,7 @@ export class Sequence implements SequenceHandler {
         stop_token_ids: params.stopTokenIds,
         ignore_eos: params.ignoreEos,
         ...(this.spec.topLogprobs > 0 ? { top_logprobs: this.spec.topLogprobs } : {}),
+        ...(this.spec.lora ? { lora: this.spec.lora } : {}),
       },
       this,
     );

@@ -44,6 +44,38 @@ function chatSide(model: string): ChatSide {
 }
 
 /**
+ * One --lora entry, as SGLang's --lora-paths takes them (server_args.py): NAME=PATH, a PATH
+ * alone (named by itself), or JSON {"lora_name", "lora_path", "pinned"}. The folder must exist.
+ */
+function parseLoraSpec(spec: string): { spec: string; name: string; path: string } {
+  let name: string;
+  let path: string;
+  if (spec.trimStart().startsWith("{")) {
+    let v: unknown;
+    try {
+      v = JSON.parse(spec);
+    } catch (e) {
+      throw new InputError(`--lora ${spec}: not valid JSON (${(e as Error).message})`);
+    }
+    const o = v as { lora_name?: unknown; lora_path?: unknown };
+    if (typeof o.lora_name !== "string" || typeof o.lora_path !== "string") {
+      throw new InputError(`--lora ${spec}: JSON needs "lora_name" and "lora_path" strings`);
+    }
+    name = o.lora_name;
+    path = o.lora_path;
+  } else {
+    const eq = spec.indexOf("=");
+    name = eq > 0 ? spec.slice(0, eq) : spec;
+    path = eq > 0 ? spec.slice(eq + 1) : spec;
+  }
+  const dir = resolve(path);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) {
+    throw new InputError(`--lora ${spec}: ${dir} is not a folder (a PEFT adapter folder)`);
+  }
+  return { spec, name, path: dir };
+}
+
+/**
  * `searchr1 serve-engine`: listens at once (`/health` 503 while loading), starts the native
  * engine, serves until SIGINT/SIGTERM, then drains (requests in flight finish) and shuts the
  * engine down. Resolves on a clean stop; rejects with EngineDied (exit 1) when the engine
@@ -61,6 +93,7 @@ export async function serveEngine(
   if (!existsSync(join(model, "config.json"))) {
     throw new InputError(`${model}: no config.json; --model must be a Hugging Face model folder`);
   }
+  const adapters = config.lora.map(parseLoraSpec);
   const detokenizer = config.skip_tokenizer_init ? null : Detokenizer.load(model);
   const chat = config.skip_tokenizer_init ? null : chatSide(model);
 
@@ -90,10 +123,14 @@ export async function serveEngine(
   }
   if (!isLoopback(config.host) && config.api_key === null) {
     const reach = WILDCARD_HOSTS.has(config.host) ? "from other machines" : "beyond this machine";
+    const [first, ...others] = EngineServer.FILE_ROUTES;
+    const also = others.length
+      ? `, as ${others.join(", ")} ${others.length > 1 ? "do" : "does"}`
+      : "";
     err(
       `warning: listening on ${config.host} without --api-key: anyone who reaches it ${reach} ` +
-        `can generate, and ${EngineServer.FILE_ROUTES.join(", ")} reads files from this ` +
-        "machine's disk; set --api-key (or SEARCHR1_API_KEY), or use --host 127.0.0.1",
+        `can generate, and ${first} reads files from this machine's disk${also}; set ` +
+        "--api-key (or SEARCHR1_API_KEY), or use --host 127.0.0.1",
     );
   }
   // A signal while the model loads stops the engine and the command (exit 130); after
@@ -139,7 +176,18 @@ export async function serveEngine(
     await engine.shutdown();
     throw new CliError(`${signalled} while the model was loading; stopped`, 130);
   }
-  server.attach(engine, detokenizer, chat);
+  // The adapters load before /health answers 200; one the engine refuses stops the command.
+  for (const a of adapters) {
+    const reply = await engine.control({ op: "load_lora", name: a.name, path: a.path });
+    if (!reply.ok) {
+      removeSignals();
+      await server.closeNow();
+      await engine.shutdown();
+      throw new InputError(`--lora ${a.spec}: ${reply.message ?? "the engine refused it"}`);
+    }
+    err(`LoRA adapter "${a.name}" loaded from ${a.path}`);
+  }
+  server.attach(engine, detokenizer, chat, adapters);
   const info = engine.info;
   const seconds = (performance.now() - started) / 1000;
   err(

@@ -15,6 +15,10 @@
  *
  * OpenAI's API (`/v1/models`, `/v1/completions`, `/v1/chat/completions`: ./openai/) runs
  * its sequences on the same engine; errors on `/v1/` paths are answered in OpenAI's shape.
+ *
+ * LoRA adapters (PEFT folders) are loaded and unloaded by name as SGLang does
+ * (`/load_lora_adapter`, `/unload_lora_adapter`); `/generate`'s `lora_path` and the OpenAI
+ * routes' `model` name the adapter a request runs with, which the engine applies unmerged.
  * With an API key, every route but `/health` needs `Authorization: Bearer <key>` (vLLM's
  * `--api-key`); anything else is a 401 in OpenAI's shape.
  */
@@ -33,11 +37,12 @@ import { packageVersion } from "../runtime/package-root.js";
 import { ApiKey } from "./api-key.js";
 import type { Detokenizer } from "./detokenizer.js";
 import { parseGenerateRequest } from "./generate-request.js";
+import { parseLoadLoraRequest, parseUnloadLoraRequest } from "./lora-request.js";
 import { EngineDied, EngineRefused, type NativeEngine } from "./native-engine.js";
 import { openAIErrorBody } from "./openai/errors.js";
 import type { ChatSide } from "./openai/request.js";
 import { OpenAIServing } from "./openai/serving.js";
-import type { EngineStats } from "./protocol.js";
+import type { ControlCommand, EngineStats, LoraReply } from "./protocol.js";
 import { type GenerateOutput, Sequence } from "./sequence.js";
 import { prometheusText, stateFields } from "./stats.js";
 
@@ -74,6 +79,8 @@ export class EngineServer extends JsonHttpServer {
   /** Weight updates run one at a time. */
   private updating: Promise<unknown> = Promise.resolve();
   private readonly answered: Record<string, number> = {};
+  /** The LoRA adapters the engine holds, name → folder (from its last reply). */
+  private loras: ReadonlyMap<string, string> = new Map();
   private readonly routes: Record<string, { methods: string[]; run: Route }>;
 
   private constructor(private readonly options: EngineServerOptions) {
@@ -101,6 +108,8 @@ export class EngineServer extends JsonHttpServer {
       "/metrics": { methods: get, run: (_, s) => this.metrics(s) },
       "/flush_cache": { methods: ["GET", "POST"], run: (_, s) => this.flushCache(s) },
       "/update_weights_from_disk": { methods: ["POST"], run: (q, s) => this.updateWeights(q, s) },
+      "/load_lora_adapter": { methods: ["POST"], run: (q, s) => this.loadLora(q, s) },
+      "/unload_lora_adapter": { methods: ["POST"], run: (q, s) => this.unloadLora(q, s) },
       "/release_memory_occupation": {
         methods: ["GET", "POST"],
         run: (q, s) => this.memoryOccupation(q, s, "release_memory"),
@@ -120,19 +129,26 @@ export class EngineServer extends JsonHttpServer {
   }
 
   /** Routes that read files from the server's disk (a key matters most for them). */
-  static readonly FILE_ROUTES = ["/update_weights_from_disk"];
+  static readonly FILE_ROUTES = ["/update_weights_from_disk", "/load_lora_adapter"];
 
   /**
    * The engine is ready: serve generation with it, decode text with the tokenizer, and
    * render chats with the model's chat template (`chat` null with --skip-tokenizer-init).
    */
-  attach(engine: NativeEngine, detokenizer: Detokenizer | null, chat: ChatSide | null): void {
+  attach(
+    engine: NativeEngine,
+    detokenizer: Detokenizer | null,
+    chat: ChatSide | null,
+    adapters: readonly { name: string; path: string }[] = [],
+  ): void {
     this.engine = engine;
+    this.loras = new Map(adapters.map((a) => [a.name, a.path]));
     this.detokenizer = detokenizer;
     this.openai = new OpenAIServing({
       modelName: this.options.servedModelName,
       modelPath: this.options.modelPath,
       maxBodyBytes: this.options.maxBodyBytes,
+      adapters: () => this.loras,
       engine: () => this.ready(),
       detokenizer,
       chat,
@@ -335,6 +351,57 @@ export class EngineServer extends JsonHttpServer {
     });
   }
 
+  /** A LoRA command, serialized with weight updates; the adapters' list follows its reply. */
+  private async loraCommand(
+    command: Extract<ControlCommand, { op: "load_lora" | "unload_lora" }>,
+  ): Promise<LoraReply> {
+    const engine = this.ready();
+    const run = this.updating.then(() => engine.control(command));
+    this.updating = run.catch(() => {});
+    const reply = (await run) as LoraReply;
+    if (reply.adapters && typeof reply.adapters === "object") {
+      this.loras = new Map(Object.entries(reply.adapters));
+    }
+    return reply;
+  }
+
+  /**
+   * SGLang's `POST /load_lora_adapter` and `/unload_lora_adapter` (LoadLoRAAdapterReqInput,
+   * UnloadLoRAAdapterReqInput): answered with its LoRAUpdateOutput, `{success, error_message,
+   * loaded_adapters}` (name → folder), 400 when refused.
+   */
+  private async loadLora(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonBody(req, this.options.maxBodyBytes, "send a smaller body");
+    this.ready();
+    const { name, path } = parseLoadLoraRequest(body);
+    const reply = await this.loraCommand({ op: "load_lora", name, path });
+    if (reply.ok) this.log(`LoRA adapter "${name}" loaded from ${path}`);
+    this.loraAnswer(res, reply);
+  }
+
+  private async unloadLora(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonBody(req, this.options.maxBodyBytes, "send a smaller body");
+    this.ready();
+    const { name } = parseUnloadLoraRequest(body);
+    const reply = await this.loraCommand({ op: "unload_lora", name });
+    if (reply.ok) this.log(`LoRA adapter "${name}" unloaded`);
+    this.loraAnswer(res, reply);
+  }
+
+  private loraAnswer(res: ServerResponse, reply: LoraReply): void {
+    const loaded = Object.fromEntries(this.loras);
+    if (!reply.ok) {
+      const message = reply.message ?? "the engine refused";
+      this.sendError(res, 400, message, {
+        success: false,
+        error_message: message,
+        loaded_adapters: loaded,
+      });
+      return;
+    }
+    this.sendJson(res, 200, { success: true, error_message: null, loaded_adapters: loaded });
+  }
+
   private async generate(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await readJsonBody(
       req,
@@ -347,6 +414,7 @@ export class EngineServer extends JsonHttpServer {
       vocabSize: info.vocab_size,
       contextLength: info.context_length,
       tokenizer: this.detokenizer !== null,
+      loras: [...this.loras.keys()],
     });
     const sequences = request.sequences.map(
       (spec) => new Sequence(String(this.nextRid++), spec, engine, this.detokenizer),

@@ -5,6 +5,12 @@ import { UsageError } from "../runtime/errors.js";
 import type { LoraFields } from "../trainer/protocol.js";
 
 /**
+ * The engine's name for the policy's adapter when LoRA is on: each step's push loads the
+ * trainer's adapter folder under it (replacing the last), and rollouts ask for it.
+ */
+export const POLICY_ADAPTER = "policy";
+
+/**
  * The trainer's `lora` of `load` (native/src/train/SERVE.md, "LoRA") from the model.lora_*
  * keys, or undefined for full fine-tuning; refuses, naming the key, what the native trainer
  * cannot do beside adapters. With model.lora_adapter_path the folder's adapter_config.json

@@ -33,7 +33,7 @@ import { formatMetric, nonFiniteMetrics, nullableMetrics, RunHealth } from "./he
 import { loraLoad } from "./lora.js";
 import { checkNodes, openNodes } from "./nodes.js";
 import { placeRun } from "./placement.js";
-import { pushWeights, type StepContext, trainStep } from "./step.js";
+import { policySettings, pushWeights, type StepContext, trainStep } from "./step.js";
 
 /** What a run shows as it goes (a live view on a terminal, plain lines otherwise). */
 export interface TrainView {
@@ -252,11 +252,14 @@ export async function runTrain(
       // A checkpoint from before dynamic sampling drew one batch per step.
       genBatches: resumed ? (resumed.state.genBatches ?? resumed.state.step) : 0,
       exportsDir,
+      ...(lora ? { lora: { adapterLoaded: false } } : {}),
       nodeExports: nodes?.exports,
       onPhase: (phase) => view.phase(currentStep, totalSteps, phase),
     };
-    // The engine serves the base model; a resumed run's policy is the checkpoint's.
-    if (resumed) await pushWeights(ctx, currentStep);
+    // The engine serves the base model; a resumed run's policy is the checkpoint's. With
+    // LoRA the adapter goes to the engine before the first rollout too (a fresh one leaves
+    // the base's outputs as they are; model.lora_adapter_path's changes them).
+    if (resumed || lora) await pushWeights(ctx, currentStep);
 
     const validate = async (step: number): Promise<Record<string, number>> => {
       if (validation.length === 0) return {};
@@ -266,7 +269,7 @@ export async function runTrain(
         tokenizer,
         (session as AgentSession).parts(tokenizer.tokenizer),
         {
-          settings: agentSettings(config, { temperature: 0, topP: 1, topK: -1 }),
+          settings: policySettings(ctx, { temperature: 0, topP: 1, topK: -1 }),
           concurrency: config.data.val_batch_size,
           seed: null,
           reward: config.reward,

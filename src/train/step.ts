@@ -1,7 +1,7 @@
-import { rm } from "node:fs/promises";
+import { readdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { promptIds } from "../agent/prompt.js";
-import { rolloutAll } from "../agent/rollout.js";
+import { type AgentSettings, rolloutAll } from "../agent/rollout.js";
 import type { AgentSession } from "../agent/session.js";
 import { agentSettings } from "../agent/session.js";
 import type { Trajectory } from "../agent/trajectory.js";
@@ -21,6 +21,7 @@ import { type BatchSizes, passSize, updateTokens } from "../trainer/batch-sizes.
 import { logProbRows, updateActorRows, updateCriticRows, valueRows } from "../trainer/rows.js";
 import type { Trainer } from "../trainer/trainer.js";
 import type { DataOrder } from "./data-order.js";
+import { POLICY_ADAPTER } from "./lora.js";
 import type { NodeExports } from "./nodes.js";
 import { logprobGap, retrieverMetrics, rolloutMetrics } from "./rollout-metrics.js";
 
@@ -42,6 +43,11 @@ export interface StepContext {
   genBatches: number;
   /** Where the policy is exported for the engine (a fresh folder per step). */
   exportsDir: string;
+  /**
+   * LoRA is on: each push exports the adapter alone and the engine serves it unmerged, as
+   * POLICY_ADAPTER, which rollouts name; `adapterLoaded` once the engine holds one.
+   */
+  lora?: { adapterLoaded: boolean };
   /** On several nodes with engine replicas: each node's copy of the weights (train/nodes.ts). */
   nodeExports?: NodeExports;
   /** The phase being run, for the live view. */
@@ -210,8 +216,9 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
   }
 
   // 6. The new policy into the engine, without restarting it.
+  let pushed = 0;
   await phase("update_weights", async () => {
-    await pushWeights(ctx, step);
+    pushed = await pushWeights(ctx, step);
     if (freeCache) await engine.resumeMemoryOccupation?.();
   });
 
@@ -251,6 +258,7 @@ export async function trainStep(ctx: StepContext, step: number): Promise<Metrics
     "timing/step_s": seconds,
     "throughput/generated_tokens_per_s":
       generated / Math.max(timing["timing/rollout_s"] ?? seconds, 1e-9),
+    "update_weights/bytes": pushed,
   };
 }
 
@@ -335,7 +343,7 @@ async function generate(
   const { rollout } = config;
   // 1. Prompts, each repeated n × n_agent times next to each other (one GRPO group: Search-R1
   // repeats the batch n_agent times interleaved, and its groups are the question's index).
-  const settings = agentSettings(config, {
+  const settings = policySettings(ctx, {
     temperature: rollout.temperature,
     topP: rollout.top_p,
     topK: rollout.top_k,
@@ -460,12 +468,46 @@ async function reward(
   );
 }
 
-/** Exports the policy and has the engine load it; the previous export is removed. */
-export async function pushWeights(ctx: StepContext, step: number): Promise<void> {
+/** The agent's settings for the policy being trained: with LoRA, turns run with its adapter. */
+export function policySettings(
+  ctx: Pick<StepContext, "config" | "lora">,
+  sampling: AgentSettings["sampling"],
+): AgentSettings {
+  const settings = agentSettings(ctx.config, sampling);
+  return ctx.lora ? { ...settings, lora: POLICY_ADAPTER } : settings;
+}
+
+/**
+ * Exports the policy and has the engine load it; the previous export is removed. With LoRA
+ * the adapter alone goes (a PEFT folder of a few MB, no merged weights): the engine drops the
+ * last one and loads it under POLICY_ADAPTER, unmerged. Returns the bytes of the folder the
+ * engine read (node 0's copy on several nodes).
+ */
+export async function pushWeights(ctx: StepContext, step: number): Promise<number> {
   const name = `step_${step}`;
   const engine = ctx.session.engine;
   const nodes = ctx.nodeExports;
-  if (nodes) {
+  if (ctx.lora) {
+    if (!engine.loadLoraAdapter || !engine.unloadLoraAdapter) {
+      throw new Error("the engine cannot load LoRA adapters (the native engine and SGLang can)");
+    }
+    if (ctx.lora.adapterLoaded) await engine.unloadLoraAdapter(POLICY_ADAPTER);
+    ctx.lora.adapterLoaded = false;
+    if (nodes) {
+      if (!(engine instanceof EngineRouter)) throw new Error("several nodes need engine replicas");
+      const { roots, replicaNode } = nodes;
+      await ctx.trainer.exportPolicy({ node_outs: roots.map((r) => join(r, name)), adapter: true });
+      await engine.loadLoraAdapterOf(POLICY_ADAPTER, (r) =>
+        join(roots[replicaNode(r)] as string, name),
+      );
+      nodes.removeElsewhere(`step_${step - 1}`);
+    } else {
+      const out = join(ctx.exportsDir, name);
+      await ctx.trainer.exportPolicy({ out, adapter: true });
+      await engine.loadLoraAdapter(POLICY_ADAPTER, out);
+    }
+    ctx.lora.adapterLoaded = true;
+  } else if (nodes) {
     // Each node's first rank writes the node's copy; each replica loads its node's.
     if (!(engine instanceof EngineRouter)) throw new Error("several nodes need engine replicas");
     const { roots, replicaNode, dtype } = nodes;
@@ -481,6 +523,16 @@ export async function pushWeights(ctx: StepContext, step: number): Promise<void>
     await engine.updateWeightsFromDisk(out);
   }
   await rm(join(ctx.exportsDir, `step_${step - 1}`), { recursive: true, force: true });
+  return folderBytes(join(nodes ? (nodes.roots[0] as string) : ctx.exportsDir, name));
+}
+
+/** The bytes of the files directly in `dir`. */
+async function folderBytes(dir: string): Promise<number> {
+  const files = await readdir(dir, { withFileTypes: true });
+  const sizes = await Promise.all(
+    files.filter((f) => f.isFile()).map(async (f) => (await stat(join(dir, f.name))).size),
+  );
+  return sizes.reduce((a, b) => a + b, 0);
 }
 
 /** The trainer's reply as metrics: `actor/pg_loss`, ...; counts and steps left out. */

@@ -155,7 +155,11 @@ export type ExportFields = (
       /** One folder per node, which that node's first rank writes (several nodes). */
       node_outs: string[];
     }
-) & { dtype?: ExportDtype };
+) & {
+  dtype?: ExportDtype;
+  /** The LoRA adapter alone, as a PEFT folder in fp32 (a LoRA policy only). */
+  adapter?: boolean;
+};
 
 export interface SaveCheckpointFields {
   dir: string;

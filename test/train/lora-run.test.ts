@@ -1,9 +1,10 @@
 // `searchr1 train` with LoRA (model.lora_rank), end to end on the CPU with its real children:
 // the native trainer trains adapters on the frozen tiny model, the reference is that model with
-// its adapters off, the engine gets the merged weights each step, and each checkpoint holds a
-// PEFT adapter folder that a resumed run goes on from.
+// its adapters off, the engine gets the adapter alone each step (a PEFT folder it serves
+// unmerged, no merged weights), and each checkpoint holds a PEFT adapter folder that a resumed
+// run goes on from.
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readSafetensors } from "../../src/tensors/safetensors.js";
@@ -100,8 +101,16 @@ describe("searchr1 train with LoRA", () => {
     expect(Math.abs(m[0]?.["actor/kl_loss"] as number)).toBeLessThan(1e-9);
     expect(m[1]?.["actor/kl_loss"]).toBeGreaterThan(1e-5);
     expect(m[2]?.["actor/kl_loss"]).toBeGreaterThan(1e-5);
-    // The engine samples from the merged policy the trainer scores.
+    // The engine samples, with the adapter unmerged, from the policy the trainer scores.
     for (const row of m) expect(Math.abs(row["rollout_corr/kl"] as number)).toBeLessThan(1e-4);
+    // Each push is the adapter alone: its two files (the F32 A and B of 3 modules x layers,
+    // and adapter_config.json), not a model of many times its size.
+    const modelBytes = statSync(path.join(MODEL, "model.safetensors")).size;
+    const adapterBytes = ["adapter_model.safetensors", "adapter_config.json"]
+      .map((f) => statSync(path.join(adapterOf(straight, 3), f)).size)
+      .reduce((a, b) => a + b, 0);
+    for (const row of m) expect(row["update_weights/bytes"]).toBe(adapterBytes);
+    expect(adapterBytes * 10).toBeLessThan(modelBytes);
 
     // Two steps, then a resumed run to three: the same rows and the same adapter bit for bit.
     const resumed = path.join(run.dir, "resumed");

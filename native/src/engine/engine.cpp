@@ -17,6 +17,8 @@ struct Engine::Sequence {
   int computed = 0;              // positions whose keys and values are in the cache
   int cached_tokens = 0;         // prompt positions the prefix cache supplied
   bool admitted_once = false;
+  EngineAdapter* adapter = nullptr;         // the LoRA adapter it runs with; null: the base
+  uint64_t root = BlockManager::kRootHash;  // its prefix hashes start here (the adapter's)
 
   Sequence(GenerateRequest r, uint64_t order)
       : req(std::move(r)), rng(req.seed), arrival(order) {
@@ -71,6 +73,18 @@ void Engine::submit(GenerateRequest r) {
                 std::to_string(GenerateRequest::kMaxTopLogprobs) + "], got " +
                 std::to_string(r.top_logprobs));
   }
+  EngineAdapter* adapter = nullptr;
+  if (!r.lora.empty()) {
+    const auto it = adapters_.find(r.lora);
+    if (it == adapters_.end()) {
+      std::string names;
+      for (const auto& [name, a] : adapters_) names += (names.empty() ? "" : ", ") + name;
+      throw Error("lora: no adapter named '" + r.lora + "' is loaded (loaded: " +
+                  (names.empty() ? "none" : names) + ")");
+    }
+    if (it->second->unloading) throw Error("lora: adapter '" + r.lora + "' is being unloaded");
+    adapter = it->second.get();
+  }
   const int total = prompt + std::min(r.max_new_tokens, ctx - prompt);
   const int need = (total + blocks_.block_size() - 1) / blocks_.block_size();
   if (need > blocks_.num_blocks()) {
@@ -81,6 +95,8 @@ void Engine::submit(GenerateRequest r) {
   }
   live_rids_.insert(r.rid);
   auto seq = std::make_unique<Sequence>(std::move(r), arrivals_++);
+  seq->adapter = adapter;
+  if (adapter != nullptr) seq->root = adapter->root;
   if (seq->req.max_new_tokens == 0) {
     instant_.push_back(std::move(seq));
   } else {
@@ -184,6 +200,74 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+// ---- LoRA adapters ----
+
+namespace {
+
+// splitmix64's finalizer: a root hash for each adapter load, far from the base's.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void Engine::load_adapter(const std::string& name, const std::string& dir) {
+  if (name.empty()) throw Error("lora_name must be a non-empty string");
+  if (adapters_.count(name) != 0) {
+    throw Error("a LoRA adapter named '" + name + "' is already loaded (from " +
+                adapters_.at(name)->path + "); unload it first");
+  }
+  // read_adapter_config and load throw naming the file and field (or tensor) that does not
+  // fit this model; nothing is kept then.
+  auto weights = std::make_unique<LoraAdapters>(model_.config(), read_adapter_config(dir),
+                                                model_.be());
+  weights->load(dir);
+  auto a = std::make_unique<EngineAdapter>();
+  a->name = name;
+  a->path = dir;
+  a->weights = std::move(weights);
+  a->order = ++adapter_loads_;
+  a->root = mix(BlockManager::kRootHash ^ static_cast<uint64_t>(a->order));
+  adapters_[name] = std::move(a);
+}
+
+bool Engine::begin_unload(const std::string& name, std::string* why) {
+  const auto it = adapters_.find(name);
+  if (it == adapters_.end()) {
+    *why = "no LoRA adapter named '" + name + "' is loaded";
+    return false;
+  }
+  if (it->second->unloading) {
+    *why = "the LoRA adapter '" + name + "' is already being unloaded";
+    return false;
+  }
+  it->second->unloading = true;
+  return true;
+}
+
+int Engine::adapter_users(const std::string& name) const {
+  const auto uses = [&](const SeqPtr& s) {
+    return s->adapter != nullptr && s->adapter->name == name;
+  };
+  return static_cast<int>(std::count_if(running_.begin(), running_.end(), uses) +
+                          std::count_if(waiting_.begin(), waiting_.end(), uses) +
+                          std::count_if(instant_.begin(), instant_.end(), uses));
+}
+
+void Engine::forget_adapter(const std::string& name) {
+  if (adapter_users(name) != 0) throw Error("engine: adapter unloaded while in use (a bug)");
+  adapters_.erase(name);
+}
+
+std::vector<std::pair<std::string, std::string>> Engine::adapters() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, a] : adapters_) out.emplace_back(name, a->path);
+  return out;
+}
+
 // ---- cache bookkeeping ----
 
 bool Engine::grow(Sequence& s, int positions) {
@@ -207,7 +291,7 @@ void Engine::publish_full_blocks(Sequence& s) {
   const int BS = blocks_.block_size();
   while (static_cast<int>(s.hashes.size()) < s.computed / BS) {
     const size_t i = s.hashes.size();
-    const uint64_t parent = i == 0 ? BlockManager::kRootHash : s.hashes.back();
+    const uint64_t parent = i == 0 ? s.root : s.hashes.back();
     const int32_t* tokens = s.tokens.data() + i * BS;
     const uint64_t h = blocks_.hash(parent, tokens);
     blocks_.publish(s.blocks[i], parent, h, tokens);
@@ -218,7 +302,7 @@ void Engine::publish_full_blocks(Sequence& s) {
 // Hashes of the full blocks a prefilling sequence has yet to publish.
 void Engine::pending_hashes(const Sequence& s, std::unordered_set<uint64_t>& out) const {
   const int BS = blocks_.block_size();
-  uint64_t parent = s.hashes.empty() ? BlockManager::kRootHash : s.hashes.back();
+  uint64_t parent = s.hashes.empty() ? s.root : s.hashes.back();
   for (int i = static_cast<int>(s.hashes.size()); i < s.length() / BS; i++) {
     parent = blocks_.hash(parent, s.tokens.data() + static_cast<size_t>(i) * BS);
     out.insert(parent);
@@ -244,7 +328,7 @@ void Engine::erase_running(Sequence* s) {
 bool Engine::admit(Sequence& s, std::unordered_set<uint64_t>& pending) {
   const int BS = blocks_.block_size();
   const int reusable = (s.length() - 1) / BS;  // the last token is always computed
-  uint64_t parent = BlockManager::kRootHash;
+  uint64_t parent = s.root;
   for (int i = 0; i < reusable; i++) {
     const int32_t* tokens = s.tokens.data() + static_cast<size_t>(i) * BS;
     const uint64_t h = blocks_.hash(parent, tokens);
@@ -370,9 +454,13 @@ StepResult Engine::step() {
     live_rids_.erase(s->req.rid);
   }
   instant_.clear();
-  const std::vector<Planned> planned = plan();
+  std::vector<Planned> planned = plan();
   if (planned.empty()) return res;
   res.ran = true;
+  // The rows of one adapter lie together: the base first, then each adapter in load order.
+  const auto order = [](const Planned& p) { return p.seq->adapter ? p.seq->adapter->order : 0; };
+  std::stable_sort(planned.begin(), planned.end(),
+                   [&](const Planned& a, const Planned& b) { return order(a) < order(b); });
 
   // The step's rows: each planned sequence's next n positions.
   PagedStep step;
@@ -389,6 +477,12 @@ StepResult Engine::step() {
     Sequence& s = *planned[i].seq;
     std::copy(s.blocks.begin(), s.blocks.end(),
               step.block_tables.begin() + static_cast<long>(i) * step.max_blocks);
+    if (s.adapter != nullptr) {
+      if (step.lora.empty() || step.lora.back().adapters != s.adapter->weights.get()) {
+        step.lora.push_back(LoraRows{s.adapter->weights.get(), step.rows(), 0});
+      }
+      step.lora.back().rows += planned[i].n;
+    }
     for (int p = s.computed; p < s.computed + planned[i].n; p++) {
       step.ids.push_back(s.tokens[p]);
       step.pos.push_back(p);

@@ -7,9 +7,14 @@
 // newest running sequence is preempted: its blocks are released (the full ones stay in the
 // prefix cache) and it waits at the front of the queue to be recomputed, keeping the
 // tokens it already generated.
+//
+// LoRA adapters (PEFT folders) are loaded by name beside the base weights and applied
+// unmerged to the rows of the sequences that name one (several adapters may share a step);
+// each adapter's prefix cache is its own.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -18,6 +23,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/sampler.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 
 namespace sr1 {
@@ -48,6 +54,19 @@ struct GenerateRequest {
   // vocabulary smaller than that reports all its tokens), at most kMaxTopLogprobs.
   int top_logprobs = 0;
   static constexpr int kMaxTopLogprobs = 1024;
+  // The loaded LoRA adapter to generate with (Engine::load_adapter's name); empty: the base.
+  std::string lora;
+};
+
+// A LoRA adapter the engine serves beside its base weights, unmerged (PROTOCOL.md, "LoRA").
+struct EngineAdapter {
+  std::string name, path;
+  std::unique_ptr<LoraAdapters> weights;
+  // Its sequences' prefix-cache blocks hang off this root instead of the base's, so no KV
+  // block is shared between adapters, or with the base; a fresh one per load.
+  uint64_t root = 0;
+  int order = 0;           // load order: a step's rows are grouped by it
+  bool unloading = false;  // an unload waits for its sequences; new ones are refused
 };
 
 struct TokenOut {
@@ -121,6 +140,19 @@ class Engine {
   EngineStats stats() const;
   const EngineOptions& options() const { return opt_; }
 
+  // LoRA adapters served beside the base weights, by name. load_adapter reads a PEFT folder
+  // (model/lora.h) whose shapes and target modules fit the model; it throws naming the file
+  // and field otherwise, or when the name is taken, and nothing changes.
+  void load_adapter(const std::string& name, const std::string& dir);
+  // Marks an adapter as going: generate refuses it from now on. False (with *why) when no
+  // adapter has that name.
+  bool begin_unload(const std::string& name, std::string* why);
+  // Sequences queued or running with the adapter; forget_adapter once none is left.
+  int adapter_users(const std::string& name) const;
+  void forget_adapter(const std::string& name);
+  // The loaded adapters (those being unloaded too): name, folder.
+  std::vector<std::pair<std::string, std::string>> adapters() const;
+
   // Device bytes of the model's buffers for the largest step under `options` (a prefill
   // chunk beside a decode row for every running sequence), which the KV cache must leave.
   static size_t largest_step_bytes(const ModelConfig& config, size_t x_elem,
@@ -162,6 +194,8 @@ class Engine {
   std::vector<SeqPtr> instant_;     // max_new_tokens 0: finished by the next step()
   std::unordered_set<std::string> live_rids_;
   EngineStats totals_;
+  std::map<std::string, std::unique_ptr<EngineAdapter>> adapters_;
+  int adapter_loads_ = 0;
 };
 
 }  // namespace sr1

@@ -31,6 +31,7 @@ GenerateRequest parse_generate(const json::Value& cmd) {
   r.ignore_eos = f.boolean("ignore_eos");
   const int64_t top = f.integer("top_logprobs", 0);
   r.top_logprobs = static_cast<int>(std::clamp<int64_t>(top, -1, INT32_MAX));  // submit checks
+  r.lora = f.text("lora", "");  // absent or null: the base model
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include "backend/profiled_backend.h"
 #include "engine/protocol.h"
 #include "util/error.h"
+#include "util/json_fields.h"
 
 namespace sr1 {
 namespace {
@@ -41,6 +42,10 @@ bool EngineServer::handle(const std::string& line) {
     }
   } else if (op == "update_weights") {
     start_update(cmd);
+  } else if (op == "load_lora") {
+    load_lora(cmd);
+  } else if (op == "unload_lora") {
+    start_unload(cmd);
   } else if (op == "flush_cache") {
     const bool ok = engine_.live() == 0 && engine_.flush_cache();
     reply(cmd, ok, ok ? "prefix cache flushed" : "requests are running or queued; not flushed");
@@ -71,10 +76,62 @@ bool EngineServer::handle(const std::string& line) {
 
 bool EngineServer::step() {
   maybe_finish_update();
+  finish_unloads();
   const StepResult res = engine_.step();
   if (!res.tokens.empty()) emit_(tokens_event(res.tokens));
   for (const Finished& f : res.finished) emit_(done_event(f, version()));
+  finish_unloads();
   return res.ran || !res.finished.empty();
+}
+
+void EngineServer::lora_reply(const json::Value& id, bool ok, const std::string& message) {
+  json::Value loaded = json::Value::object();
+  for (const auto& [name, path] : engine_.adapters()) loaded.set(name, path);
+  emit_(json::Value::object({{"ev", "reply"},
+                             {"id", id},
+                             {"ok", ok},
+                             {"message", message},
+                             {"adapters", loaded}})
+            .dump());
+}
+
+void EngineServer::load_lora(const json::Value& cmd) {
+  const JsonFields f(cmd);
+  try {
+    f.only({"op", "id", "name", "path"});
+    const std::string name = f.text("name"), path = f.text("path");
+    engine_.load_adapter(name, path);
+    lora_reply(id_of(cmd), true, "loaded LoRA adapter '" + name + "' from " + path);
+  } catch (const Error& e) {
+    lora_reply(id_of(cmd), false, e.what());
+  }
+}
+
+void EngineServer::start_unload(const json::Value& cmd) {
+  const JsonFields f(cmd);
+  std::string name, why;
+  try {
+    f.only({"op", "id", "name"});
+    name = f.text("name");
+  } catch (const Error& e) {
+    return lora_reply(id_of(cmd), false, e.what());
+  }
+  if (!engine_.begin_unload(name, &why)) return lora_reply(id_of(cmd), false, why);
+  unloads_.push_back(PendingUnload{id_of(cmd), name});
+  finish_unloads();
+}
+
+void EngineServer::finish_unloads() {
+  for (size_t i = 0; i < unloads_.size();) {
+    const PendingUnload u = unloads_[i];
+    if (engine_.adapter_users(u.name) > 0) {
+      i++;
+      continue;
+    }
+    unloads_.erase(unloads_.begin() + static_cast<long>(i));
+    engine_.forget_adapter(u.name);
+    lora_reply(u.id, true, "unloaded LoRA adapter '" + u.name + "'");
+  }
 }
 
 void EngineServer::abort_all() {

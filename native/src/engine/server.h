@@ -1,12 +1,14 @@
 // The engine's side of its stdio protocol (PROTOCOL.md beside this file): it takes command
 // lines, runs engine steps and hands every event line to `emit`. A weight update pauses the
 // queue and waits until no started sequence is left; then the weights are reloaded, the
-// prefix cache is dropped and weight_version goes up. The caller owns the input (stdin in
+// prefix cache is dropped and weight_version goes up. An adapter's unload waits in the same
+// way for the sequences that use it. The caller owns the input (stdin in
 // searchr1-engine) and decides when to wait for it.
 #pragma once
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/engine.h"
 #include "model/qwen2.h"
@@ -36,6 +38,12 @@ class EngineServer {
   // A successful reply to `cmd` carrying `fields` (stats, profile).
   void reply_with(const json::Value& cmd, json::Value fields);
   void start_update(const json::Value& cmd);
+  void load_lora(const json::Value& cmd);
+  void start_unload(const json::Value& cmd);
+  // Finishes the unloads whose adapters no sequence uses any more.
+  void finish_unloads();
+  // A reply to a LoRA command, with the adapters loaded after it.
+  void lora_reply(const json::Value& id, bool ok, const std::string& message);
 
   Qwen2Model& model_;
   Engine& engine_;
@@ -45,6 +53,11 @@ class EngineServer {
     json::Value id;
     std::string path;
   } update_;
+  struct PendingUnload {
+    json::Value id;
+    std::string name;
+  };
+  std::vector<PendingUnload> unloads_;
   int weight_version_ = 0;
 };
 

@@ -16,6 +16,15 @@
 
 namespace sr1 {
 
+class LoraAdapters;
+
+// Rows [begin, begin + rows) of a step run through `adapters` (model/lora.h) beside the base
+// weights: the engine serving a LoRA adapter unmerged (engine/PROTOCOL.md, "LoRA").
+struct LoraRows {
+  LoraAdapters* adapters = nullptr;
+  int begin = 0, rows = 0;
+};
+
 struct PagedStep {
   int num_seqs = 0;
   int max_blocks = 0;                 // columns of block_tables
@@ -29,6 +38,8 @@ struct PagedStep {
   // For each of sample_rows, how many of its most likely tokens to report (top_logprobs in
   // backend/sample_row.h); empty: none for any row.
   std::vector<int32_t> top_logprobs;
+  // The row ranges that add an adapter's products (disjoint; the other rows: the base alone).
+  std::vector<LoraRows> lora;
   int rows() const { return static_cast<int>(ids.size()); }
 };
 

@@ -178,7 +178,9 @@ class Qwen2Model {
   // filtered row the backend leaves undone is sampled on the host from its logits, with the
   // same SampleRow). Returns one draw per sample row. With `graphs`, where the
   // backend can record them, a decode step (one row per sequence) replays the layers as a
-  // graph recorded for its shape (graph_rows). With `top`, it gets one list per sample row:
+  // graph recorded for its shape (graph_rows), unless step.lora names adapter rows: those
+  // add their adapter's products unmerged (the model's own lora() is not used; a step with
+  // adapters runs op by op). With `top`, it gets one list per sample row:
   // the step.top_logprobs[r] most likely tokens of row r, from its logits on the host
   // (backend/sample_row.h's top_logprobs; empty where none are asked for).
   std::vector<TokenDraw> forward_paged(const PagedStep& step, PagedKvCache& cache,
@@ -219,10 +221,11 @@ class Qwen2Model {
   void reserve(const Batch& batch, bool for_backward, const RunOptions& opt);
   void forward(const Batch& batch, bool for_backward, const RunOptions& opt);
   void layer_forward(int l, int acts, XPtr x_out);
-  // The embedding and every layer of an engine step over ps.rows rows (paged.h).
+  // The embedding and every layer of an engine step over ps.rows rows (paged.h), the rows
+  // of `lora` through their adapters too.
   void paged_layers(const PagedShape& ps, const int32_t* ids, const int32_t* pos,
                     const int32_t* slots, const int32_t* seq, const int32_t* tables,
-                    PagedKvCache& cache);
+                    PagedKvCache& cache, const std::vector<LoraRows>& lora);
   void layer_backward(int l, int acts);
   // Where a backward pass adds the gradient of the parameter at `offset`: grads(), or the
   // sink's buffer for the region that holds it.

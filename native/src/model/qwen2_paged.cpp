@@ -92,11 +92,19 @@ int Qwen2Model::graph_rows(int n) {
 
 void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const int32_t* pos,
                               const int32_t* slots, const int32_t* seq, const int32_t* tables,
-                              PagedKvCache& cache) {
+                              PagedKvCache& cache, const std::vector<LoraRows>& lora) {
   const ModelConfig& c = config_;
   const int N = ps.rows, H = c.hidden_size, I = c.intermediate_size;
   const XPtr P = weights_;
   PagedBuffers* b = paged_.get();
+  // Each adapter's rows add scaling * B (A x) to the base matmul's output, unmerged: the
+  // trainer's own products (LoraAdapters::forward) on the rows of that adapter's sequences.
+  const auto adapt = [&](int l, LoraSite site, XPtr y, int y_width, XPtr x, int x_width) {
+    for (const LoraRows& r : lora) {
+      r.adapters->forward(l, site, y + static_cast<size_t>(r.begin) * y_width,
+                          x + static_cast<size_t>(r.begin) * x_width, r.rows);
+    }
+  };
   be_.embedding_forward(b->x, ids, P + layout_.embed(), N, H);
   be_.rmsnorm_forward(b->ln, b->rstd, b->x, P + layout_.layer(0).ln1, N, H, c.rms_norm_eps);
   // Each residual add runs with the norm after it (ln holds a layer's first norm on entry).
@@ -104,13 +112,22 @@ void Qwen2Model::paged_layers(const PagedShape& ps, const int32_t* ids, const in
     const LayerParams& lp = layout_.layer(l);
     be_.matmul_forward(b->qkv, b->ln, P + lp.qkv_w, c.attention_bias ? P + lp.qkv_b : XPtr{}, N,
                        H, c.qkv_dim());
+    adapt(l, LoraSite::Qkv, b->qkv, c.qkv_dim(), b->ln, H);
     be_.rope_kv_store(b->qkv, pos, cache.k(l), cache.v(l), slots, ps, c.rope_theta);
     be_.paged_attention(b->att, b->qkv, cache.k(l), cache.v(l), tables, seq, pos, ps);
     be_.matmul_forward(b->h, b->att, P + lp.o_w, {}, N, c.q_dim(), H);
+    adapt(l, LoraSite::O, b->h, H, b->att, c.q_dim());
     be_.add_rmsnorm_forward(b->h, b->ln, b->rstd, b->h, b->x, P + lp.ln2, N, H,
                             c.rms_norm_eps);
-    be_.matmul_swiglu_forward(b->act, b->gu, b->ln, P + lp.gu_w, N, H, I);
+    if (lora.empty()) {
+      be_.matmul_swiglu_forward(b->act, b->gu, b->ln, P + lp.gu_w, N, H, I);
+    } else {  // the adapters join gate/up before the activation
+      be_.matmul_forward(b->gu, b->ln, P + lp.gu_w, {}, N, H, 2 * I);
+      adapt(l, LoraSite::GateUp, b->gu, 2 * I, b->ln, H);
+      be_.swiglu_forward(b->act, b->gu, N, I);
+    }
     be_.matmul_forward(b->x, b->act, P + lp.down_w, {}, N, I, H);  // x is free: h holds it
+    adapt(l, LoraSite::Down, b->x, H, b->act, I);
     if (l + 1 < c.num_layers) {
       be_.add_rmsnorm_forward(b->x, b->ln, b->rstd, b->x, b->h, P + layout_.layer(l + 1).ln1, N,
                               H, c.rms_norm_eps);
@@ -134,8 +151,10 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
   if (N == 0) return drawn;
   // A decode step (every row samples, so each is its own sequence's one row) runs R >= N rows
   // when it replays a graph: the last row repeated, which writes the same key and value to
-  // the same slot and whose outputs no one reads.
-  const int padded = graphs && be_.can_capture() && n_out == N ? graph_rows(N) : 0;
+  // the same slot and whose outputs no one reads. A step with adapter rows runs op by op (a
+  // graph would hold one step's adapters and row ranges).
+  const int padded =
+      graphs && be_.can_capture() && n_out == N && step.lora.empty() ? graph_rows(N) : 0;
   const int R = padded > 0 ? padded : N;
 
   PagedBuffers* b = paged_.get();
@@ -161,7 +180,7 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
 
   const PagedShape ps{R, c.num_heads, c.num_kv_heads, c.head_dim, cache.block_size(),
                       step.max_blocks};
-  const auto layers = [&] { paged_layers(ps, ids, pos, slots, seq, tables, cache); };
+  const auto layers = [&] { paged_layers(ps, ids, pos, slots, seq, tables, cache, step.lora); };
   if (padded == 0) {
     layers();
   } else {

@@ -177,7 +177,7 @@ std::vector<std::string> fields_of(const std::string& op) {
     add({"batch", "cliprange_value", "loss_agg_mode"});
     add(kBatchingFields);
   }
-  if (op == "export") add({"out", "node_outs", "dtype"});
+  if (op == "export") add({"out", "node_outs", "dtype", "adapter"});
   if (op == "save_checkpoint") add({"dir", "overwrite"});
   if (op == "load_checkpoint") add({"dir"});
   return k;
@@ -596,17 +596,27 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
   } else if (op == "export") {
     Qwen2Model& m = s.model("policy");
     on_device.bring(m);
+    // `adapter`: the LoRA adapter alone, a PEFT folder as save_checkpoint's dir/adapter (in
+    // fp32, as the trainer keeps it), for an engine that serves it unmerged.
+    const bool adapter = f.boolean("adapter", false);
+    if (adapter && m.lora() == nullptr) {
+      throw Error("'adapter': the policy has no LoRA adapter (load without 'lora')");
+    }
     DType dtype;
-    const std::string name = f.text("dtype", "bf16");
+    const std::string name = f.text("dtype", adapter ? "fp32" : "bf16");
     if (!float_dtype_from_text(name, &dtype)) {
       throw Error("'dtype' must be bf16, fp16 or fp32, got \"" + name + "\"");
+    }
+    if (adapter && dtype != DType::F32) {
+      throw Error("'dtype' \"" + name + "\" with 'adapter': the adapter is written in fp32, as "
+                  "the trainer keeps it");
     }
     // Without whole fp32 masters (ZeRO on CUDA) the bf16 compute copy is the bf16 export
     // exactly; any other dtype is written from the fp32 shards, gathered to rank 0.
     const bool gathered = m.lora() == nullptr && m.params() == nullptr && dtype != DType::BF16;
     // With LoRA: the base with each adapter merged into it (PEFT's merge_and_unload).
     std::vector<float> merged;
-    if (m.lora() != nullptr) {
+    if (m.lora() != nullptr && !adapter) {
       merged.resize(m.param_buffer_size());
       // The frozen base has no fp32 masters apart from its compute copy (Learner, LoRA).
       if (m.params() != nullptr) s.be.download(merged.data(), m.params(), merged.size());
@@ -615,8 +625,12 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     }
     const auto write = [&](const std::string& path, const std::vector<float>& masters) {
       OutputFolder out(path, true);
-      write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes,
-                     masters.empty() ? nullptr : masters.data());
+      if (adapter) {
+        m.lora()->save(out.dir(), s.policy_dir);
+      } else {
+        write_hf_model(out, m, s.policy_dir, dtype, kMaxShardBytes,
+                       masters.empty() ? nullptr : masters.data());
+      }
       out.commit();
     };
     if (f.has("node_outs")) {

@@ -70,6 +70,12 @@ export const serveEngineSchema = z.strictObject({
     .describe(
       "the model's name in the OpenAI API (/v1/models, the requests' model); null = --model as given (vLLM's default)",
     ),
+  lora: z
+    .array(z.string().min(1))
+    .default([])
+    .describe(
+      'LoRA adapters (PEFT folders) loaded at start, each NAME=PATH, PATH alone (named PATH), or SGLang\'s JSON {"lora_name", "lora_path"}; served unmerged, chosen by /generate\'s lora_path or the OpenAI model',
+    ),
   api_key: z
     .string()
     .min(1)

@@ -93,6 +93,25 @@ export class EngineRouter implements EngineClient {
     );
   }
 
+  /**
+   * Every replica loads its own copy of an adapter, `pathOf(replica)` (each node's), under
+   * `name`, all at once.
+   */
+  loadLoraAdapterOf(name: string, pathOf: (replica: number) => string): Promise<void> {
+    return this.everyReplica("load LoRA adapters", (engine, replica) =>
+      engine.loadLoraAdapter?.(name, pathOf(replica)),
+    );
+  }
+
+  loadLoraAdapter(name: string, path: string): Promise<void> {
+    return this.loadLoraAdapterOf(name, () => path);
+  }
+
+  /** Every replica drops the adapter `name`, all at once. */
+  unloadLoraAdapter(name: string): Promise<void> {
+    return this.everyReplica("unload LoRA adapters", (engine) => engine.unloadLoraAdapter?.(name));
+  }
+
   /** Every replica gives its KV cache's memory back, all at once. */
   releaseMemoryOccupation(): Promise<void> {
     return this.everyReplica("release its memory", (engine) => engine.releaseMemoryOccupation?.());

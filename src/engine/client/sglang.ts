@@ -25,6 +25,8 @@ export class SglangClient implements EngineClient {
       input_ids: request.inputIds,
       sampling_params: sampling,
       return_logprob: true,
+      // SGLang's name for the adapter a request runs with (GenerateReqInput.lora_path).
+      ...(request.lora ? { lora_path: request.lora } : {}),
     };
     const answer = await callEngine(`${this.url}/generate`, body, signal);
     return parseGenerateAnswer(answer, `${this.url}/generate`);
@@ -40,6 +42,29 @@ export class SglangClient implements EngineClient {
     if (answer?.success !== true) {
       throw new ServiceError(
         `engine ${url} did not load ${modelPath}: ${answer?.message ?? "no reason given"}`,
+      );
+    }
+  }
+
+  /** The engine loads the PEFT adapter folder `path` under `name` (SGLang's LoRAUpdateOutput answer). */
+  loadLoraAdapter(name: string, path: string): Promise<void> {
+    return this.loraUpdate("load", { lora_name: name, lora_path: path });
+  }
+
+  /** The engine drops the adapter `name` (once the requests using it are done). */
+  unloadLoraAdapter(name: string): Promise<void> {
+    return this.loraUpdate("unload", { lora_name: name });
+  }
+
+  private async loraUpdate(which: "load" | "unload", body: Record<string, string>): Promise<void> {
+    const url = `${this.url}/${which}_lora_adapter`;
+    const answer = (await callEngine(url, body)) as {
+      success?: boolean;
+      error_message?: string | null;
+    } | null;
+    if (answer?.success !== true) {
+      throw new ServiceError(
+        `engine ${url} did not ${which} LoRA adapter "${body.lora_name}": ${answer?.error_message ?? "no reason given"}`,
       );
     }
   }

@@ -20,6 +20,8 @@ export interface TurnRequest {
   stop: readonly string[];
   /** Seeds the sampler (the same request then gives the same tokens); null = unseeded. */
   seed: number | null;
+  /** A LoRA adapter the engine has loaded (`loadLoraAdapter`'s name); absent or null: the base. */
+  lora?: string | null;
 }
 
 export interface TurnOutput {
@@ -44,6 +46,13 @@ export interface EngineClient {
    * `/update_weights_from_disk`); absent where the engine has no such call.
    */
   updateWeightsFromDisk?(modelPath: string): Promise<void>;
+  /**
+   * SGLang's `/load_lora_adapter` and `/unload_lora_adapter`: a PEFT adapter folder loaded
+   * under a name, which requests then name (`TurnRequest.lora`), served beside the base
+   * weights. Absent where the engine has no such call.
+   */
+  loadLoraAdapter?(name: string, path: string): Promise<void>;
+  unloadLoraAdapter?(name: string): Promise<void>;
   /**
    * SGLang's `/release_memory_occupation` of the KV cache: its memory goes back to the device
    * (a trainer on the same GPU uses it) and generation waits for `resumeMemoryOccupation`.

@@ -16,7 +16,8 @@ export class VllmClient implements EngineClient {
   async generate(request: TurnRequest, signal?: AbortSignal): Promise<TurnOutput> {
     const url = `${this.url}/v1/completions`;
     const body: Record<string, unknown> = {
-      model: await this.modelName(signal),
+      // vLLM's way to ask for a loaded LoRA adapter: its name as the model.
+      model: request.lora ? request.lora : await this.modelName(signal),
       prompt: request.inputIds,
       max_tokens: request.maxNewTokens,
       temperature: request.sampling.temperature,

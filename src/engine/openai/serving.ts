@@ -51,6 +51,8 @@ export interface OpenAIServingOptions {
   modelName: string;
   /** The model folder (/v1/models' `root`). */
   modelPath: string;
+  /** The LoRA adapters loaded, name → folder: a request's `model` may name one. */
+  adapters: () => ReadonlyMap<string, string>;
   maxBodyBytes: number;
   /** The engine, or an HttpError 503 while loading / after it died. */
   engine: () => NativeEngine;
@@ -72,21 +74,27 @@ export class OpenAIServing {
 
   constructor(private readonly o: OpenAIServingOptions) {}
 
-  /** `GET /v1/models`: the one model served (vLLM's ModelCard fields). */
+  /**
+   * `GET /v1/models`: the model served, then each LoRA adapter loaded, as vLLM lists them
+   * (vllm/entrypoints/openai/serving_models.py, show_available_models: an adapter's card has
+   * its name as `id`, its folder as `root` and the base model as `parent`).
+   */
   models(res: ServerResponse): void {
     const engine = this.o.engine();
+    const card = (id: string, root: string, parent: string | null) => ({
+      id,
+      object: "model",
+      created: this.created,
+      owned_by: "searchr1",
+      root,
+      parent,
+      max_model_len: engine.info.context_length,
+    });
     this.o.sendJson(res, 200, {
       object: "list",
       data: [
-        {
-          id: this.o.modelName,
-          object: "model",
-          created: this.created,
-          owned_by: "searchr1",
-          root: this.o.modelPath,
-          parent: null,
-          max_model_len: engine.info.context_length,
-        },
+        card(this.o.modelName, this.o.modelPath, null),
+        ...[...this.o.adapters()].map(([name, path]) => card(name, path, this.o.modelName)),
       ],
     });
   }
@@ -115,16 +123,20 @@ export class OpenAIServing {
     };
     const request =
       kind === "chat" ? await parseChatRequest(body, ctx) : await parseCompletionRequest(body, ctx);
-    if (request.model !== null && request.model !== this.o.modelName) {
+    // `model` names the base model or a loaded LoRA adapter (vLLM's and SGLang's way).
+    const adapters = this.o.adapters();
+    const model = request.model ?? this.o.modelName;
+    if (model !== this.o.modelName && !adapters.has(model)) {
+      const served = [this.o.modelName, ...adapters.keys()].map((m) => `"${m}"`).join(", ");
       throw new OpenAIError(
         404,
-        `The model \`${request.model}\` does not exist; this server serves "${this.o.modelName}" ` +
-          "(GET /v1/models)",
+        `The model \`${model}\` does not exist; this server serves ${served} (GET /v1/models)`,
         "model",
         "model_not_found",
       );
     }
-    const answer = new Answer(this.o, engine, kind, request, res);
+    if (model !== this.o.modelName) for (const s of request.sequences) s.lora = model;
+    const answer = new Answer(this.o, engine, kind, request, res, model);
     await answer.run();
   }
 }
@@ -156,6 +168,7 @@ class Answer {
     private readonly kind: Kind,
     private readonly request: OpenAIRequest,
     private readonly res: ServerResponse,
+    private readonly model: string,
   ) {
     this.id = openAIId(kind === "chat" ? "chatcmpl" : "cmpl");
     this.eos = engine.info.eos_token_ids;
@@ -229,7 +242,7 @@ class Answer {
       id: this.id,
       object: this.kind === "completion" ? "text_completion" : object,
       created: this.created,
-      model: this.o.modelName,
+      model: this.model,
     };
   }
 
