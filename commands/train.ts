@@ -4,6 +4,7 @@ import { trainSpec } from "../src/config/schemas/train.js";
 import { dryRunText } from "../src/planning/dry-run.js";
 import { withInterrupt } from "../src/runtime/interrupt.js";
 import { createProgress } from "../src/runtime/progress.js";
+import { loraLoad } from "../src/train/lora.js";
 import { runNode } from "../src/train/nodes.js";
 import { runDirOf, runTrain } from "../src/train/run.js";
 import { trainView } from "../src/train/view.js";
@@ -36,8 +37,10 @@ export function register(program: Command): Command {
       "searchr1 train --config run.yaml --gpus 8 --nnodes 2 --node-rank 1 --master-addr node0:29500",
     ],
     run: async (config) => {
-      // The memory plan of one device, then nothing else.
+      // The memory plan of one device, then nothing else; of a run the trainer would start:
+      // what it refuses beside LoRA adapters (model.lora_*) is refused here too.
       if (config.trainer.dry_run) {
+        loraLoad(config);
         process.stdout.write(await dryRunText(config));
         return;
       }

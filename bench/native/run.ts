@@ -34,6 +34,13 @@
  * Both sides start from the same weights and data, so their step-1 loss and gradient norm
  * must agree (fp32 rounding aside): the report shows them, and warns when they differ by more
  * than 1e-3 relative, as the comparison would then not be of the same computation.
+ * LoRA against full fine-tuning: the trainer runs the same 1 + K steps once more with
+ * `sft --lora-rank 8` (alpha 16, every linear layer of every decoder layer: PEFT's
+ * all-linear), training the adapters alone on the frozen model; the report sets its median
+ * step time and its peak memory (the most the trainer's backend held at once in a timed step,
+ * as its --metrics file says) beside full fine-tuning's of the same run, with the ratios.
+ * Its adapters' B starts at zero, so its step-1 loss must equal full fine-tuning's exactly
+ * (a warning when it does not).
  */
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -44,6 +51,7 @@ import { CliError } from "../../src/runtime/errors.js";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { packageRoot } from "../../src/runtime/package-root.js";
 import { table } from "../../src/runtime/table.js";
+import { readSafetensorsHeader } from "../../src/tensors/safetensors.js";
 import { fmt, log, threadCappedEnv } from "../common.js";
 import { gpuBench } from "./gpu.js";
 import { rlBench } from "./rl.js";
@@ -53,6 +61,9 @@ const BATCH = 4;
 const SEQ = 256;
 /** Largest relative step-1 loss / grad-norm difference still taken as the same computation. */
 const AGREEMENT = 1e-3;
+/** The LoRA row's adapters: rank 8 on every linear layer (alpha: sft's default, 16). */
+const LORA_RANK = 8;
+const LORA_FLAGS = ["--lora-rank", String(LORA_RANK), "--lora-targets", "all-linear"];
 
 const { values: opts } = parseArgs({
   options: {
@@ -94,6 +105,8 @@ interface StepMetrics {
   loss: number;
   grad_norm: number;
   seconds: number;
+  /** The trainer's: the most its backend held at once during the step (torch_step.py: none). */
+  peak_memory_mb?: number;
 }
 
 /** One side's run of 1 + K steps. */
@@ -101,6 +114,8 @@ interface Run {
   steps: StepMetrics[];
   /** Median wall seconds of the K timed steps (the warm-up step excluded). */
   median: number;
+  /** The trainer's largest peak over the timed steps, MiB (null for torch). */
+  peakMiB: number | null;
 }
 
 function parseSteps(text: string, who: string): Run {
@@ -120,7 +135,9 @@ function parseSteps(text: string, who: string): Run {
     timed.length % 2 === 1
       ? (timed[mid] as number)
       : ((timed[mid - 1] as number) + (timed[mid] as number)) / 2;
-  return { steps, median };
+  const peaks = steps.slice(1).map((s) => s.peak_memory_mb);
+  const peakMiB = peaks.every((p) => p !== undefined) ? Math.max(...(peaks as number[])) : null;
+  return { steps, median, peakMiB };
 }
 
 /** Runs torch_step.py; exits with install instructions when torch cannot be imported. */
@@ -154,8 +171,10 @@ function findTrainer(): string {
   }
 }
 
-function runNative(trainer: string, work: string): Run {
-  const metrics = join(work, "native-metrics.jsonl");
+/** `searchr1-trainer sft` with `flags` added (LORA_FLAGS for the LoRA row); `name` keeps its
+ * metrics file and --out folder apart. */
+function runNative(trainer: string, work: string, flags: string[] = [], name = "native"): Run {
+  const metrics = join(work, `${name}-metrics.jsonl`);
   // The trainer's per-step lines go to stderr as progress; the figures come from --metrics.
   const r = spawnSync(
     trainer,
@@ -166,11 +185,12 @@ function runNative(trainer: string, work: string): Run {
       "--data",
       join(work, "data.safetensors"),
       "--out",
-      join(work, "native-out"),
+      join(work, `${name}-out`),
       "--overwrite",
       "--steps",
       String(1 + timedSteps),
       ...STEP_FLAGS,
+      ...flags,
       "--threads",
       String(threads),
       "--metrics",
@@ -203,9 +223,12 @@ interface Result {
   params: number;
   native: Run;
   torch: Run;
+  /** The same native steps training LoRA adapters alone, and their parameter count. */
+  lora: Run;
+  loraParams: number;
 }
 
-function benchShape(trainer: string, shape: Shape): Result {
+async function benchShape(trainer: string, shape: Shape): Promise<Result> {
   const work = mkdtempSync(join(tmpdir(), "searchr1-bench-native-"));
   try {
     log(`${shape.name}: writing a random model and batch to ${work} ...`);
@@ -225,7 +248,14 @@ function benchShape(trainer: string, shape: Shape): Result {
     const native = runNative(trainer, work);
     log(`${shape.name}: torch_step.py train, ${1 + timedSteps} steps ...`);
     const torch = runTorch(work);
-    return { shape, params: made.params, native, torch };
+    log(
+      `${shape.name}: searchr1-trainer sft --lora-rank ${LORA_RANK}, ${1 + timedSteps} steps ...`,
+    );
+    const lora = runNative(trainer, work, LORA_FLAGS, "lora");
+    // The adapters' size, read off the PEFT folder sft wrote.
+    const header = await readSafetensorsHeader(join(work, "lora-out", "adapter_model.safetensors"));
+    const loraParams = header.tensors.reduce((n, t) => n + t.shape.reduce((a, b) => a * b, 1), 0);
+    return { shape, params: made.params, native, torch, lora, loraParams };
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -233,7 +263,7 @@ function benchShape(trainer: string, shape: Shape): Result {
 
 const relDiff = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-12);
 
-function main() {
+async function main() {
   const trainer = findTrainer();
   const versions = JSON.parse(runPython(["check"])) as {
     torch: string;
@@ -242,7 +272,8 @@ function main() {
   };
   const cpu = cpus()[0]?.model.trim() ?? "unknown CPU";
   const loadBefore = loadavg()[0] as number;
-  const results = SHAPES.map((shape) => benchShape(trainer, shape));
+  const results: Result[] = [];
+  for (const shape of SHAPES) results.push(await benchShape(trainer, shape));
 
   const tokens = BATCH * SEQ;
   const lines: string[] = [
@@ -323,7 +354,59 @@ function main() {
         "throughputs are not comparable.",
     );
   }
+  lines.push(...loraLines(results));
   console.log(lines.join("\n"));
+}
+
+/** The LoRA row: its step time and peak memory beside full fine-tuning's, the same run's. */
+function loraLines(results: Result[]): string[] {
+  const mib = (r: Run) => (r.peakMiB === null ? "?" : fmt(r.peakMiB, 1));
+  const ratio = (full: number | null, lora: number | null) =>
+    full === null || lora === null ? "?" : `${(full / lora).toFixed(2)}×`;
+  const lines = [
+    "",
+    `## LoRA rank ${LORA_RANK} (all-linear, alpha 16) vs full fine-tuning, the native trainer (CPU, fp32)`,
+    "",
+    "The same steps, model and batch with `sft --lora-rank`: the adapters trained alone on the " +
+      "frozen model. Peak = the most the trainer's backend held at once in a timed step " +
+      "(its --metrics file's peak_memory_mb).",
+    "",
+    ...table(
+      [
+        [
+          "shape",
+          "trained params (full / LoRA)",
+          "full s/step",
+          "LoRA s/step",
+          "full / LoRA time",
+          "full peak MiB",
+          "LoRA peak MiB",
+          "full / LoRA memory",
+        ],
+        ...results.map((r) => [
+          r.shape.name,
+          `${fmt(r.params)} / ${fmt(r.loraParams)}`,
+          r.native.median.toFixed(3),
+          r.lora.median.toFixed(3),
+          `${(r.native.median / r.lora.median).toFixed(2)}×`,
+          mib(r.native),
+          mib(r.lora),
+          ratio(r.native.peakMiB, r.lora.peakMiB),
+        ]),
+      ],
+      new Set([1, 2, 3, 4, 5, 6, 7]),
+    ),
+  ];
+  // B starts at zero: LoRA's first forward is the frozen model's, bit for bit.
+  const differ = results.filter((r) => r.lora.steps[0]?.loss !== r.native.steps[0]?.loss);
+  if (differ.length > 0) {
+    lines.push(
+      "",
+      `WARNING: LoRA's step-1 loss differs from full fine-tuning's for ${differ.map((r) => r.shape.name).join(", ")}: ` +
+        "with B at zero they must be equal, so the two runs are not of the same model and batch.",
+    );
+  }
+  return lines;
 }
 
 function positiveNumber(name: string, value: string | undefined): number | undefined {
@@ -391,6 +474,6 @@ if (opts.gpu) {
         process.exit(2);
       }
     }
-    main();
+    await main();
   }
 }

@@ -37,6 +37,7 @@ import { loraOn, loraSpec } from "./lora-spec.js";
 import {
   type Device,
   type LearnerBytes,
+  loraScratchOf,
   type ModelBytes,
   modelBytes,
   NO_OFFLOAD,
@@ -398,11 +399,20 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
   }
   actsRows("actor", policy, tokens.update, tokens.logProbs, actorCommands, "log-prob micro-batch");
   if (lora) {
+    // A pass through the adapters holds A x, its gradient and one module's output (or its
+    // gradient) for its rows; the reference's (adapters off) holds none.
+    const scratch = "LoRA adapters' scratch (A x, its gradient, one module's output)";
     commandRow(
       "actor",
-      `LoRA adapters' scratch (A x, its gradient, one module's output; ${tok(tokens.update)})`,
-      actorCommands,
-      same(Math.max(...lora.scratch)),
+      `${scratch}, update micro-batch (${tok(tokens.update)})`,
+      ["actor update"],
+      same(loraScratchOf(policy, tokens.update)),
+    );
+    commandRow(
+      "actor",
+      `${scratch}, log-prob micro-batch (${tok(tokens.logProbs)})`,
+      ["actor log-probs"],
+      same(loraScratchOf(policy, tokens.logProbs)),
     );
   }
   if (input.reference && lora) {

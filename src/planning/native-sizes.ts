@@ -73,7 +73,10 @@ export interface ModelBytes {
   /** cuBLASLt's, one per CUDA process (0 on the CPU). */
   workspace: number;
   engine: EngineBytes | null;
-  /** With LoRA: the adapters' floats, their learner (stage 0), each pass's adapter scratch. */
+  /**
+   * With LoRA: the adapters' floats, their learner (stage 0), and each pass's adapter scratch
+   * (in the order of `passes`: loraScratchOf).
+   */
   lora: { floats: number; learner: LearnerBytes; scratch: number[] } | null;
 }
 
@@ -132,6 +135,14 @@ export function passOf(bytes: ModelBytes, tokens: number): PassBytes {
   const pass = bytes.passes.find((p) => p.tokens === tokens);
   if (!pass) throw new Error(`no pass of ${tokens} tokens was sized (a bug)`);
   return pass;
+}
+
+/** With LoRA: the adapters' scratch of the pass of `tokens` rows among those sized. */
+export function loraScratchOf(bytes: ModelBytes, tokens: number): number {
+  const scratch = bytes.lora?.scratch[bytes.passes.findIndex((p) => p.tokens === tokens)];
+  if (scratch === undefined)
+    throw new Error(`no LoRA scratch of ${tokens} tokens was sized (a bug)`);
+  return scratch;
 }
 
 type Json = Record<string, number>;

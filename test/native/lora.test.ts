@@ -4,7 +4,7 @@
 // and `export`'s merged weights (W + scaling·B A) within fp32 rounding; the reference (the
 // policy with its adapters off) is the base model bit for bit; checkpoints are PEFT folders
 // that load back; two Gloo ranks update the adapters as one rank does, within rounding.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { modelBytes, NO_OFFLOAD } from "../../src/planning/native-sizes.js";
@@ -19,6 +19,7 @@ import {
   readFloats,
   rolloutBatch,
   tempDir,
+  trainer,
   trainerOk,
   writeBatchFile,
 } from "./helpers.js";
@@ -169,9 +170,29 @@ describe("serve with a LoRA adapter", () => {
   it("a fresh adapter (PEFT's init: B zero) leaves the policy the base; checkpoints are PEFT folders", async () => {
     const ranks = new Ranks(1, 60, [...CPU]);
     try {
-      await ranks.ok("load", {
+      const loaded = await ranks.ok("load", {
         policy: POLICY,
         lora: { rank: 2, alpha: 4, target_modules: ["q_proj", "down_proj"], seed: 7 },
+      });
+      // Two of the seven modules at rank 2: the plan's learner is still what it holds.
+      const planned = modelBytes({
+        dir: POLICY,
+        head: "lm",
+        device: "cpu",
+        ranks: 1,
+        offload: NO_OFFLOAD,
+        tokens: [],
+        lora: { rank: 2, targets: ["q_proj", "down_proj"] },
+      }).lora;
+      // Hidden 64, intermediate 128: q_proj's A [2, 64] and B [64, 2], down_proj's A [2, 128]
+      // and B [64, 2], each from a multiple of 128 floats: 640 a layer, 2 layers.
+      expect(planned?.floats).toBe(1280);
+      const actor = (loaded.memory as { actor: Record<string, number> }).actor;
+      expect(actor).toMatchObject({
+        weights: planned?.learner.weights,
+        master_weights: planned?.learner.masters,
+        optimizer_state: planned?.learner.optimizer,
+        gradients: planned?.learner.gradients,
       });
       // scaling·B(A x) is exactly zero: the policy is its reference, bit for bit.
       expect(sameBits(await logProbs(ranks, "policy"), await logProbs(ranks, "reference"))).toBe(
@@ -315,6 +336,91 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
     for (const [name, values] of one.adapter) {
       expect(maxAbsDiff(values, get(two.adapter, name)), name).toBeLessThan(1e-6);
       expect(maxAbsDiff(values, get(start, name)), `${name} was trained`).toBeGreaterThan(1e-5);
+    }
+  });
+});
+
+describe("sft --lora-rank: fresh adapters trained on the frozen model", () => {
+  const B = 2;
+  const T = 24;
+  const batch = () =>
+    writeBatchFile([
+      {
+        name: "input_ids",
+        dtype: "I64",
+        shape: [B, T],
+        data: new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 11) % 500))),
+      },
+    ]);
+  const LORA_FLAGS = [
+    "--lora-rank",
+    "4",
+    "--lora-alpha",
+    "8",
+    "--lora-targets",
+    "q_proj,v_proj,down_proj",
+  ];
+  const sft = (data: string, steps: number, flags: string[]) => {
+    const dir = tempDir();
+    const [out, metrics] = [join(dir, "out"), join(dir, "metrics.jsonl")];
+    trainerOk([
+      ...["sft", "--model", POLICY, "--data", data, "--out", out, "--steps", String(steps)],
+      ...["--lr", "1e-2", "--metrics", metrics, ...flags, ...CPU, "--threads", "2"],
+    ]);
+    const lines = readFileSync(metrics, "utf8").trim().split("\n");
+    return { out, steps: lines.map((l) => JSON.parse(l) as { loss: number; grad_norm: number }) };
+  };
+
+  it("step 1 is the base's loss; --out is the PEFT folder of the adapter it trained", async () => {
+    const data = await batch();
+    const full = sft(data, 1, []);
+    const one = sft(data, 1, LORA_FLAGS);
+    const two = sft(data, 2, LORA_FLAGS);
+    // B starts at zero: the first forward is the base model's, bit for bit; the same seed
+    // draws the same A, so the runs agree step for step.
+    expect(one.steps[0]?.loss).toBe(full.steps[0]?.loss);
+    expect([two.steps[0]?.loss, two.steps[0]?.grad_norm]).toEqual([
+      one.steps[0]?.loss,
+      one.steps[0]?.grad_norm,
+    ]);
+    expect(two.steps[1]?.loss).toBeLessThan(two.steps[0]?.loss ?? 0);
+    expect(JSON.parse(readFileSync(join(one.out, "adapter_config.json"), "utf8"))).toMatchObject({
+      peft_type: "LORA",
+      r: 4,
+      lora_alpha: 8,
+      target_modules: ["q_proj", "v_proj", "down_proj"],
+      base_model_name_or_path: POLICY,
+    });
+    // The folder written after step 1 is the adapter step 2 ran on: score with it gives
+    // step 2's loss (the token mean of -log p over the predicted tokens).
+    const scored = join(tempDir(), "score.safetensors");
+    trainerOk([
+      ...["score", "--model", POLICY, "--batch", data, "--out", scored, "--lora", one.out],
+      ...[...CPU, "--threads", "2"],
+    ]);
+    const lp = get(await readFloats(scored), "logprobs");
+    const loss = -lp.reduce((s, v) => s + v, 0) / (B * (T - 1));
+    expect(Math.abs(loss - (two.steps[1]?.loss ?? 0))).toBeLessThan(1e-6 * loss);
+  });
+
+  it("refuses, naming the option, what does not go with it", async () => {
+    const data = await batch();
+    const bad = [
+      [["--lora-rank", "4", "--save-dtype", "bf16"], /--save-dtype does not go with --lora-rank/],
+      [["--lora-rank", "4", "--max-shard-size", "1GB"], /--max-shard-size does not go with/],
+      [["--lora-rank", "4", "--lora-targets", "q_proj,x_proj"], /--lora-targets: .*'x_proj'/],
+      [["--lora-rank", "0"], /--lora-rank/],
+      [["--lora-seed", "3"], /--lora-seed needs --lora-rank/],
+      [["--lora-alpha", "8"], /--lora-alpha needs --lora-rank/],
+    ] as const;
+    for (const [flags, message] of bad) {
+      const out = join(tempDir(), "out");
+      const r = trainer([
+        ...["sft", "--model", POLICY, "--data", data, "--out", out, ...flags, ...CPU],
+      ]);
+      expect(r.code, flags.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(message);
+      expect(existsSync(out)).toBe(false);
     }
   });
 });

@@ -83,6 +83,14 @@ describe("searchr1-trainer plan: the flat parameter buffer (native/src/model/par
       [["--model", SMALL.dir, "--device", "cpu", "--offload", "disk"], /--offload: 'disk'/],
       [["--model", SMALL.dir, "--device", "cpu", "--tokens", "12,x"], /--tokens: 'x'/],
       [["--model", "/nonexistent", "--device", "cpu"], /\/nonexistent\/config\.json/],
+      [
+        ["--model", SMALL.dir, "--device", "cpu", "--lora-targets", "q_proj"],
+        /--lora-targets needs --lora-rank/,
+      ],
+      [
+        ["--model", SMALL.dir, "--device", "cpu", "--lora-rank", "4", "--lora-targets", "qproj"],
+        /--lora-targets: .*'qproj' is not one of all-linear, q_proj/,
+      ],
     ] as const;
     for (const [args, message] of bad) {
       const r = plan([...args]);
@@ -211,6 +219,46 @@ describe("searchr1-trainer plan: the activations of one pass (native/src/model/q
     expect(forward("cuda", 300) - forward("cuda", 3000)).toBe((32 + 8) * 2);
   });
 
+  /** A batch of B × T token ids, every one attended, in a new folder. */
+  async function peakBatch(B: number, T: number): Promise<{ dir: string; batch: string }> {
+    const dir = tempDir();
+    const ids = new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 7) % 500)));
+    const batch = join(dir, "batch.safetensors");
+    await writeSafetensors(batch, [
+      { name: "input_ids", dtype: "I64", shape: [B, T], data: ids },
+      {
+        name: "attention_mask",
+        dtype: "I64",
+        shape: [B, T],
+        data: new BigInt64Array(B * T).fill(1n),
+      },
+    ]);
+    return { dir, batch };
+  }
+  /** The trainer's peaks in bytes: score's JSON lines on stdout, sft's in its --metrics file. */
+  const peaks = (args: string[], metrics?: string): number[] => {
+    const r = spawnSync(
+      nativeExecutable("searchr1-trainer"),
+      [...args, "--device", "cpu", "--threads", "1", "--model", modelDir("untied")],
+      { encoding: "utf8" },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    return (metrics ? readFileSync(metrics, "utf8") : r.stdout)
+      .trim()
+      .split("\n")
+      .map((l) => (JSON.parse(l) as { peak_memory_mb: number }).peak_memory_mb * 2 ** 20);
+  };
+  /** sft's second step's peak (its first allocates what the second reuses). */
+  const sftPeak = (dir: string, batch: string, name: string, flags: string[]) => {
+    const metrics = join(dir, `${name}.jsonl`);
+    const out = join(dir, name);
+    const steps = peaks(
+      ["sft", "--data", batch, "--out", out, "--steps", "2", "--metrics", metrics, ...flags],
+      metrics,
+    );
+    return { peak: steps[1] ?? 0, out };
+  };
+
   // What the trainer really holds: score's peak, less the fp32 weights; sft's second step's,
   // less the weights, gradients and AdamW moments (16 bytes a float). The peaks are printed
   // in MiB with 3 decimals: equal to within that rounding (524 bytes). Three shapes: one
@@ -222,58 +270,83 @@ describe("searchr1-trainer plan: the activations of one pass (native/src/model/q
   ])(
     "the fixture, %i × %i tokens: the trainer's measured peaks, forward and backward, with and without recompute",
     async (B, T) => {
-      const dir = tempDir();
-      const ids = new BigInt64Array(B * T).map((_, i) => BigInt(3 + ((i * 7) % 500)));
-      const batch = join(dir, "batch.safetensors");
-      await writeSafetensors(batch, [
-        { name: "input_ids", dtype: "I64", shape: [B, T], data: ids },
-        {
-          name: "attention_mask",
-          dtype: "I64",
-          shape: [B, T],
-          data: new BigInt64Array(B * T).fill(1n),
-        },
-      ]);
-      // The JSON lines with peak_memory_mb: score's on stdout, sft's in its --metrics file.
-      const trainer = (args: string[], metrics?: string) => {
-        const r = spawnSync(
-          nativeExecutable("searchr1-trainer"),
-          [...args, "--device", "cpu", "--threads", "1", "--model", modelDir("untied")],
-          { encoding: "utf8" },
-        );
-        expect(r.status, r.stderr).toBe(0);
-        return (metrics ? readFileSync(metrics, "utf8") : r.stdout)
-          .trim()
-          .split("\n")
-          .map((l) => (JSON.parse(l) as { peak_memory_mb: number }).peak_memory_mb * 2 ** 20);
-      };
+      const { dir, batch } = await peakBatch(B, T);
       const plan = sizes(readPlanModel(modelDir("untied")), { device: "cpu", tokens: [B * T] });
       const pass = passOf(plan, B * T);
       const learnt = plan.learner[0];
       const out = join(dir, "out.safetensors");
-      const [scored] = trainer(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
+      const [scored] = peaks(["score", "--batch", batch, "--out", out, "--repeat", "1"]);
       expect(Math.abs((scored ?? 0) - learnt.weights - pass.forward)).toBeLessThanOrEqual(524);
       for (const recompute of [false, true]) {
-        const metrics = join(dir, `sft-${recompute}.jsonl`);
-        const steps = trainer(
-          [
-            "sft",
-            "--data",
-            batch,
-            "--out",
-            join(dir, `sft-${recompute}`),
-            "--steps",
-            "2",
-            "--metrics",
-            metrics,
-            ...(recompute ? ["--recompute"] : []),
-          ],
-          metrics,
-        );
+        const { peak } = sftPeak(dir, batch, `sft-${recompute}`, recompute ? ["--recompute"] : []);
         const held = learnt.weights + learnt.gradients + learnt.optimizer;
         const acts = recompute ? pass.backwardRecompute : pass.backward;
-        expect(Math.abs((steps[1] ?? 0) - held - acts)).toBeLessThanOrEqual(524);
+        expect(Math.abs(peak - held - acts)).toBeLessThanOrEqual(524);
       }
+    },
+  );
+
+  // With LoRA adapters (sft --lora-rank, then score --lora with the adapter folder sft
+  // wrote): the frozen base's fp32 compute copy, the adapters' fp32 weights, gradients and
+  // AdamW moments (the plan's lora.learner: Learner::planned with lora_layout), and the
+  // pass's activations plus the adapters' scratch at its rows (lora_scratch). Three ranks and
+  // module sets at the three shapes.
+  it.each([
+    [3, 40, 4, "all-linear", 128],
+    [1, 23, 2, "q_proj,down_proj", 64],
+    [4, 80, 8, "k_proj,v_proj,o_proj,gate_proj,up_proj", 128],
+  ])(
+    "the fixture, %i × %i tokens, LoRA rank %i on %s: the measured peaks",
+    async (B, T, rank, targets, widest) => {
+      const { dir, batch } = await peakBatch(B, T);
+      const plan = sizes(readPlanModel(modelDir("untied")), {
+        device: "cpu",
+        tokens: [B * T],
+        lora: { rank, targets: targets === "all-linear" ? targets : targets.split(",") },
+      });
+      const pass = passOf(plan, B * T);
+      const lora = plan.lora;
+      if (!lora) throw new Error("plan --lora-rank gave no lora sizes");
+      const l = lora.learner;
+      const [scratch] = lora.scratch;
+      // On the CPU the adapters' fp32 buffer is their compute copy: 4 bytes a float each of
+      // weights, gradients and the two moments; the base adds no masters of its own.
+      expect([l.masters, l.gradients, l.optimizer]).toEqual([
+        4 * lora.floats,
+        4 * lora.floats,
+        8 * lora.floats,
+      ]);
+      expect(l.weights).toBe(plan.learner[0].weights);
+      // A x and its gradient (rank values a row) and one module's output, the widest
+      // targeted: the fixture's hidden size 64, its intermediate size 128 (gate_proj, up_proj).
+      expect(scratch).toBe(4 * B * T * (2 * rank + widest));
+      let adapter = "";
+      for (const recompute of [false, true]) {
+        const flags = ["--lora-rank", String(rank), "--lora-targets", targets];
+        const { peak, out } = sftPeak(dir, batch, `lora-${recompute}`, [
+          ...flags,
+          ...(recompute ? ["--recompute"] : []),
+        ]);
+        const held = l.weights + l.masters + l.gradients + l.optimizer;
+        const acts = recompute ? pass.backwardRecompute : pass.backward;
+        expect(Math.abs(peak - held - acts - (scratch ?? 0))).toBeLessThanOrEqual(524);
+        adapter = out;
+      }
+      const out = join(dir, "scored.safetensors");
+      const [scored] = peaks([
+        "score",
+        "--batch",
+        batch,
+        "--out",
+        out,
+        "--repeat",
+        "1",
+        "--lora",
+        adapter,
+      ]);
+      expect(
+        Math.abs((scored ?? 0) - l.weights - l.masters - pass.forward - (scratch ?? 0)),
+      ).toBeLessThanOrEqual(524);
     },
   );
 });

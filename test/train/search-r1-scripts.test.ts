@@ -15,6 +15,7 @@ import {
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loraScratchOf, modelBytes, NO_OFFLOAD } from "../../src/planning/native-sizes.js";
 import { BIN, startCli, startServing } from "../helpers/cli.js";
 import { createHubServer } from "../helpers/hub-server.js";
 import { QWEN_CONFIGS, writeModelConfig } from "../planning/model-configs.js";
@@ -117,6 +118,68 @@ describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl",
     },
     60_000,
   );
+
+  // Issue 42: the v0.2 GRPO script on ONE 80 GB GPU with LoRA rank 32 on every linear layer.
+  // As written its actor and reference offloads are refused beside adapters (as the run
+  // refuses them); with them off, and Search-R1's micro-batches per GPU (its 64 and 128 over
+  // 8 GPUs: 8 and 16), the frozen 7B base, the adapters' state and the engine fit.
+  it("v0.2-train_grpo.sh with LoRA rank 32 on one GPU: the offloads refused, then it fits", () => {
+    const lora = ["actor_rollout_ref.model.lora_rank=32", "trainer.n_gpus_per_node=1"];
+    const refused = runScript("v0.2-train_grpo.sh", "searchr1 train --dry-run", lora);
+    expect(refused.code).toBe(2);
+    expect(otherMessages(refused).join("\n")).toMatch(
+      /actor\.param_offload=true with LoRA \(model\.lora_rank=32\): the trainer's offload is not built for adapters/,
+    );
+    const r = runScript("v0.2-train_grpo.sh", "searchr1 train --dry-run", [
+      ...lora,
+      ...["param_offload", "grad_offload", "optimizer_offload"].map(
+        (k) => `actor_rollout_ref.actor.fsdp_config.${k}=false`,
+      ),
+      "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+      "actor_rollout_ref.actor.ppo_micro_batch_size=8",
+      "actor_rollout_ref.rollout.log_prob_micro_batch_size=16",
+      "actor_rollout_ref.ref.log_prob_micro_batch_size=16",
+    ]);
+    expect(r.code, r.stdout.slice(-3000)).toBe(0);
+    expect(otherMessages(r)).toEqual([]);
+    expect(r.stdout).toContain("of 1 (trainer.gpus 1 × trainer.nnodes 1)");
+    expect(r.stdout).toMatch(
+      /^per rank of 1: micro-batches of 8 \(actor\), log-prob passes of 16/m,
+    );
+    expect(r.stdout).toContain("ZeRO stage 0 (trainer.zero_stage null: 0 with LoRA)");
+    // The LoRA rows are the plan's (searchr1-trainer plan --lora-rank 32: Learner::planned,
+    // lora_scratch) at 8 × 6548 and 16 × 6548 tokens.
+    const plan = modelBytes({
+      dir: path.join(work, "Qwen/Qwen2.5-7B"),
+      head: "lm",
+      device: "cuda",
+      ranks: 1,
+      offload: NO_OFFLOAD,
+      tokens: [8 * 6548, 16 * 6548],
+      lora: { rank: 32, targets: "all-linear" },
+    });
+    const l = plan.lora?.learner;
+    if (!l) throw new Error("the plan sized no adapters");
+    const gib = (b: number) => (b / 2 ** 30).toFixed(2).replace(".", "\\.");
+    const row = (name: string, bytes: number) =>
+      expect(r.stdout).toMatch(new RegExp(`^actor +${name} +${gib(bytes)} +${gib(bytes)} `, "m"));
+    row("weights \\(bf16 compute copy, frozen\\)", l.weights);
+    row("LoRA rank 32 adapters: fp32 weights and their bf16 copy", l.masters);
+    row("LoRA adapters: AdamW moments \\(fp32 m, v\\)", l.optimizer);
+    row("LoRA adapters: fp32 gradients", l.gradientsBetween);
+    row(".*scratch.*, update micro-batch \\(52,384 tokens\\)", loraScratchOf(plan, 8 * 6548));
+    row(".*scratch.*, log-prob micro-batch \\(104,768 tokens\\)", loraScratchOf(plan, 16 * 6548));
+    // No fp32 masters, moments or gradients of the base, no reference copy.
+    expect(r.stdout).not.toMatch(/^actor +fp32 master weights/m);
+    expect(r.stdout).not.toMatch(/^reference +weights/m);
+    // The peak, whichever moment it falls in, is below 80 GB (74.51 GiB) and fits 79 GiB.
+    const totals = [...r.stdout.matchAll(/^total during the [\w-]+ +([\d.]+) /gm)].map((m) =>
+      Number(m[1]),
+    );
+    expect(totals).toHaveLength(3);
+    expect(Math.max(...totals) * 2 ** 30).toBeLessThan(80e9);
+    expect(r.stdout).toMatch(/^fits 79\.00 GiB at ZeRO stage 0 \(/m);
+  }, 60_000);
 
   it("config train --from-script says what each line became", () => {
     const r = spawnSync(

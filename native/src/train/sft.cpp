@@ -32,7 +32,9 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
                      " must divide --batch-size " + std::to_string(batch_size));
   }
   opt.schedule.validate();
-  AdamW optimizer(model.be(), model.param_buffer_size(), opt.adamw);
+  LoraAdapters* lora = model.lora();
+  const size_t trained = lora != nullptr ? lora->size() : model.param_buffer_size();
+  AdamW optimizer(model.be(), trained, opt.adamw);
 
   for (int s = 0; s < opt.steps; s++) {
     const auto start = std::chrono::steady_clock::now();
@@ -58,7 +60,11 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
     }
     for (float& c : coef) c /= static_cast<float>(tokens);
 
-    model.zero_grad();
+    if (lora != nullptr) {
+      lora->zero_grad();
+    } else {
+      model.zero_grad();
+    }
     double loss = 0;
     for (int m = 0; m < batch_size; m += micro) {
       // The micro-batch's sequences packed end to end: no compute on padding.
@@ -68,8 +74,14 @@ void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& los
       loss += model.backward(part.batch, part_coef.data(), opt.run);
     }
     const float lr = opt.schedule.at(s);
-    const double norm = optimizer.step(model.params(), model.grads(), lr);
-    model.params_changed();
+    double norm = 0;
+    if (lora != nullptr) {
+      norm = optimizer.step(lora->params(), lora->grads(), lr);
+      lora->params_changed(0, trained);
+    } else {
+      norm = optimizer.step(model.params(), model.grads(), lr);
+      model.params_changed();
+    }
     model.be().synchronize();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

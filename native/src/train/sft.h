@@ -30,6 +30,8 @@ struct SftStep {
 };
 
 // Trains on `data`, whose rows are taken in order batch_size at a time, wrapping around.
+// With LoRA adapters attached (model.lora()), the adapters alone: AdamW over their flat fp32
+// buffer, the base frozen (drop its fp32 masters first, as a LoRA learner does).
 // `loss_mask` ([B*T], may be empty = every predicted token) selects the target tokens.
 // Throws sr1::UsageError for batch sizes that do not fit the data.
 void run_sft(Qwen2Model& model, const Batch& data, const std::vector<float>& loss_mask,

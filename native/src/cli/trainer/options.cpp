@@ -1,5 +1,7 @@
 #include "cli/trainer/options.h"
 
+#include <sstream>
+
 #include "cli/common.h"
 #include "util/error.h"
 
@@ -58,6 +60,34 @@ BatchCommand open_batch_command(const Args& args) {
   }
   c.file = SafetensorsFile::open(in);
   c.batch = read_batch(*c.file, c.model->config().vocab_size);
+  return c;
+}
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+LoraConfig read_lora_options(const Args& args) {
+  LoraConfig c;
+  if (!args.has("lora-rank")) {
+    for (const char* name : {"lora-targets", "lora-alpha"}) {
+      if (args.has(name)) throw UsageError(std::string("--") + name + " needs --lora-rank");
+    }
+    c.rank = 0;
+    return c;
+  }
+  c.rank = static_cast<int>(args.integer("lora-rank", 0, 1));
+  if (args.has("lora-alpha")) c.alpha = args.number("lora-alpha", c.alpha);
+  try {
+    c.set_targets(split_list(args.text("lora-targets", "all-linear")));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--lora-targets: ") + e.what());
+  }
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "io/safetensors.h"
 #include "model/batch.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 
 namespace sr1 {
@@ -30,5 +31,13 @@ struct BatchCommand {
   std::string out;
 };
 BatchCommand open_batch_command(const Args& args);
+
+// A list option's comma-separated entries, empty ones dropped.
+std::vector<std::string> split_list(const std::string& list);
+
+// The fresh adapters --lora-rank R, --lora-targets LIST (all-linear by default) and, where
+// the command has it, --lora-alpha A ask for (plan sizes them, sft trains them); rank 0
+// without --lora-rank, when the other two are refused.
+LoraConfig read_lora_options(const Args& args);
 
 }  // namespace sr1

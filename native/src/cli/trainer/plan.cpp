@@ -3,11 +3,11 @@
 // `searchr1 train --dry-run`'s memory plan (src/planning/memory-plan.ts). Only config.json
 // is read: a model's weights are not needed.
 #include <cstdio>
-#include <sstream>
 
 #include "backend/backend.h"
 #include "cli/common.h"
 #include "cli/trainer/commands.h"
+#include "cli/trainer/options.h"
 #include "engine/engine.h"
 #include "engine/kv_budget.h"
 #include "model/lora.h"
@@ -19,18 +19,9 @@
 namespace sr1 {
 namespace {
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 Offload read_offload(const Args& args) {
   Offload o;
-  for (const std::string& part : split(args.text("offload", ""))) {
+  for (const std::string& part : split_list(args.text("offload", ""))) {
     if (part == "param") o.param = true;
     else if (part == "grad") o.grad = true;
     else if (part == "optimizer") o.optimizer = true;
@@ -41,7 +32,7 @@ Offload read_offload(const Args& args) {
 
 std::vector<size_t> read_tokens(const Args& args) {
   std::vector<size_t> out;
-  for (const std::string& part : split(args.text("tokens", ""))) {
+  for (const std::string& part : split_list(args.text("tokens", ""))) {
     size_t used = 0;
     long long n = -1;
     try {
@@ -73,12 +64,8 @@ json::Value pass_json(const ModelConfig& c, size_t x_elem, bool cuda, size_t N) 
 }
 
 // The adapters of load's `lora`: their flat buffer, their learner and each pass's scratch.
-json::Value lora_json(const Args& args, const ModelConfig& c, const ParamLayout& layout,
+json::Value lora_json(const LoraConfig& config, const ModelConfig& c, const ParamLayout& layout,
                       size_t x_elem, const std::vector<size_t>& tokens) {
-  LoraConfig config;
-  config.rank = static_cast<int>(args.integer("lora-rank", 0, 1));
-  const std::string targets = args.text("lora-targets", "all-linear");
-  config.set_targets(split(targets));
   const LoraLayout lora = lora_layout(c, config);
   json::Value scratch = json::Value::array();
   for (size_t N : tokens) {
@@ -183,6 +170,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const int ranks = static_cast<int>(args.integer("ranks", 1, 1));
   const Offload offload = read_offload(args);
   const std::vector<size_t> tokens = read_tokens(args);
+  const LoraConfig lora = read_lora_options(args);
   const ModelConfig c = load_model_config(dir);
   const ParamLayout layout(c, head_name == "value" ? Head::Value : Head::LanguageModel);
 
@@ -203,7 +191,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (args.has("device-memory-gib")) {
     out.set("engine", engine_json(args, dir, c, layout, x_elem, cuda));
   }
-  if (args.has("lora-rank")) out.set("lora", lora_json(args, c, layout, x_elem, tokens));
+  if (lora.rank > 0) out.set("lora", lora_json(lora, c, layout, x_elem, tokens));
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "model/batch.h"
 #include "model/hf_folder.h"
+#include "model/lora.h"
 #include "model/qwen2.h"
 #include "train/sft.h"
 #include "util/error.h"
@@ -45,6 +46,14 @@ std::vector<OptionSpec> sft_options() {
                         "names)"},
     {"max-shard-size", "SIZE", "largest safetensors shard (default 5GB)"},
     {"metrics", "FILE", "also write one JSON line per step to FILE"},
+    {"lora-rank", "R",
+     "train fresh LoRA adapters of rank R (PEFT's init: A random, B zero) on the frozen "
+     "model instead of the model; --out is then a PEFT adapter folder"},
+    {"lora-alpha", "A", "their lora_alpha, scaling A / R" + dflt(number_text(LoraConfig().alpha))},
+    {"lora-targets", "LIST",
+     "their modules: all-linear (the default) or a list of q_proj, k_proj, v_proj, o_proj, "
+     "gate_proj, up_proj, down_proj"},
+    {"lora-seed", "N", "the seed of their fresh values (default 1)"},
   };
 }
 
@@ -66,14 +75,20 @@ int cmd_sft(const std::vector<std::string>& argv) {
   const Args args("searchr1-trainer sft",
                   "Trains on the token-mean cross-entropy of the loss_mask tokens (all\n"
                   "predicted tokens without one), prints the loss per step and saves the\n"
-                  "model to --out (config and tokenizer files copied, safetensors weights).",
+                  "model to --out (config and tokenizer files copied, safetensors weights).\n"
+                  "With --lora-rank it trains LoRA adapters alone, the model frozen in its\n"
+                  "compute copy, and saves them to --out as a PEFT adapter folder\n"
+                  "(adapter_config.json, adapter_model.safetensors in F32).",
                   concat(concat(sft_options(), run_options(true)),
                          concat(device_options(), {profile_option()})),
                   argv,
                   {"searchr1-trainer sft --model models/Qwen2.5-0.5B-Instruct --data "
                    "sft.safetensors --out runs/sft/model --steps 20 --batch-size 4 "
                    "--micro-batch-size 2 --lr 1e-5 --lr-schedule cosine --warmup-steps 2 "
-                   "--min-lr-ratio 0.1 --metrics sft.jsonl"});
+                   "--min-lr-ratio 0.1 --metrics sft.jsonl",
+                   "searchr1-trainer sft --model models/Qwen2.5-0.5B-Instruct --data "
+                   "sft.safetensors --out runs/sft/adapter --steps 20 --lr 1e-4 --lora-rank 8 "
+                   "--lora-alpha 16 --lora-targets q_proj,v_proj"});
   if (print_help(args)) return 0;
   const std::string model_dir = args.required("model"), data_path = args.required("data");
   SftOptions opt;
@@ -97,9 +112,26 @@ int cmd_sft(const std::vector<std::string>& argv) {
   opt.run = read_run_options(args);
   const unsigned long long max_shard = args.bytes("max-shard-size", kMaxShardBytes);
 
+  const LoraConfig lora = read_lora_options(args);
+  if (lora.rank == 0 && args.has("lora-seed")) throw UsageError("--lora-seed needs --lora-rank");
+  for (const char* name : {"save-dtype", "max-shard-size"}) {
+    if (lora.rank > 0 && args.has(name)) {
+      throw UsageError(std::string("--") + name + " does not go with --lora-rank (the adapter " +
+                       "folder holds F32 adapters alone)");
+    }
+  }
+  const uint64_t lora_seed = static_cast<uint64_t>(args.integer("lora-seed", 1, 0));
+
   const auto backend = open_backend(args);
   const auto model = Qwen2Model::load(model_dir, *backend);
   const DType dtype = save_dtype(args.text("save-dtype", "keep"), model->config().torch_dtype);
+  if (lora.rank > 0) {
+    // The base frozen in its compute copy, as a LoRA learner keeps it (train/learner.cpp).
+    auto adapters = std::make_unique<LoraAdapters>(model->config(), lora, *backend);
+    adapters->init_fresh(lora_seed);
+    model->drop_masters();
+    model->attach_lora(std::move(adapters));
+  }
   const auto file = SafetensorsFile::open(data_path);
   const Batch data = read_batch(*file, model->config().vocab_size);
   const std::vector<float> loss_mask = read_token_values(*file, "loss_mask", data, false);
@@ -130,7 +162,11 @@ int cmd_sft(const std::vector<std::string>& argv) {
     if (interrupted()) throw Interrupted{};
   });
   print_profile(*backend, step_ms);
-  write_hf_model(out, *model, model_dir, dtype, max_shard);
+  if (model->lora() != nullptr) {
+    model->lora()->save(out.dir(), model_dir);
+  } else {
+    write_hf_model(out, *model, model_dir, dtype, max_shard);
+  }
   out.commit();
   return 0;
 }
