@@ -24,6 +24,7 @@ export function register(program: Command): Command {
       { flags: "--max-length <n>", key: "max_length" },
       { flags: "--device <device>", key: "device" },
       { flags: "--ef-search <n>", key: "ef_search" },
+      { flags: "--nprobe <n>", key: "nprobe" },
       { flags: "--rescore-from <file>", key: "rescore_from" },
       { flags: "--rescore-candidates <n>", key: "rescore_candidates" },
       { flags: "--fp16", key: "fp16" },

@@ -31,6 +31,8 @@ export interface DenseSettings {
   maxLength: number;
   device: "auto" | "cpu" | "cuda";
   efSearch: number | null;
+  /** IVF lists probed; null: the native default. */
+  nprobe: number | null;
   /** Flat file whose exact vectors rescore the index's candidates; null: none. */
   rescoreFrom: string | null;
   /** Candidates rescored per result (k times this); null: the native default. */
@@ -163,6 +165,7 @@ async function openDense(
       model: dense.model as string,
       recipe: denseRecipe(kind, { pooling: dense.pooling, maxLength: dense.maxLength }),
       efSearch: dense.efSearch,
+      nprobe: dense.nprobe,
       rescoreFrom: dense.rescoreFrom,
       rescoreCandidates: dense.rescoreCandidates,
       fp16: dense.fp16,

@@ -97,16 +97,26 @@ function checkRerankKeys(config: ServeRetrieverConfig): void {
   }
 }
 
-/** Rescoring reads a dense index's vectors from a Flat file, named by --rescore-from. */
+/**
+ * Rescoring reads a dense index's vectors from a Flat file, named by --rescore-from; the
+ * search beams (--ef-search, --nprobe) are a dense index's too.
+ */
 function checkRescoreKeys(config: ServeRetrieverConfig): void {
   if (config.rescore_candidates !== null && config.rescore_from === null) {
     throw new UsageError(
       "--rescore-candidates (rescore_candidates) applies with --rescore-from <Flat index file>",
     );
   }
-  if (config.rescore_from !== null && (config.retriever === "bm25" || isOnline(config.retriever))) {
+  const given = (
+    [
+      ["--rescore-from", config.rescore_from],
+      ["--ef-search", config.ef_search],
+      ["--nprobe", config.nprobe],
+    ] as const
+  ).find(([, value]) => value !== null);
+  if (given && (config.retriever === "bm25" || isOnline(config.retriever))) {
     throw new UsageError(
-      `--rescore-from applies to a dense index (e5, bge), not --retriever ${config.retriever}`,
+      `${given[0]} applies to a dense index (e5, bge), not --retriever ${config.retriever}`,
     );
   }
 }
@@ -148,6 +158,7 @@ async function serveIndex(
       maxLength: config.max_length,
       device: config.device,
       efSearch: config.ef_search,
+      nprobe: config.nprobe,
       rescoreFrom: config.rescore_from,
       rescoreCandidates: config.rescore_candidates,
       fp16: config.fp16,

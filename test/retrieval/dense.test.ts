@@ -194,6 +194,14 @@ describe("serve-retriever --retriever e5", () => {
     expect(bm25.stderr).toContain(
       "--rescore-from applies to a dense index (e5, bge), not --retriever bm25",
     );
+    const nprobe = runCli(
+      [...base.map((x) => (x === "e5" ? "bm25" : x)), "--index", tmp, "--nprobe", "8"],
+      { env: ENV },
+    );
+    expect(nprobe.code).toBe(2);
+    expect(nprobe.stderr).toContain(
+      "--nprobe applies to a dense index (e5, bge), not --retriever bm25",
+    );
     const alone = runCli([...flat, "--rescore-candidates", "8"], { env: ENV });
     expect(alone.code).toBe(2);
     expect(alone.stderr).toContain(
@@ -344,8 +352,60 @@ describe("build-index --retriever e5", () => {
     }
   }, 120_000);
 
+  it("--faiss-type IVF2,PQ16x4: an IndexIVFPQ, served with --nprobe and rescored exactly", async () => {
+    const file = join(tmp, "built", "e5_IVF.index");
+    const ivf = (type: string) =>
+      runCli(
+        [
+          "build-index",
+          "--retriever",
+          "e5",
+          "--retriever-model",
+          MODEL,
+          "--corpus",
+          CORPUS,
+          "--out",
+          file,
+          "--faiss-type",
+          type,
+          "--quiet",
+        ],
+        { env: ENV },
+      );
+    // M must divide the encoder's size: refused before any passage is encoded
+    const odd = ivf("IVF2,PQ7");
+    expect(odd.code).toBe(2);
+    expect(odd.stderr).toContain(
+      "--faiss-type IVF2,PQ7: PQ7 does not divide the encoder's size d = 64",
+    );
+    expect(existsSync(`${file}.partial`)).toBe(false);
+    // more lists than passages: refused by the builder after the encoding, which is kept
+    const many = ivf("IVF100,PQ16x4");
+    expect(many.code).toBe(2);
+    expect(many.stderr).toContain("--faiss-type IVF100,PQ16x4: 100 lists for 60 vectors");
+    expect(existsSync(`${file}.flat.partial`)).toBe(true);
+    const r = ivf("IVF2,PQ16x4");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/60 passages \(IndexIVFPQ.*resumed at 60/);
+    expect(JSON.parse(runIndex(["info", "--index", file]).stdout)).toMatchObject({
+      type: "IndexIVFPQ",
+      ntotal: 60,
+      ivf: { nlist: 2, nprobe: 1, quantizer: "IndexFlatIP" },
+      pq: { M: 16, nbits: 4 },
+    });
+    expect(existsSync(`${file}.flat.partial`)).toBe(false);
+    // 5 x 20 candidates of 60 rows: all of them, rescored from the Flat file, give its lists
+    const flat = join(DENSE, "e5_Flat.index");
+    const args = [...serveArgs(file), "--nprobe", "2", "--rescore-from", flat];
+    await expectFaissAnswers([...args, "--rescore-candidates", "20"], expected.flat, {
+      type: "IndexIVFPQ",
+      nprobe: 2,
+      rescore: { from: flat, candidates: 20 },
+    });
+  }, 180_000);
+
   it("refuses an unknown --faiss-type and a missing encoder, naming them", () => {
-    const ivf = build(["--faiss-type", "IVF4096,PQ64", "--overwrite"]);
+    const ivf = build(["--faiss-type", "IVF4096,Flat", "--overwrite"]);
     expect(ivf.code, ivf.stderr).toBe(2);
     expect(ivf.stderr).toContain("faiss-type");
     const noModel = runCli([

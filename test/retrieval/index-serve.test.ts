@@ -1,7 +1,8 @@
 // searchr1-index serve (native/src/index/SERVE.md) driven as the dense retriever drives it:
 // a real process, JSON lines on stdin and stdout. It checks that
 //  - `search` with vectors returns faiss's own results (the committed faiss fixtures of
-//    faiss-index.test.ts), flat and HNSW, minus faiss's empty places;
+//    faiss-index.test.ts and faiss-build.test.ts), flat, HNSW and IVF-PQ, minus faiss's
+//    empty places;
 //  - --fp16 finds the same neighbours, with scores within fp16 rounding of the exact ones;
 //  - a bad command gets {ok: false, error naming the field, id} and the process goes on;
 //    startup errors exit 1 (2 for usage) with one line; shutdown and end of stdin exit 0;
@@ -190,9 +191,98 @@ describe("search with vectors equals faiss's search", () => {
       encoder: null,
       fp16: false,
       ef_search: 64,
+      nprobe: null,
       rescore: null,
     });
     expect(await serve.close()).toBe(0);
+  });
+});
+
+describe("IVF-PQ: faiss's lists at the nprobe asked for", () => {
+  for (const name of ["ivfpq-ip", "ivfpq-l2"]) {
+    it(`${name}: nprobe 64 by default (not the file's), and --nprobe`, async () => {
+      const e = await expected(name);
+      const byDefault = new Serve(["--index", fixture(`${name}.index`)]);
+      const info = await byDefault.ok("info");
+      expect(info).toMatchObject({ nprobe: 64, ef_search: null });
+      // 64 probes of 16 (or 8) lists: every list, as faiss's largest nprobe
+      const all = e.list("nprobe").at(-1) as number;
+      const r = await byDefault.search({ k: 10, vectors: e.queries });
+      expect(r.ids).toEqual(e.hits(`nprobe${all}.k10`, 10).ids);
+      expect(await byDefault.close()).toBe(0);
+      for (const p of e.list("nprobe")) {
+        const serve = new Serve(["--index", fixture(`${name}.index`), "--nprobe", String(p)]);
+        expect((await serve.ok("info")).nprobe).toBe(p);
+        const got = await serve.search({ k: 10, vectors: e.queries });
+        const want = e.hits(`nprobe${p}.k10`, 10);
+        expect(got.ids, `--nprobe ${p}`).toEqual(want.ids);
+        expect(scoreDiff(got.scores, want.scores), `--nprobe ${p}`).toBeLessThan(1e-4);
+        expect(await serve.close()).toBe(0);
+      }
+    });
+  }
+
+  it("--rescore-from: the PQ codes' candidates scored exactly from flat-ip", async () => {
+    const e = await expected("flat-ip");
+    const exact = e.hits("k10", 10);
+    const serve = new Serve([
+      "--index",
+      fixture("ivfpq-ip.index"),
+      "--nprobe",
+      "16",
+      "--rescore-from",
+      fixture("flat-ip.index"),
+      "--rescore-candidates",
+      "20",
+    ]);
+    expect((await serve.ok("info")).rescore).toEqual({
+      path: fixture("flat-ip.index"),
+      type: "IndexFlatIP",
+      candidates: 20,
+    });
+    const r = await serve.search({ k: 10, vectors: e.queries });
+    // PQ8 codes of 64-d vectors rank coarsely (recall@10 0.43 alone, ivf-check.json); their
+    // best 200 hold nearly all of the exact top 10, which the Flat file's scores order.
+    let hit = 0;
+    r.ids.forEach((ids, q) => {
+      hit += ids.filter((id) => exact.ids[q]?.includes(id)).length;
+      ids.forEach((id, j) => {
+        const at = exact.ids[q]?.indexOf(id) ?? -1;
+        if (at >= 0)
+          expect(
+            Math.abs((r.scores[q]?.[j] as number) - (exact.scores[q]?.[at] as number)),
+          ).toBeLessThan(1e-5);
+      });
+    });
+    expect(hit / (10 * r.ids.length)).toBeGreaterThanOrEqual(0.95);
+    expect(await serve.close()).toBe(0);
+  });
+
+  it("refuses --nprobe for an index without lists, and --ef-search or --exact for IVF", () => {
+    const start = (args: string[]) => {
+      const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
+      expect(r.stdout).toBe("");
+      return { code: r.status, line: r.stderr.trim() };
+    };
+    const ivf = fixture("ivfpq-ip.index");
+    expect(start(["--index", fixture("hnsw-ip.index"), "--nprobe", "8"])).toEqual({
+      code: 2,
+      line: `searchr1-index: --nprobe applies to IVF indexes; ${fixture("hnsw-ip.index")} is IndexHNSWFlat`,
+    });
+    expect(start(["--nprobe", "8"])).toEqual({
+      code: 2,
+      line: "searchr1-index: --nprobe applies to IVF indexes; no --index was given",
+    });
+    expect(start(["--index", ivf, "--ef-search", "8"]).line).toBe(
+      `searchr1-index: --ef-search applies to HNSW indexes; ${ivf} is IndexIVFPQ`,
+    );
+    expect(start(["--index", ivf, "--exact"]).line).toMatch(
+      /--exact applies to an HNSW file's vectors; .* is IndexIVFPQ \(PQ codes, no exact vectors/,
+    );
+    expect(start(["--index", ivf, "--fp16"])).toEqual({
+      code: 2,
+      line: `searchr1-index: --fp16 applies to float vectors; ${ivf} is IndexIVFPQ (PQ codes)`,
+    });
   });
 });
 
@@ -424,6 +514,7 @@ describe("bad commands are answered and the process goes on", () => {
       encoder: null,
       fp16: false,
       ef_search: null,
+      nprobe: null,
       rescore: null,
     });
     expect(await serve.fails("search", { k: 1, vectors: [[1]] })).toBe(

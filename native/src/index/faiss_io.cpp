@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "index/ivf_pq.h"
 #include "io/safetensors.h"
 #include "util/error.h"
 
@@ -360,6 +361,144 @@ void read_hnsw(Cursor& c, FaissIndex& index) {
   validate_hnsw(c, index.hnsw, index.ntotal);
 }
 
+// IwPQ after its fourcc (faiss's read_ivfpq): write_ivf_header (the index header, nlist,
+// nprobe, the coarse quantizer as an index of its own, the direct map), by_residual,
+// code_size, the ProductQuantizer (d, M, nbits, centroids), then the inverted lists.
+void read_ivfpq(Cursor& c, FaissIndex& index) {
+  const Header h = read_header(c, "the index header's");
+  auto ivf = std::make_shared<IvfPq>();
+  const uint64_t nlist = c.read<uint64_t>("the IVF nlist");
+  const uint64_t nprobe = c.read<uint64_t>("the IVF nprobe");
+  if (nlist < 1 || nlist > (uint64_t{1} << 31)) {
+    c.fail("IVF nlist = " + std::to_string(nlist) + " is out of range (1 to 2^31)");
+  }
+  if (nprobe < 1) c.fail("IVF nprobe = 0 (faiss's search refuses it too)");
+  ivf->nlist = static_cast<int64_t>(nlist);
+  ivf->nprobe = static_cast<int64_t>(std::min<uint64_t>(nprobe, INT32_MAX));
+  FaissIndex& q = ivf->quantizer;
+  q.path = index.path;
+  q.file = index.file;
+  q.fourcc = c.fourcc("the IVF quantizer's fourcc");
+  if (q.fourcc != "IxFI" && q.fourcc != "IxF2") {
+    c.fail("the IVF coarse quantizer is '" + q.fourcc + "', not a flat index (IxFI or IxF2, "
+           "the quantizer index_factory's IVF{nlist} makes)");
+  }
+  read_flat(c, q.fourcc, q);
+  if (q.ntotal != ivf->nlist || q.d != h.d) {
+    c.fail("the IVF quantizer holds " + std::to_string(q.ntotal) + " centroids of d = " +
+           std::to_string(q.d) + ", not nlist = " + std::to_string(nlist) + " of d = " +
+           std::to_string(h.d));
+  }
+  // read_direct_map: its type (0 none, 1 array, 2 hash table), an array, and for a hash
+  // table its (id, offset) pairs; searches do not use it.
+  const uint8_t direct_map = c.read<uint8_t>("the IVF direct map's type");
+  if (direct_map > 2) c.fail("IVF direct map type " + std::to_string(direct_map) + " is unknown");
+  c.array<int64_t>("the IVF direct map");
+  if (direct_map == 2) {
+    const uint64_t pairs = c.read<uint64_t>("the IVF direct map's hash table length");
+    if (pairs > index.file->size()) c.fail("truncated: the IVF direct map's hash table");
+    c.raw<int64_t>(2 * pairs, "the IVF direct map's hash table");
+  }
+  ivf->by_residual = c.read<uint8_t>("by_residual") != 0;
+  const uint64_t code_size = c.read<uint64_t>("the IVFPQ code_size");
+  ProductQuantizer& pq = ivf->pq;
+  const uint64_t pq_d = c.read<uint64_t>("the PQ's d");
+  const uint64_t pq_m = c.read<uint64_t>("the PQ's M");
+  const uint64_t nbits = c.read<uint64_t>("the PQ's nbits");
+  if (pq_d != static_cast<uint64_t>(h.d)) {
+    c.fail("the PQ's d = " + std::to_string(pq_d) + " is not the index's " + std::to_string(h.d));
+  }
+  if (pq_m < 1 || h.d % pq_m != 0) {
+    c.fail("the PQ's M = " + std::to_string(pq_m) + " does not divide d = " + std::to_string(h.d));
+  }
+  if (nbits < 1 || nbits > 8) {
+    c.fail("the PQ's nbits = " + std::to_string(nbits) +
+           " is not supported (1 to 8, what faiss 1.7.3's IndexIVFPQ builds)");
+  }
+  pq.d = h.d;
+  pq.M = static_cast<int>(pq_m);
+  pq.nbits = static_cast<int>(nbits);
+  pq.centroids = c.vector<float>("the PQ centroids");
+  if (pq.centroids.size() != size_t(pq.d) * pq.ksub()) {
+    c.fail("the PQ holds " + std::to_string(pq.centroids.size()) +
+           " centroid floats, not d x 2^nbits = " + std::to_string(size_t(pq.d) * pq.ksub()));
+  }
+  if (code_size != pq.code_size()) {
+    c.fail("the IVFPQ code_size = " + std::to_string(code_size) + ", not " +
+           std::to_string(pq.code_size()) + " for M = " + std::to_string(pq.M) + " and nbits = " +
+           std::to_string(pq.nbits));
+  }
+  pq.prepare();
+  // read_InvertedLists: "ilar", nlist, code_size, the sizes ("full": one per list; "sprs":
+  // (list, size) pairs of the non-empty ones), then each non-empty list's codes and ids.
+  const std::string lists = c.fourcc("the inverted lists' fourcc");
+  if (lists == "il00") c.fail("the IVF index was written without its inverted lists (il00)");
+  if (lists != "ilar") {
+    c.fail("inverted lists of type '" + lists + "' are not supported (searchr1 reads faiss's "
+           "array lists, 'ilar', as write_index writes them)");
+  }
+  if (c.read<uint64_t>("the inverted lists' nlist") != nlist ||
+      c.read<uint64_t>("the inverted lists' code_size") != code_size) {
+    c.fail("the inverted lists' nlist or code_size is not the index's");
+  }
+  const std::string list_type = c.fourcc("the inverted lists' size layout");
+  const std::vector<uint64_t> sizes = c.vector<uint64_t>("the inverted lists' sizes");
+  ivf->sizes.assign(nlist, 0);
+  if (list_type == "full") {
+    if (sizes.size() != nlist) {
+      c.fail("the inverted lists hold " + std::to_string(sizes.size()) + " sizes for nlist = " +
+             std::to_string(nlist));
+    }
+    for (uint64_t i = 0; i < nlist; i++) ivf->sizes[i] = static_cast<int64_t>(sizes[i]);
+  } else if (list_type == "sprs") {
+    if (sizes.size() % 2 != 0) {
+      c.fail("the inverted lists' sparse sizes are not (list, size) pairs");
+    }
+    for (size_t i = 0; i < sizes.size(); i += 2) {
+      if (sizes[i] >= nlist) {
+        c.fail("the inverted lists' sparse sizes name list " + std::to_string(sizes[i]));
+      }
+      ivf->sizes[sizes[i]] = static_cast<int64_t>(sizes[i + 1]);
+    }
+  } else {
+    c.fail("the inverted lists' size layout '" + list_type + "' is neither 'full' nor 'sprs'");
+  }
+  ivf->codes.assign(nlist, nullptr);
+  ivf->ids.assign(nlist, nullptr);
+  ivf->lists_offset = c.pos();
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < nlist; i++) {
+    const uint64_t n = static_cast<uint64_t>(ivf->sizes[i]);
+    if (n == 0) continue;
+    const std::string what = "inverted list " + std::to_string(i);
+    if (n > index.file->size()) c.fail(what + ": size " + std::to_string(n) + " exceeds the file");
+    ivf->codes[i] = c.raw<uint8_t>(n * code_size, what + "'s codes").bytes;
+    ivf->ids[i] = c.raw<int64_t>(n, what + "'s ids").bytes;
+    total += n;
+  }
+  ivf->lists_bytes = c.pos() - ivf->lists_offset;
+  if (total != static_cast<uint64_t>(h.ntotal)) {
+    c.fail("the inverted lists hold " + std::to_string(total) +
+           " entries but the header says ntotal = " + std::to_string(h.ntotal));
+  }
+  // Ids are the rows a search returns (corpus rows): each must be one of 0..ntotal-1.
+  for (uint64_t i = 0; i < nlist; i++) {
+    for (int64_t j = 0; j < ivf->sizes[i]; j++) {
+      const int64_t id = ivf->id_at(static_cast<int64_t>(i), j);
+      if (id < 0 || id >= h.ntotal) {
+        c.fail("inverted list " + std::to_string(i) + " entry " + std::to_string(j) + ": id " +
+               std::to_string(id) + " is not a row number (0.." + std::to_string(h.ntotal - 1) +
+               "): searchr1 serves the ids add() gives, not add_with_ids()'s");
+      }
+    }
+  }
+  index.d = h.d;
+  index.ntotal = h.ntotal;
+  index.metric = h.metric;
+  index.vectors_offset = ivf->lists_offset;
+  index.ivf = std::move(ivf);
+}
+
 }  // namespace
 
 FaissIndex open_faiss_index(const std::string& path) {
@@ -377,10 +516,12 @@ FaissIndex open_faiss_index(const std::string& path) {
     read_sq(c, index);
   } else if (index.fourcc == "IHNf" || index.fourcc == "IHNs") {
     read_hnsw(c, index);
+  } else if (index.fourcc == "IwPQ") {
+    read_ivfpq(c, index);
   } else {
     c.fail("unsupported faiss index type '" + index.fourcc +
            "' (searchr1 reads IndexFlatIP 'IxFI', IndexFlatL2 'IxF2', IndexScalarQuantizer "
-           "'IxSQ', IndexHNSWFlat 'IHNf' and IndexHNSWSQ 'IHNs')");
+           "'IxSQ', IndexHNSWFlat 'IHNf', IndexHNSWSQ 'IHNs' and IndexIVFPQ 'IwPQ')");
   }
   if (c.pos() != index.file->size()) {
     c.fail(std::to_string(index.file->size() - c.pos()) + " unexpected bytes after the index (it "
@@ -388,7 +529,7 @@ FaissIndex open_faiss_index(const std::string& path) {
   }
   if (index.has_hnsw) {
     index.file->advise_random(0, index.file->size());
-  } else {
+  } else if (!index.ivf) {
     index.file->advise_sequential(index.vectors_offset,
                                   index.sq ? index.codes.n : index.vectors.n * sizeof(float));
   }
@@ -396,6 +537,7 @@ FaissIndex open_faiss_index(const std::string& path) {
 }
 
 const char* index_type_name(const FaissIndex& index) {
+  if (index.ivf) return "IndexIVFPQ";
   if (index.has_hnsw) return index.sq ? "IndexHNSWSQ" : "IndexHNSWFlat";
   if (index.sq) return "IndexScalarQuantizer";
   return index.metric == Metric::L2 ? "IndexFlatL2" : "IndexFlatIP";
@@ -425,6 +567,16 @@ json::Value index_info_json(const FaissIndex& index) {
                                               {"entry_point", g.entry_point},
                                               {"ef_construction", g.ef_construction},
                                               {"ef_search", g.ef_search}})});
+  }
+  if (index.ivf) {
+    const IvfPq& ivf = *index.ivf;
+    o.push_back({"ivf", json::Value::object({{"nlist", ivf.nlist},
+                                             {"nprobe", ivf.nprobe},
+                                             {"quantizer", index_type_name(ivf.quantizer)},
+                                             {"by_residual", ivf.by_residual}})});
+    const int64_t code_size = static_cast<int64_t>(ivf.pq.code_size());
+    o.push_back({"pq", json::Value::object(
+                           {{"M", ivf.pq.M}, {"nbits", ivf.pq.nbits}, {"code_size", code_size}})});
   }
   return json::Value::object(o);
 }
@@ -465,6 +617,10 @@ void f32_to_f16_array(const unsigned char* src, uint64_t n, uint16_t* dst) {
 }  // namespace
 
 void keep_fp16(FaissIndex& index) {
+  if (index.ivf) {
+    throw UsageError("--fp16 applies to float vectors; " + index.path +
+                     " is IndexIVFPQ (PQ codes)");
+  }
   if (index.sq) {
     throw UsageError("--fp16 applies to float vectors; " + index.path + " is " +
                      index_type_name(index) + " (" + index.sq->factory_name() + " codes)");
@@ -514,7 +670,7 @@ uint64_t memory_available() {
 }  // namespace
 
 bool page_in(const FaissIndex& index) {
-  if (!index.has_hnsw) return false;
+  if (!index.has_hnsw && !index.ivf) return false;
   // The vectors come last in an IHNf file; an fp16 copy replaces them.
   const uint64_t bytes = index.vectors_f16 ? index.vectors_offset : index.file->size();
   const uint64_t available = memory_available();

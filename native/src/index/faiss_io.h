@@ -3,8 +3,10 @@
 // write_index and write_index_header; io_macros.h, READVECTOR, WRITEVECTOR, WRITEXBVECTOR).
 //
 // Read: IndexFlatIP (`IxFI`), IndexFlatL2 (`IxF2`), IndexScalarQuantizer (`IxSQ`, QT_8bit
-// and QT_fp16: scalar_quantizer.h), and IndexHNSWFlat (`IHNf`) / IndexHNSWSQ (`IHNs`) over
-// one of those. The file is memory-mapped and never copied: Search-R1's e5_Flat.index is 64.6 GB.
+// and QT_fp16: scalar_quantizer.h), IndexHNSWFlat (`IHNf`) / IndexHNSWSQ (`IHNs`) over
+// one of those, and IndexIVFPQ (`IwPQ` over an IndexFlat quantizer with "ilar" array lists:
+// read_ivfpq, read_ivf_header, read_direct_map, read_ProductQuantizer, read_InvertedLists;
+// ivf_pq.h). The file is memory-mapped and never copied: Search-R1's e5_Flat.index is 64.6 GB.
 // Nothing in a faiss file is aligned (a flat index's floats start at byte 45), so every
 // value is read through memcpy (UnalignedArray), which compilers turn into plain unaligned
 // loads on x86 and ARM while staying correct C++. Everything is little-endian, as faiss
@@ -105,11 +107,13 @@ inline float row_element(const float* row, int64_t i) {
   return v;
 }
 
+struct IvfPq;  // ivf_pq.h
+
 // An opened index: the flat vectors or codes (row i has id i) and, for IHNf / IHNs, the
-// graph over them.
+// graph over them; or, for IwPQ, the inverted lists of PQ codes (`ivf`: no rows by id).
 struct FaissIndex {
   std::string path;
-  std::string fourcc;  // "IxFI", "IxF2", "IxSQ", "IHNf" or "IHNs"
+  std::string fourcc;  // "IxFI", "IxF2", "IxSQ", "IHNf", "IHNs" or "IwPQ"
   Metric metric = Metric::InnerProduct;
   int d = 0;
   int64_t ntotal = 0;
@@ -121,6 +125,7 @@ struct FaissIndex {
   HnswGraph hnsw;
   std::shared_ptr<MappedFile> file;  // keeps the mapping alive
   std::shared_ptr<uint16_t[]> vectors_f16;  // keep_fp16's copy, read instead of `vectors`
+  std::shared_ptr<const IvfPq> ivf;  // IwPQ: searched by ivfpq_search, never by rows
 
   // Row `first` and those after it where they lie in the mapped file (unaligned: read them
   // with memcpy loads, as dots.h does), or nullptr where searches read the fp16 copy.
@@ -154,10 +159,11 @@ struct FaissIndex {
 // search reads them, so that opening a 20M-node graph does not read all of it).
 FaissIndex open_faiss_index(const std::string& path);
 
-// "IndexFlatIP", "IndexFlatL2", "IndexScalarQuantizer", "IndexHNSWFlat" or "IndexHNSWSQ".
+// "IndexFlatIP", "IndexFlatL2", "IndexScalarQuantizer", "IndexHNSWFlat", "IndexHNSWSQ" or
+// "IndexIVFPQ".
 const char* index_type_name(const FaissIndex& index);
 // What `searchr1-index info` prints: path, type, fourcc, metric, d, ntotal, bytes,
-// vectors_offset and, for HNSW, its parameters.
+// vectors_offset and, for HNSW, IVF and PQ, their parameters.
 json::Value index_info_json(const FaissIndex& index);
 
 // Replaces the vectors read by search with an fp16 copy in memory, converted in parallel
@@ -168,13 +174,14 @@ json::Value index_info_json(const FaissIndex& index);
 // whose scores are that close may swap, and an HNSW walk may take another turn.
 void keep_fp16(FaissIndex& index);
 
-// Maps the pages an HNSW search reads (the graph, and the vectors unless keep_fp16 replaced
-// them) before the first search, as faiss's read_index reads the file whole: a walk reads
-// rows at random, and each first touch of a page would otherwise be a fault (a 4 KiB disk
-// read when the file is not cached, readahead being off for it). Progress lines on stderr
+// Maps the pages an HNSW or IVF search reads (the graph, and the vectors unless keep_fp16
+// replaced them; an IVF file's lists) before the first search, as faiss's read_index reads
+// the file whole: a walk reads rows at random, a probe any list, and each first touch of a
+// page would otherwise be a fault (a 4 KiB disk read when the file is not cached, readahead
+// being off for a graph's file). Progress lines on stderr
 // for more than 1 GiB. Skipped, with a note, when the bytes exceed the memory available
 // (MemAvailable): the searches then fault pages in as they go. Returns true when paged in;
-// a flat index (scanned in order, read ahead by the kernel) is left as it is (false).
+// a flat or SQ index (scanned in order, read ahead by the kernel) is left as it is (false).
 bool page_in(const FaissIndex& index);
 
 // Writes an IndexFlatIP / IndexFlatL2 file: header with ntotal = 0, then the vectors as

@@ -10,19 +10,77 @@
 #include <memory>
 
 #include "index/hnsw_build.h"
+#include "index/ivf_pq_build.h"
 #include "util/error.h"
 
 namespace sr1 {
+
+namespace {
+
+// faiss's parse_nlist: digits, then k (x 1024) or M (x 1048576); 0 where malformed or
+// beyond 2^31 - 1.
+int parse_nlist(const std::string& s) {
+  std::string digits = s;
+  int64_t multiplier = 1;
+  if (!digits.empty() && (digits.back() == 'k' || digits.back() == 'M')) {
+    multiplier = digits.back() == 'k' ? 1024 : 1024 * 1024;
+    digits.pop_back();
+  }
+  if (digits.empty() || digits.size() > 10 ||
+      !std::all_of(digits.begin(), digits.end(), ::isdigit)) {
+    return 0;
+  }
+  const int64_t n = std::stoll(digits) * multiplier;
+  return n >= 1 && n < (int64_t{1} << 31) ? static_cast<int>(n) : 0;
+}
+
+// "PQ{M}" or "PQ{M}x{nbits}": M and nbits, or false.
+bool parse_pq(const std::string& s, int& m, int& nbits) {
+  if (s.rfind("PQ", 0) != 0) return false;
+  const size_t x = s.find('x', 2);
+  const std::string ms = s.substr(2, x == std::string::npos ? std::string::npos : x - 2);
+  const std::string bs = x == std::string::npos ? "8" : s.substr(x + 1);
+  const auto number = [](const std::string& t) {
+    return !t.empty() && t.size() <= 5 && std::all_of(t.begin(), t.end(), ::isdigit);
+  };
+  if (!number(ms) || !number(bs)) return false;
+  m = std::stoi(ms);
+  nbits = std::stoi(bs);
+  return true;
+}
+
+}  // namespace
 
 FactorySpec parse_factory(const std::string& text, const std::string& flag) {
   const auto refuse = [&](const std::string& why) -> FactorySpec {
     throw UsageError(flag + " " + text + ": " + why +
                      " (searchr1 builds Flat, HNSW{M}, HNSW{M},Flat, SQ8, SQfp16, "
-                     "HNSW{M},SQ8 and HNSW{M},SQfp16, e.g. HNSW64)");
+                     "HNSW{M},SQ8, HNSW{M},SQfp16 and IVF{nlist},PQ{M}[x{nbits}], e.g. HNSW64 "
+                     "or IVF4096,PQ64)");
   };
   FactorySpec spec;
   spec.text = text;
+  spec.flag = flag;
   std::string storage = text;
+  if (text.rfind("IVF", 0) == 0) {
+    const size_t comma = text.find(',');
+    spec.ivf_nlist = parse_nlist(text.substr(3, comma == std::string::npos ? std::string::npos
+                                                                           : comma - 3));
+    if (spec.ivf_nlist == 0) {
+      return refuse("IVF needs its number of lists, from 1 to 2^31 - 1 (IVF4096, IVF4k)");
+    }
+    const std::string code = comma == std::string::npos ? "" : text.substr(comma + 1);
+    if (!parse_pq(code, spec.pq_m, spec.pq_nbits)) {
+      return refuse("an IVF index is built with PQ codes only (IVF{nlist},PQ{M}[x{nbits}])");
+    }
+    if (spec.pq_m < 1) return refuse("PQ needs at least one sub-quantizer (PQ64)");
+    if (spec.pq_nbits < 1 || spec.pq_nbits > 8) {
+      return refuse("PQ codes of 1 to 8 bits are supported (faiss 1.7.3's IndexIVFPQ builds "
+                    "no more), not " + std::to_string(spec.pq_nbits));
+    }
+    spec.storage = FactorySpec::Storage::PQ;
+    return spec;
+  }
   if (text.rfind("HNSW", 0) == 0) {
     const size_t comma = text.find(',');
     const std::string m = text.substr(4, comma == std::string::npos ? std::string::npos : comma - 4);
@@ -39,8 +97,6 @@ FactorySpec parse_factory(const std::string& text, const std::string& flag) {
     spec.storage = FactorySpec::Storage::SQ8;
   } else if (storage == "SQfp16") {
     spec.storage = FactorySpec::Storage::SQfp16;
-  } else if (storage.rfind("IVF", 0) == 0) {
-    return refuse("IVF indexes are not built by searchr1 yet");
   } else {
     return refuse("unknown index_factory string");
   }
@@ -150,6 +206,69 @@ void write_sq(OutFile& f, const ScalarQuantizer& sq, int64_t ntotal,
   f.vec(codes.data(), codes.size());
 }
 
+// IwPQ (write_index's IndexIVFPQ case): write_ivf_header (the header, nlist, nprobe 1 as
+// faiss leaves it, the quantizer as an IxFI index, a direct map of type 0 with an empty
+// array), by_residual, code_size, write_ProductQuantizer (d, M, nbits, centroids), and
+// write_InvertedLists: "ilar", nlist, code_size, the sizes ("full", one per list, when more
+// than half the lists hold entries; else "sprs", (list, size) pairs of the non-empty ones),
+// then each non-empty list's codes and ids (int64), its entries in row order.
+void write_ivfpq(OutFile& f, const IvfPqBuilt& b) {
+  const uint64_t code_size = b.pq.code_size();
+  f.bytes("IwPQ", 4);
+  header(f, b.d, b.ntotal);
+  f.put<uint64_t>(uint64_t(b.nlist));
+  f.put<uint64_t>(1);  // nprobe
+  f.bytes("IxFI", 4);
+  header(f, b.d, b.nlist);
+  f.vec(b.centroids.data(), b.centroids.size());
+  f.put<uint8_t>(0);  // DirectMap::NoMap
+  f.put<uint64_t>(0);
+  f.put<uint8_t>(1);  // by_residual
+  f.put<uint64_t>(code_size);
+  f.put<uint64_t>(uint64_t(b.d));
+  f.put<uint64_t>(uint64_t(b.pq.M));
+  f.put<uint64_t>(uint64_t(b.pq.nbits));
+  f.vec(b.pq.centroids.data(), b.pq.centroids.size());
+  // Rows bucketed by list, each bucket in row order (a stable counting sort).
+  std::vector<uint64_t> sizes(b.nlist, 0);
+  for (const int32_t l : b.list) sizes[l]++;
+  std::vector<uint64_t> start(b.nlist + 1, 0);
+  for (int l = 0; l < b.nlist; l++) start[l + 1] = start[l] + sizes[l];
+  std::vector<int64_t> order(static_cast<size_t>(b.ntotal));
+  {
+    std::vector<uint64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < b.ntotal; i++) order[next[b.list[i]]++] = i;
+  }
+  f.bytes("ilar", 4);
+  f.put<uint64_t>(uint64_t(b.nlist));
+  f.put<uint64_t>(code_size);
+  const int64_t non_empty =
+      std::count_if(sizes.begin(), sizes.end(), [](uint64_t n) { return n > 0; });
+  if (non_empty > b.nlist / 2) {
+    f.bytes("full", 4);
+    f.vec(sizes.data(), sizes.size());
+  } else {
+    f.bytes("sprs", 4);
+    std::vector<uint64_t> pairs;
+    for (int l = 0; l < b.nlist; l++) {
+      if (sizes[l] > 0) pairs.insert(pairs.end(), {uint64_t(l), sizes[l]});
+    }
+    f.vec(pairs.data(), pairs.size());
+  }
+  std::vector<uint8_t> codes;
+  for (int l = 0; l < b.nlist; l++) {
+    if (sizes[l] == 0) continue;
+    const int64_t* ids = order.data() + start[l];
+    codes.resize(sizes[l] * code_size);
+    for (uint64_t j = 0; j < sizes[l]; j++) {
+      std::memcpy(codes.data() + j * code_size, b.codes.data() + uint64_t(ids[j]) * code_size,
+                  code_size);
+    }
+    f.bytes(codes.data(), codes.size());
+    f.bytes(ids, sizes[l] * sizeof(int64_t));
+  }
+}
+
 // Rows of the flat file, where they lie.
 class FlatRows : public RowSource {
  public:
@@ -223,11 +342,24 @@ std::vector<uint8_t> quantize(const FaissIndex& flat, ScalarQuantizer& sq,
 
 BuiltIndex build_faiss_index(const FaissIndex& flat, const FactorySpec& spec,
                              const std::string& out, const BuildIndexOptions& options) {
-  if (flat.has_hnsw || flat.metric != Metric::InnerProduct) {
+  if (flat.has_hnsw || flat.ivf || flat.metric != Metric::InnerProduct) {
     throw Error(flat.path + ": is " + index_type_name(flat) +
                 "; the vectors to build from must be an IndexFlatIP file");
   }
   BuiltIndex built;
+  if (spec.storage == FactorySpec::Storage::PQ) {
+    IvfPqShape shape;
+    shape.nlist = spec.ivf_nlist;
+    shape.M = spec.pq_m;
+    shape.nbits = spec.pq_nbits;
+    const IvfPqBuilt b = build_ivfpq(flat, shape, spec.flag + " " + spec.text, options.progress);
+    OutFile f(out);
+    write_ivfpq(f, b);
+    built.bytes = f.written();
+    f.commit();
+    built.type = "IndexIVFPQ";
+    return built;
+  }
   ScalarQuantizer sq;
   sq.d = flat.d;
   std::vector<uint8_t> codes;

@@ -8,6 +8,11 @@
 //   HNSW{M},Flat    the same
 //   SQ8 / SQfp16    IndexScalarQuantizer  'IxSQ' (QT_8bit RS_minmax / QT_fp16)
 //   HNSW{M},SQ8     IndexHNSWSQ           'IHNs' (graph, then an IxSQ storage); also ,SQfp16
+//   IVF{n},PQ{M}    IndexIVFPQ            'IwPQ' (write_ivf_header with an IxFI quantizer and
+//   IVF{n},PQ{M}x{b}                      no direct map, by_residual, code_size,
+//                                         write_ProductQuantizer, then write_InvertedLists
+//                                         'ilar': ivf_pq_build.h); n may end in k or M (x1024,
+//                                         x1048576) as faiss's parse_nlist reads it
 // all with METRIC_INNER_PRODUCT, as Search-R1's index_builder.py asks index_factory.
 #pragma once
 #include <functional>
@@ -20,12 +25,16 @@ namespace sr1 {
 
 struct FactorySpec {
   std::string text;  // as given
+  std::string flag;  // the option that gave it, for messages
   int hnsw_m = 0;    // 0: no graph
-  enum class Storage { Flat, SQ8, SQfp16 } storage = Storage::Flat;
+  enum class Storage { Flat, SQ8, SQfp16, PQ } storage = Storage::Flat;
+  int ivf_nlist = 0;  // IVF{n},PQ{M}x{b}: n, M and b (storage PQ)
+  int pq_m = 0;
+  int pq_nbits = 8;
 };
 
 // Parses an index_factory string; a UsageError naming `flag` for one searchr1 does not
-// build (IVF…,PQ… among them).
+// build (IVF{n},Flat and the other IVF encodings among them).
 FactorySpec parse_factory(const std::string& text, const std::string& flag = "--faiss-type");
 
 struct BuildIndexOptions {
@@ -47,7 +56,8 @@ struct BuiltIndex {
 };
 
 // Builds `spec` over the vectors of an IndexFlatIP file and writes it to `out` (at a
-// temporary name, renamed into place when complete).
+// temporary name, renamed into place when complete). An IVF shape the file cannot train
+// (ivf_pq_build.h) is a UsageError naming spec.flag.
 BuiltIndex build_faiss_index(const FaissIndex& flat, const FactorySpec& spec,
                              const std::string& out, const BuildIndexOptions& options);
 

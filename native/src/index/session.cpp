@@ -9,6 +9,7 @@
 
 #include "index/flat_search.h"
 #include "index/hnsw_search.h"
+#include "index/ivf_pq.h"
 #include "index/rescore.h"
 #include "util/error.h"
 
@@ -27,6 +28,22 @@ BertEncoder& IndexSession::bert() const {
 BertEncoder& IndexSession::cross_encoder() const {
   if (!reranker) throw Error("no reranker is loaded (start serve with --reranker)");
   return *reranker;
+}
+
+void check_search_options(const FaissIndex* index, bool ef_search, bool nprobe, bool exact) {
+  const std::string what =
+      index ? index->path + " is " + index_type_name(*index) : std::string("no --index was given");
+  if (ef_search && !(index && index->has_hnsw)) {
+    throw UsageError("--ef-search applies to HNSW indexes; " + what);
+  }
+  if (nprobe && !(index && index->ivf)) {
+    throw UsageError("--nprobe applies to IVF indexes; " + what);
+  }
+  if (exact && index && index->ivf) {
+    throw UsageError("--exact applies to an HNSW file's vectors; " + what +
+                     " (PQ codes, no exact vectors: rescore from the Flat file with "
+                     "--rescore-from)");
+  }
 }
 
 namespace {
@@ -178,6 +195,7 @@ json::Value info(const IndexSession& s) {
   }
   const bool graph = s.index && s.index->has_hnsw && !s.exact && !s.gpu;
   r.set("ef_search", graph ? json::Value(s.ef_search) : json::Value());
+  r.set("nprobe", s.index && s.index->ivf ? json::Value(s.nprobe) : json::Value());
   json::Value rescore;
   if (s.rescore) {
     rescore = json::Value::object({{"path", s.rescore->path},
@@ -236,6 +254,7 @@ json::Value search(const IndexSession& s, const JsonFields& f) {
   }
   if (nq > 0 && kept > 0) {
     r = s.gpu                         ? s.gpu->search(queries.data(), nq, wanted)
+        : index.ivf                   ? ivfpq_search(index, queries.data(), nq, wanted, s.nprobe)
         : index.has_hnsw && !s.exact ? hnsw_search(index, queries.data(), nq, wanted, s.ef_search)
                                       : flat_search(index, queries.data(), nq, wanted);
     if (s.rescore) r = rescore(*s.rescore, queries.data(), r, kept);

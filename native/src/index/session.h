@@ -22,6 +22,13 @@ namespace sr1 {
 // SERVE.md under `--index` and `--rescore-from`).
 inline constexpr int kServeEfSearch = 64;
 inline constexpr int kRescoreCandidates = 4;
+inline constexpr int kServeNprobe = 64;
+
+// Refuses (UsageError naming the option) the search options the file does not take:
+// --ef-search but for an HNSW graph, --nprobe but for an IVF index, --exact for an IVF
+// index (its PQ codes hold no exact vectors: --rescore-from does that). `index` may be null
+// (serve without --index).
+void check_search_options(const FaissIndex* index, bool ef_search, bool nprobe, bool exact);
 
 struct IndexSession {
   std::unique_ptr<FaissIndex> index;
@@ -36,6 +43,10 @@ struct IndexSession {
   // and Search-R1's files): at 16 an HNSW64 graph found 0.82 of the exact top 10, at 64
   // 0.99 (bench/dense/serve_recall.py, SERVE.md).
   int ef_search = kServeEfSearch;
+  // IVF lists probed: kServeNprobe unless --nprobe. Not the file's nprobe (1 in faiss's
+  // files): IVF1024,PQ64 over 100,000 x 768 vectors found 0.10 of the exact top 10 at 1,
+  // 0.429 at 64 and 0.431 at 128 (bench/dense/ivf_recall.py, SERVE.md).
+  int nprobe = kServeNprobe;
   std::unique_ptr<FaissIndex> rescore;  // --rescore-from: the Flat file of exact vectors
   int rescore_candidates = kRescoreCandidates;  // rescored per result: k * this
   bool exact = false;

@@ -3,7 +3,8 @@ import type { CommandConfigSpec } from "../resolve.js";
 import { denseFields, retrieverKind } from "./dense.js";
 
 /** The index_factory strings the native builder makes (native/src/index/faiss_write.h). */
-const FAISS_TYPE = /^(Flat|SQ8|SQfp16|HNSW([2-9]|[1-9]\d{1,3})(,(Flat|SQ8|SQfp16))?)$/;
+const FAISS_TYPE =
+  /^(Flat|SQ8|SQfp16|HNSW([2-9]|[1-9]\d{1,3})(,(Flat|SQ8|SQfp16))?|IVF[1-9]\d{0,9}[kM]?,PQ[1-9]\d{0,4}(x[1-8])?)$/;
 /** Chosen by measurement: docs/commands/build-index.md, "Choosing --ef-construction". */
 export const DEFAULT_EF_CONSTRUCTION = 80;
 
@@ -19,11 +20,11 @@ export const buildIndexSchema = z.strictObject({
     .string()
     .regex(FAISS_TYPE, {
       message:
-        "not an index_factory string searchr1 builds: Flat, HNSW{M}, HNSW{M},Flat, SQ8, SQfp16, HNSW{M},SQ8 or HNSW{M},SQfp16 (e.g. HNSW64)",
+        "not an index_factory string searchr1 builds: Flat, HNSW{M}, HNSW{M},Flat, SQ8, SQfp16, HNSW{M},SQ8, HNSW{M},SQfp16 or IVF{nlist},PQ{M}[x{nbits}] with nbits 1 to 8 (e.g. HNSW64, IVF4096,PQ64)",
     })
     .default("Flat")
     .describe(
-      "dense index (Search-R1's --faiss_type, a faiss index_factory string): Flat, HNSW{M}, SQ8, SQfp16, HNSW{M},SQ8, HNSW{M},SQfp16",
+      "dense index (Search-R1's --faiss_type, a faiss index_factory string): Flat, HNSW{M}, SQ8, SQfp16, HNSW{M},SQ8, HNSW{M},SQfp16, IVF{nlist},PQ{M}[x{nbits}] (M divides the encoder's size; nlist at most the passages)",
     ),
   ef_construction: z
     .number()

@@ -5,7 +5,7 @@ import type { Progress, ProgressTask } from "../../runtime/progress.js";
 
 /** What `searchr1-index build` reports (native/src/cli/index/main.cpp, cmd_build). */
 export interface BuiltFaissIndex {
-  /** faiss's class: IndexHNSWFlat, IndexHNSWSQ, IndexScalarQuantizer, IndexFlatIP. */
+  /** faiss's class: IndexHNSWFlat, IndexHNSWSQ, IndexScalarQuantizer, IndexIVFPQ, IndexFlatIP. */
   type: string;
   factory: string;
   ntotal: number;
@@ -19,7 +19,7 @@ export interface FaissTypeOptions {
   /** The IndexFlatIP file with the encoded passages. */
   flat: string;
   out: string;
-  /** An index_factory string (Search-R1's --faiss_type): HNSW64, SQ8, HNSW32,SQ8, ... */
+  /** An index_factory string (Search-R1's --faiss_type): HNSW64, SQ8, IVF4096,PQ64, ... */
   faissType: string;
   /** HNSW build beam; null for types without a graph. */
   efConstruction: number | null;
@@ -28,11 +28,33 @@ export interface FaissTypeOptions {
   signal?: AbortSignal;
 }
 
+/** What each stage of `searchr1-index build` counts (its progress lines). */
+const STAGE_UNITS: Record<string, string> = {
+  clustering: "k-means iterations",
+  quantizer: "PQ sub-quantizers",
+};
+
+/**
+ * Refuses, before any passage is encoded, an IVF{n},PQ{M} type whose M does not divide the
+ * encoder's size `dim` (the native builder would refuse it after the encoding).
+ */
+export function checkFaissType(faissType: string, dim: number): void {
+  const m = /,PQ(\d+)/.exec(faissType);
+  if (m && dim % Number(m[1]) !== 0) {
+    throw new UsageError(
+      `--faiss-type ${faissType}: PQ${m[1]} does not divide the encoder's size d = ${dim} into ` +
+        "equal sub-vectors (M must divide d)",
+    );
+  }
+}
+
 /**
  * Builds the faiss index `faissType` names over the vectors of a flat file with the native
  * builder (`searchr1-index build`: faiss's algorithms, faiss's file format), which writes
  * `out` at a temporary name and renames it when complete. Its stderr progress lines
- * (`... build T: graph 1200/50000 (2%)`) drive a progress bar per stage.
+ * (`... build T: graph 1200/50000 (2%)`) drive a progress bar per stage, and its notes (an
+ * IVF trained on fewer vectors than faiss asks for) are logged. A refusal naming its
+ * `--type` is reported as `--faiss-type`'s.
  */
 export function buildFaissType(options: FaissTypeOptions): Promise<BuiltFaissIndex> {
   const args = ["build", "--from", options.flat, "--type", options.faissType];
@@ -53,13 +75,18 @@ export function buildFaissType(options: FaissTypeOptions): Promise<BuiltFaissInd
   const line = (text: string) => {
     const m = /^searchr1-index: build \S+: (\w+) (\d+)\/(\d+) \(\d+%\)$/.exec(text);
     if (!m) {
-      if (text.trim() !== "") lastError = text;
+      const note = /^searchr1-index: (note: .*)$/.exec(text);
+      if (note) options.progress.log(note[1] as string);
+      else if (text.trim() !== "") lastError = text;
       return;
     }
     const [, stage, done, total] = m as unknown as [string, string, string, string];
     if (task?.stage !== stage) {
       task?.bar.finish();
-      task = { stage, bar: options.progress.task(stage, Number(total), "vectors") };
+      task = {
+        stage,
+        bar: options.progress.task(stage, Number(total), STAGE_UNITS[stage] ?? "vectors"),
+      };
     }
     task.bar.update(Number(done));
   };
@@ -83,7 +110,9 @@ export function buildFaissType(options: FaissTypeOptions): Promise<BuiltFaissInd
         return;
       }
       const m = /^searchr1-index: (error: )?(.*)$/.exec(lastError);
-      const message = m ? (m[2] as string) : `searchr1-index build ended (${signal ?? code})`;
+      const message = m
+        ? (m[2] as string).replace(/^--type /, "--faiss-type ")
+        : `searchr1-index build ended (${signal ?? code})`;
       reject(code === 2 && m && !m[1] ? new UsageError(message) : new InputError(message));
     });
   });

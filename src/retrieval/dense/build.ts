@@ -9,7 +9,7 @@ import { loadEncoderTokenizer } from "../../text/encoder-tokenizer.js";
 import type { TextTokenizer } from "../../text/tokenizer.js";
 import { corpusBatches, corpusContents } from "../corpus-batches.js";
 import { identifyCorpus } from "../corpus-store.js";
-import { buildFaissType } from "./build-faiss-type.js";
+import { buildFaissType, checkFaissType } from "./build-faiss-type.js";
 import { checkEncoderFolder, IndexProcess } from "./index-process.js";
 import type { DenseRecipe } from "./recipe.js";
 
@@ -17,7 +17,7 @@ export interface DenseBuildOptions {
   corpus: string;
   /** The faiss index file to write (e5_Flat.index). */
   out: string;
-  /** index_factory string (Search-R1's --faiss_type): Flat, HNSW64, SQ8, HNSW32,SQ8, ... */
+  /** index_factory string (Search-R1's --faiss_type): Flat, HNSW64, SQ8, IVF4096,PQ64, ... */
   faissType: string;
   /** HNSW build beam (types with a graph); null otherwise. */
   efConstruction: number | null;
@@ -89,6 +89,7 @@ export async function buildDenseIndex(options: DenseBuildOptions): Promise<Dense
   try {
     // Texts are cut to the encoder's positions when the recipe allows more.
     const { info } = native;
+    checkFaissType(options.faissType, info.encoder.dim);
     const recipe = {
       ...options.recipe,
       maxLength: Math.min(options.recipe.maxLength, info.encoder.max_position_embeddings),

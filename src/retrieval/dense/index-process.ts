@@ -8,12 +8,20 @@ import type { Pooling } from "./recipe.js";
 /** What `info` says of the index file (searchr1-index info's object). */
 export interface IndexInfo {
   path: string;
-  type: "IndexFlatIP" | "IndexFlatL2" | "IndexScalarQuantizer" | "IndexHNSWFlat" | "IndexHNSWSQ";
+  type:
+    | "IndexFlatIP"
+    | "IndexFlatL2"
+    | "IndexScalarQuantizer"
+    | "IndexHNSWFlat"
+    | "IndexHNSWSQ"
+    | "IndexIVFPQ";
   metric: "inner_product" | "l2";
   d: number;
   ntotal: number;
   bytes: number;
   hnsw?: { M: number; ef_search: number; ef_construction: number; levels: number };
+  ivf?: { nlist: number; nprobe: number; quantizer: string; by_residual: boolean };
+  pq?: { M: number; nbits: number; code_size: number };
 }
 
 export interface EncoderInfo {
@@ -58,6 +66,8 @@ interface ProcessOptions {
   index?: string;
   /** HNSW beam width; null: serve's default (64). */
   efSearch?: number | null;
+  /** IVF lists probed; null: serve's default (64). */
+  nprobe?: number | null;
   /** Flat file whose exact vectors rescore the candidates (--rescore-from); null: none. */
   rescoreFrom?: string | null;
   /** Candidates per result rescored (--rescore-candidates); null: serve's default. */
@@ -99,6 +109,8 @@ export class IndexProcess {
       fp16: boolean;
       /** The HNSW beam searches use; null where no graph is searched. */
       ef_search: number | null;
+      /** The IVF lists each search probes; null where the index is not IVF. */
+      nprobe: number | null;
       /** The Flat file rescoring the candidates (`--rescore-from`), or null. */
       rescore: { path: string; type: string; candidates: number } | null;
     },
@@ -113,6 +125,7 @@ export class IndexProcess {
     args.push("--device", options.device);
     if (options.index !== undefined) args.push("--index", options.index);
     if (options.efSearch != null) args.push("--ef-search", String(options.efSearch));
+    if (options.nprobe != null) args.push("--nprobe", String(options.nprobe));
     if (options.rescoreFrom != null) args.push("--rescore-from", options.rescoreFrom);
     if (options.rescoreCandidates != null) {
       args.push("--rescore-candidates", String(options.rescoreCandidates));

@@ -19,6 +19,8 @@ export interface DenseOpenOptions
   recipe: DenseRecipe;
   /** HNSW beam width; null: serve's default (64). */
   efSearch: number | null;
+  /** IVF lists probed; null: serve's default (64). */
+  nprobe: number | null;
 }
 
 interface Pending {
@@ -31,8 +33,8 @@ interface Pending {
 /**
  * Dense retrieval as Search-R1 serves it: each query gets the recipe's prefix, is cut to
  * its max length by the model's own tokenizer, encoded by the native BERT encoder and
- * searched in the faiss index (exact for Flat, faiss's HNSW for HNSW files); a hit's row
- * is the corpus row, as in Search-R1.
+ * searched in the faiss index (exact for Flat, faiss's HNSW for HNSW files, faiss's IVF-PQ
+ * for IVF files); a hit's row is the corpus row, as in Search-R1.
  *
  * Requests that arrive while a search is running wait and then go to the native process
  * together: one encoder call and one scan of the index for all of them (one call per
@@ -49,7 +51,10 @@ export class DenseRetriever implements Retriever {
     private readonly recipe: DenseRecipe,
     private readonly index: IndexInfo,
     private readonly encoder: EncoderInfo,
-    private readonly searching: Pick<IndexProcess["info"], "fp16" | "ef_search" | "rescore">,
+    private readonly searching: Pick<
+      IndexProcess["info"],
+      "fp16" | "ef_search" | "nprobe" | "rescore"
+    >,
     private readonly pid: number | undefined,
   ) {}
 
@@ -139,7 +144,7 @@ export class DenseRetriever implements Retriever {
 
   describe(): Record<string, unknown> {
     const { path, type, metric, d, ntotal, bytes } = this.index;
-    const { fp16, ef_search, rescore } = this.searching;
+    const { fp16, ef_search, nprobe, rescore } = this.searching;
     return {
       index: resolve(path),
       type,
@@ -149,6 +154,8 @@ export class DenseRetriever implements Retriever {
       bytes,
       // The beam searches use (serve's default, or --ef-search), where a graph is searched.
       ...(ef_search !== null ? { ef_search } : {}),
+      // The IVF lists each search probes (serve's default, or --nprobe), for an IVF index.
+      ...(nprobe !== null ? { nprobe } : {}),
       rescore: rescore ? { from: resolve(rescore.path), candidates: rescore.candidates } : null,
       fp16,
       encoder: { ...this.encoder, max_length: this.recipe.maxLength },

@@ -1,6 +1,7 @@
 // searchr1-index: faiss index files without faiss (native/src/index/). `info` describes a
 // file, `search` runs a batch of queries through it (exact for flat indexes, faiss's HNSW
-// search for HNSW ones), `write` makes an IndexFlatIP/IndexFlatL2 file faiss reads, and
+// search for HNSW ones, faiss's IVF-PQ search for IVF ones), `write` makes an
+// IndexFlatIP/IndexFlatL2 file faiss reads, `build` makes other index types from one, and
 // `encode` embeds tokenized texts with a BERT-family encoder (model/bert.h) as the dense
 // retriever does. Queries, token ids and results travel in safetensors files, as the
 // trainer's batches do.
@@ -20,6 +21,8 @@
 #include "index/flat_search.h"
 #include "index/flat_search_cuda.h"
 #include "index/hnsw_search.h"
+#include "index/ivf_pq.h"
+#include "index/session.h"
 #include "io/safetensors.h"
 #include "model/bert.h"
 #include "util/error.h"
@@ -32,14 +35,14 @@ const char* kUsage =
     "Usage: searchr1-index <command> [options]\n"
     "\n"
     "Reads and writes faiss index files (IndexFlatIP 'IxFI', IndexFlatL2 'IxF2',\n"
-    "IndexScalarQuantizer 'IxSQ', IndexHNSWFlat 'IHNf', IndexHNSWSQ 'IHNs') as they are,\n"
-    "memory-mapped, without faiss.\n"
+    "IndexScalarQuantizer 'IxSQ', IndexHNSWFlat 'IHNf', IndexHNSWSQ 'IHNs', IndexIVFPQ\n"
+    "'IwPQ') as they are, memory-mapped, without faiss.\n"
     "\n"
     "Commands:\n"
     "  info    the file's type, metric, dimension, size and HNSW parameters, as JSON\n"
     "  search  top-k ids and scores of a batch of query vectors\n"
     "  write   an IndexFlatIP / IndexFlatL2 file from a safetensors matrix of vectors\n"
-    "  build   an HNSW / scalar-quantizer index (index_factory strings) from a flat file\n"
+    "  build   an HNSW / scalar-quantizer / IVF-PQ index (index_factory strings) from a flat file\n"
     "  encode  embeddings of tokenized texts with a BERT encoder (e5-base-v2's architecture)\n"
     "  serve   a long-lived process for searching, encoding and building over JSON lines\n"
     "\n"
@@ -76,7 +79,8 @@ std::vector<float> read_matrix(const SafetensorsFile& file, const std::string& n
 int cmd_info(const std::vector<std::string>& argv) {
   const Args args("searchr1-index info",
                   "Validates a faiss index file and prints one JSON line: path, type, fourcc,\n"
-                  "metric, d, ntotal, bytes, vectors_offset and, for HNSW, its parameters.",
+                  "metric, d, ntotal, bytes, vectors_offset and, for HNSW and IVF-PQ, their\n"
+                  "parameters.",
                   {{"index", "FILE", "faiss index file (required)"}}, argv,
                   {"searchr1-index info --index data/e5_Flat.index"});
   if (print_help(args)) return 0;
@@ -91,7 +95,8 @@ int cmd_search(const std::vector<std::string>& argv) {
       "Writes OUT with 'ids' (I64 [nq, k], row numbers, -1 where fewer than k) and 'scores'\n"
       "(F32 [nq, k]: inner products best first, or squared L2 distances best first), as\n"
       "faiss's index.search returns them. Flat indexes are searched exactly; HNSW ones\n"
-      "with faiss's algorithm and efSearch (the file's unless --ef-search). With --device\n"
+      "with faiss's algorithm and efSearch (the file's unless --ef-search); IVF-PQ ones\n"
+      "with faiss's, probing nprobe lists (the file's unless --nprobe). With --device\n"
       "cuda an exhaustive search runs on the GPU(s) with the vectors in fp16, as faiss's\n"
       "GPU index with useFloat16 (Search-R1's --faiss_gpu). Prints one JSON line with the\n"
       "seconds the search took (and the upload's, on the GPU).",
@@ -100,6 +105,7 @@ int cmd_search(const std::vector<std::string>& argv) {
        {"k", "N", "results per query (default 10)"},
        {"out", "OUT", "output safetensors file (required)"},
        {"ef-search", "N", "HNSW beam width (default: the efSearch stored in the file)"},
+       {"nprobe", "N", "IVF lists probed (default: the nprobe stored in the file)"},
        {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
        {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
        {"device", "auto|cpu|cuda",
@@ -125,12 +131,10 @@ int cmd_search(const std::vector<std::string>& argv) {
   const std::string out = args.required("out");
   const int k = static_cast<int>(args.integer("k", 10, 1));
   const int ef = static_cast<int>(args.integer("ef-search", 0, 1));
-  if (args.has("ef-search") && !index.has_hnsw) {
-    throw UsageError("--ef-search applies to HNSW indexes; " + index.path + " is " +
-                     index_type_name(index));
-  }
+  const int nprobe = static_cast<int>(args.integer("nprobe", 0, 1));
+  check_search_options(&index, args.has("ef-search"), args.has("nprobe"), args.flag("exact"));
   const bool graph = index.has_hnsw && !args.flag("exact");
-  const bool on_gpu = cuda && !graph;
+  const bool on_gpu = cuda && !graph && !index.ivf;
   for (const char* option : {"gpus", "block-rows", "tile-rows"}) {
     if (args.has(option) && !on_gpu) {
       throw UsageError(std::string("--") + option + " applies to an exhaustive search with "
@@ -142,9 +146,10 @@ int cmd_search(const std::vector<std::string>& argv) {
                      std::to_string(kCudaFlatMaxK) + " neighbours per query");
   }
   if (cuda) require_cuda();
-  if (cuda && graph) {
-    std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
-                         "(--device cuda serves exhaustive search: a flat index, or --exact)\n");
+  if (cuda && !on_gpu) {
+    std::fprintf(stderr, "searchr1-index: note: the %s is searched on the CPU "
+                         "(--device cuda serves exhaustive search: a flat index, or --exact)\n",
+                 index.ivf ? "IVF-PQ index" : "HNSW graph");
   }
   // On the GPU the vectors are fp16 whatever --fp16 says: no host copy is needed.
   if (args.flag("fp16") && !on_gpu) keep_fp16(index);
@@ -163,9 +168,10 @@ int cmd_search(const std::vector<std::string>& argv) {
   if (on_gpu) gpu_index = upload_flat_index(index, gpu);
   const double upload_seconds = since(start);
   start = std::chrono::steady_clock::now();
-  const TopK r = gpu_index ? gpu_index->search(queries.data(), static_cast<int>(nq), k)
-                 : graph   ? hnsw_search(index, queries.data(), static_cast<int>(nq), k, ef)
-                           : flat_search(index, queries.data(), static_cast<int>(nq), k);
+  const TopK r = gpu_index   ? gpu_index->search(queries.data(), static_cast<int>(nq), k)
+                 : index.ivf ? ivfpq_search(index, queries.data(), static_cast<int>(nq), k, nprobe)
+                 : graph     ? hnsw_search(index, queries.data(), static_cast<int>(nq), k, ef)
+                             : flat_search(index, queries.data(), static_cast<int>(nq), k);
   const double seconds = since(start);
   const std::vector<int64_t> shape = {nq, k};
   write_safetensors(out, {{"ids", DType::I64, shape, r.ids.data()},
@@ -213,11 +219,14 @@ int cmd_build(const std::vector<std::string>& argv) {
       "Builds the faiss index that index_factory(d, TYPE, METRIC_INNER_PRODUCT) makes, over\n"
       "the vectors of an IndexFlatIP file (row i keeps id i), and writes it in faiss's format\n"
       "at a temporary name renamed into place: Flat, HNSW{M} (IndexHNSWFlat), SQ8 / SQfp16\n"
-      "(IndexScalarQuantizer), HNSW{M},SQ8 / HNSW{M},SQfp16 (IndexHNSWSQ). The graph is built\n"
-      "with faiss's algorithm on all threads. Progress lines on stderr; one JSON line on\n"
-      "stdout: type, ntotal, bytes, max_level and the seconds the graph and the whole took.",
+      "(IndexScalarQuantizer), HNSW{M},SQ8 / HNSW{M},SQfp16 (IndexHNSWSQ), IVF{nlist},PQ{M}\n"
+      "[x{nbits}] (IndexIVFPQ: k-means and PQ training on faiss's samples, every vector\n"
+      "added). Graphs and IVF codes are made with faiss's algorithms on all threads. Progress\n"
+      "lines on stderr; one JSON line on stdout: type, ntotal, bytes, max_level and the\n"
+      "seconds the graph and the whole took.",
       {{"from", "FILE", "IndexFlatIP file with the vectors (required)"},
-       {"type", "TYPE", "index_factory string: Flat, HNSW64, SQ8, HNSW32,SQ8, ... (required)"},
+       {"type", "TYPE",
+        "index_factory string: Flat, HNSW64, SQ8, HNSW32,SQ8, IVF4096,PQ64, ... (required)"},
        {"out", "FILE", "output index file (required)"},
        {"ef-construction", "N",
         "HNSW build beam (default " + std::to_string(kDefaultEfConstruction) + ")"},

@@ -23,6 +23,7 @@ namespace {
 // anything slow starts.
 void start(IndexSession& s, const Args& args) {
   s.ef_search = static_cast<int>(args.integer("ef-search", s.ef_search, 1));
+  s.nprobe = static_cast<int>(args.integer("nprobe", s.nprobe, 1));
   s.exact = args.flag("exact");
   s.batch_tokens = args.integer("batch-tokens", s.batch_tokens, 1);
   s.normalize = !args.flag("no-normalize");
@@ -31,11 +32,7 @@ void start(IndexSession& s, const Args& args) {
   if (args.has("index")) {
     s.index = std::make_unique<FaissIndex>(open_faiss_index(args.required("index")));
   }
-  if (args.has("ef-search") && !(s.index && s.index->has_hnsw)) {
-    throw UsageError("--ef-search applies to HNSW indexes; " +
-                     (s.index ? s.index->path + " is " + index_type_name(*s.index)
-                              : std::string("no --index was given")));
-  }
+  check_search_options(s.index.get(), args.has("ef-search"), args.has("nprobe"), s.exact);
   if (args.flag("fp16") && !s.index) throw UsageError("--fp16 applies to an --index");
   if (args.has("rescore-from") && !s.index) {
     throw UsageError("--rescore-from applies to an --index");
@@ -53,7 +50,8 @@ void start(IndexSession& s, const Args& args) {
   // --device cuda puts an exhaustive search on the GPU too; auto moves only the encoder.
   const bool cuda = index_on_cuda(args.text("device", "auto"));
   const bool graph = s.index && s.index->has_hnsw && !s.exact;
-  const bool on_gpu = cuda && s.index && !graph;
+  const bool ivf = s.index && s.index->ivf;
+  const bool on_gpu = cuda && s.index && !graph && !ivf;
   CudaFlatOptions gpu;
   if (args.has("gpus")) {
     gpu.gpus = parse_gpus(args.required("gpus"));
@@ -63,9 +61,10 @@ void start(IndexSession& s, const Args& args) {
     }
   }
   if (cuda) require_cuda();
-  if (cuda && graph) {
-    std::fprintf(stderr, "searchr1-index: note: the HNSW graph is searched on the CPU "
-                         "(--device cuda serves the encoder, and exhaustive search)\n");
+  if (cuda && (graph || ivf)) {
+    std::fprintf(stderr, "searchr1-index: note: the %s is searched on the CPU "
+                         "(--device cuda serves the encoder, and exhaustive search)\n",
+                 ivf ? "IVF-PQ index" : "HNSW graph");
   }
   if (args.has("model") || args.has("reranker")) {
     s.backend = open_backend(args);  // sets the threads too
@@ -93,7 +92,7 @@ void start(IndexSession& s, const Args& args) {
   } else if (args.flag("fp16")) {
     keep_fp16(*s.index);
   }
-  if (graph) page_in(*s.index);  // before the first reply: no search waits on the disk
+  if (graph || ivf) page_in(*s.index);  // before the first reply: no search waits on the disk
 }
 
 }  // namespace
@@ -116,6 +115,9 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
               {"ef-search", "N",
                "HNSW beam width (default " + std::to_string(kServeEfSearch) +
                    ", not the file's efSearch)"},
+              {"nprobe", "N",
+               "IVF lists probed (default " + std::to_string(kServeNprobe) +
+                   ", not the file's nprobe)"},
               {"rescore-from", "FILE",
                "Flat file of the index's vectors: rescore each query's top candidates "
                "exactly from it"},
@@ -132,7 +134,7 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
              concat({{"device", "auto|cpu|cuda",
                       "auto (default): the encoder on cuda when usable, the index on the "
                       "CPU; cuda: the encoder, and a flat index (or --exact) in fp16, on the "
-                      "GPU (HNSW graphs stay on the CPU)"}},
+                      "GPU (HNSW graphs and IVF-PQ indexes stay on the CPU)"}},
                     {{"threads", "N", "CPU threads (default: all cores)"}})),
       argv,
       {"echo '{\"op\":\"info\",\"id\":1}' | searchr1-index serve --index data/e5_Flat.index "
