@@ -91,12 +91,16 @@ describe("TrainerGroup", () => {
       readFileSync(`/proc/${pid}/environ`, "utf8")
         .split("\0")
         .find((v) => v.startsWith("CUDA_VISIBLE_DEVICES="));
-    // CPU ranks given devices: the environment is all this checks.
+    // CPU ranks given devices: the environment is all this checks. The binary re-execs itself
+    // once at start (native/src/cli/common.cpp, ensure_thread_policy), and /proc/PID/environ
+    // reads empty mid-exec: a reply to an op says the process is past it.
     const g = await group({ devices: ["4", "GPU-5"] });
+    await g.load({ policy: POLICY });
     expect(g.pids.map(visible)).toEqual(["CUDA_VISIBLE_DEVICES=4", "CUDA_VISIBLE_DEVICES=GPU-5"]);
     await g.shutdown();
     const one = await startTrainer({ device: "cpu", threads: 1, ranks: 1, devices: ["3"] });
     started.push(one as TrainerProcess);
+    await one.load({ policy: POLICY });
     expect(visible((one as TrainerProcess).pid)).toBe("CUDA_VISIBLE_DEVICES=3");
     await expect(group({ devices: ["0"] })).rejects.toThrow("2 trainer ranks but 1 devices: 0");
   });
