@@ -8,8 +8,10 @@
   faiss_bench.py membw [--mib M]
   faiss_bench.py flat --index FILE --queries FILE --k K --threads T --single N --batch B
                       [--batched N] [--repeat R] [--budget S] [--mmap] [--blas-threshold N]
-  faiss_bench.py hnsw --index FILE --queries FILE --k K --threads T --ef LIST --batch B
+  faiss_bench.py search --index FILE --queries FILE --k K --threads T --batch B
+                      [--ef LIST | --nprobe LIST] [--refine FILE --k-factor F]
                       [--single N] [--batched N] [--repeat R] [--budget S]
+  faiss_bench.py build --from FILE --type TYPE --out FILE --threads T [--ef-construction E]
 
 check   prints {"faiss", "numpy", "python", "blas_threshold" (faiss's
         distance_compute_blas_threshold: from how many queries per call IndexFlat searches
@@ -48,10 +50,18 @@ flat    (any flat index: IndexFlatIP, IndexScalarQuantizer) faiss.read_index(FIL
         "start" after the imports, "loaded" after read_index, "searched" at the end),
         "single": {"seconds", "latency_ms"}, "batched": {"seconds", "latency_ms" (per call),
         "passes"} (null when --batched 0), "ids" (the top K of the batched queries, from the last pass)}.
-hnsw    the same for an HNSW file, for each efSearch of LIST (comma-separated):
-        index.hnsw.efSearch = E, then batch 1 over the first N queries (default: all) and
-        batch B over all, R passes each. Prints {"rss", "ef": {"E": {"single", "batched",
+search  the same for any index file, for each efSearch of LIST (comma-separated; an HNSW
+        file: index.hnsw.efSearch = E) or each nprobe (an IVF file: nprobe = P; neither: the
+        file as it is, reported under "-"): batch 1 over the first N queries (default: all;
+        0: none) and batch B over all, R passes each. With --refine, the index is wrapped in
+        faiss's IndexRefine over the flat file FILE (read into memory) with k_factor F: the
+        top k·F candidates rescored exactly. Prints {"rss", "by": {"E": {"single", "batched",
         "ids"}}}.
+build   index_factory(d, TYPE, METRIC_INNER_PRODUCT) over the vectors of the IndexFlatIP file
+        FILE (read whole before the clock starts), on T threads, with efConstruction E for the
+        HNSW types (faiss's default 40 otherwise): train, add, write_index to OUT, each
+        timed. Prints {"type" (faiss's class), "train_seconds", "add_seconds",
+        "write_seconds", "seconds" (the three), "bytes" (OUT's size)}.
 All timings are time.perf_counter() around the index.search calls.
 
 Exit status 3 when faiss or numpy cannot be imported.
@@ -255,23 +265,56 @@ def cmd_flat(args):
                       "ids": ids}))
 
 
-def cmd_hnsw(args):
+def cmd_search(args):
     faiss.omp_set_num_threads(args.threads)
     q = read_queries(args.queries)
     mem = {"start": rss()}
     index = faiss.read_index(args.index)
     mem["loaded"] = rss()
+    searched = index
+    if args.refine:
+        searched = faiss.IndexRefine(index, faiss.read_index(args.refine))
+        searched.k_factor = args.k_factor
+    settings = [("-", None)]
+    if args.ef:
+        settings = [(e, lambda v: setattr(index.hnsw, "efSearch", v)) for e in args.ef.split(",")]
+    elif args.nprobe:
+        ivf = faiss.extract_index_ivf(index)
+        settings = [(p, lambda v: setattr(ivf, "nprobe", v)) for p in args.nprobe.split(",")]
     out = {}
-    for ef in [int(e) for e in args.ef.split(",")]:
-        index.hnsw.efSearch = ef
-        index.search(q[:args.batch], args.k)  # warm-up
-        single = time_single(index, q, args.k, args.single or len(q))
+    for value, apply in settings:
+        if apply:
+            apply(int(value))
+        searched.search(q[:args.batch], args.k)  # warm-up
+        single = time_single(searched, q, args.k, len(q) if args.single is None else args.single)
         nb = len(q) if args.batched is None else args.batched
-        batched, ids = time_batched(index, q[:nb], args.k, args.batch, args.repeat,
+        batched, ids = time_batched(searched, q[:nb], args.k, args.batch, args.repeat,
                                        args.budget)
-        out[str(ef)] = {"single": single, "batched": batched, "ids": ids.tolist()}
+        out[value] = {"single": single, "batched": batched, "ids": ids.tolist()}
     mem["searched"] = rss()
-    print(json.dumps({"rss": mem, "ef": out}))
+    print(json.dumps({"rss": mem, "by": out}))
+
+
+def cmd_build(args):
+    faiss.omp_set_num_threads(args.threads)
+    src = faiss.read_index(args.from_)
+    x = faiss.rev_swig_ptr(src.get_xb(), src.ntotal * src.d).reshape(src.ntotal, src.d)
+    index = faiss.index_factory(src.d, args.type, faiss.METRIC_INNER_PRODUCT)
+    if hasattr(index, "hnsw"):
+        index.hnsw.efConstruction = args.ef_construction
+    t = time.perf_counter()
+    index.train(x)
+    train = time.perf_counter() - t
+    t = time.perf_counter()
+    index.add(x)
+    add = time.perf_counter() - t
+    t = time.perf_counter()
+    faiss.write_index(index, args.out + ".tmp")
+    os.replace(args.out + ".tmp", args.out)
+    write = time.perf_counter() - t
+    print(json.dumps({"type": type(index).__name__, "train_seconds": train, "add_seconds": add,
+                      "write_seconds": write, "seconds": train + add + write,
+                      "bytes": os.path.getsize(args.out)}))
 
 
 def main():
@@ -291,13 +334,13 @@ def main():
     m.add_argument("--threads", type=int, default=os.cpu_count())
     b = sub.add_parser("membw")
     b.add_argument("--mib", type=int, default=512)
-    for name in ("flat", "hnsw"):
+    for name in ("flat", "search"):
         s = sub.add_parser(name)
         s.add_argument("--index", required=True)
         s.add_argument("--queries", required=True)
         s.add_argument("--k", type=int, default=10)
         s.add_argument("--threads", type=int, default=os.cpu_count())
-        s.add_argument("--single", type=int, default=0)
+        s.add_argument("--single", type=int, default=0 if name == "flat" else None)
         s.add_argument("--batch", type=int, default=64)
         s.add_argument("--batched", type=int, default=None)
         s.add_argument("--repeat", type=int, default=3)
@@ -306,10 +349,19 @@ def main():
             s.add_argument("--mmap", action="store_true")
             s.add_argument("--blas-threshold", type=int, default=0)
         else:
-            s.add_argument("--ef", default="16,64,128")
+            s.add_argument("--ef")
+            s.add_argument("--nprobe")
+            s.add_argument("--refine")
+            s.add_argument("--k-factor", type=int, default=4)
+    b = sub.add_parser("build")
+    b.add_argument("--from", dest="from_", required=True)
+    b.add_argument("--type", required=True)
+    b.add_argument("--out", required=True)
+    b.add_argument("--ef-construction", type=int, default=40)
+    b.add_argument("--threads", type=int, default=os.cpu_count())
     args = p.parse_args()
     {"check": cmd_check, "make": cmd_make, "membw": cmd_membw, "flat": cmd_flat,
-     "hnsw": cmd_hnsw}[args.cmd](args)
+     "search": cmd_search, "build": cmd_build}[args.cmd](args)
 
 
 if __name__ == "__main__":

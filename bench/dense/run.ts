@@ -24,7 +24,16 @@
  *   --encode-batch B   rows per encoder forward on both sides (default 64)
  *   --repeat N         batch-64 passes per search measurement, the median is reported
  *                      (default 3; no new pass starts after 15 s)
- *   --parts LIST       any of flat,fp16,hnsw,encode (default all)
+ *   --parts LIST       any of flat,fp16,hnsw,encode,build (default flat,fp16,hnsw,encode)
+ *   --types LIST       with build: index_factory strings, separated by spaces or semicolons
+ *                      (default "Flat HNSW32 HNSW64 SQ8 SQfp16 HNSW32,SQ8"), then --ivf
+ *   --faiss-types LIST those of --types and --ivf that faiss builds and searches too (default
+ *                      all; faiss 1.7.3's HNSW build took 4.5-5.3× ours at 100k, about half an
+ *                      hour a type at 1M on 2 cores: leave the HNSW types out there)
+ *   --ivf TYPE         the IVF-PQ type added last where searchr1-index builds IVF-PQ
+ *                      (default IVF{nlist},PQ64, nlist the power of two nearest √n; none:
+ *                      leave it out)
+ *   --nprobe LIST      IVF lists probed (default 8,32,128)
  *   --work DIR         generated files (default $TMPDIR/searchr1-bench-dense); files made
  *                      earlier with the same parameters are reused
  *   --keep             keep the generated files (deleted at the end otherwise)
@@ -48,7 +57,7 @@
  * RssAnon and RssFile from /proc/<pid>/status of the serve process after load and after
  * the searches. The index file is memory-mapped, so its pages count as RssFile: page cache
  * that the kernel shares and can drop, not the process's own memory.
- * Their side: faiss_bench.py `flat`/`hnsw`: faiss.read_index (the whole file into memory),
+ * Their side: faiss_bench.py `flat`/`search`: faiss.read_index (the whole file into memory),
  * faiss.omp_set_num_threads(N), index.search per call, timed in Python (no JSON); RSS from
  * its own /proc/self/status. Flat fp32 runs three ways: as the pip wheel ships it (its
  * distance_compute_blas_threshold keeps batches off sgemm), and with faiss's classic
@@ -62,14 +71,27 @@
  * bench/dense/hf_encode.py `encode` (AutoModel fp32 + Search-R1's mean pooling + normalize),
  * best of 2 passes after a warm-up. The two sides' embeddings are compared.
  *
+ * Index types (--parts build; bench/dense/index_types.ts): each --types index built from the
+ * flat file by us, as `build-index --faiss-type T` builds it once the passages are encoded
+ * (src/retrieval/dense/build-faiss-type.ts: `searchr1-index build --from flat.index --type
+ * T`, its reported seconds), and by faiss (faiss_bench.py `build`: index_factory(d, T,
+ * METRIC_INNER_PRODUCT), train, add, write_index, timed), the same efConstruction on both
+ * sides; each kept in --work with its build report and reused by a later run. Then every
+ * file searched with all --queries in calls of 64 at each --ef (HNSW) or --nprobe (IVF), with
+ * and without rescoring the top k·4 exactly from the flat file: ours by `searchr1-index
+ * serve --index OURS [--rescore-from flat.index]` (recall, queries/s from its search_seconds,
+ * VmRSS own and file-backed after the searches), theirs by faiss_bench.py `search` of faiss's
+ * file (IndexRefine over the flat index for the rescored rows). Recall@3 and @10 against the
+ * same exact top 10. Then a projection of each type's file size to wiki-18's 21,015,324
+ * vectors beside the recall measured here (not at 21M).
+ *
  * Ratios are competitor time / ours (> 1: searchr1 is faster).
  */
-import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism, cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { CliError } from "../../src/runtime/errors.js";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
@@ -77,7 +99,25 @@ import { packageRoot } from "../../src/runtime/package-root.js";
 import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { readSafetensors, toFloat32, writeSafetensors } from "../../src/tensors/safetensors.js";
-import { fmt as formatNumber, log, threadCappedEnv } from "../common.js";
+import { log, threadCappedEnv } from "../common.js";
+import { indexTypes } from "./index_types.js";
+import {
+  type Call,
+  fmt,
+  identical,
+  type Measured,
+  measureSearcher,
+  PASS_BUDGET,
+  type PyRss,
+  type PyTimed,
+  type Rss,
+  range,
+  recall,
+  rssCell,
+  type Searcher,
+  ServeSearcher,
+  theirTiming,
+} from "./measure.js";
 
 const K = 10;
 const BATCH = 64;
@@ -94,8 +134,12 @@ const CLS = 101;
 const SEP = 102;
 /** Token ids the random texts draw from: past BERT's [unused] and special tokens. */
 const FIRST_WORDPIECE = 999;
-const PARTS = ["flat", "fp16", "hnsw", "encode"] as const;
+const PARTS = ["flat", "fp16", "hnsw", "encode", "build"] as const;
 type Part = (typeof PARTS)[number];
+/** The parts run without --parts (build takes minutes to tens of minutes). */
+const DEFAULT_PARTS: Part[] = ["flat", "fp16", "hnsw", "encode"];
+/** The index types --parts build measures without --types (IVF added where it is built). */
+const DEFAULT_TYPES = ["Flat", "HNSW32", "HNSW64", "SQ8", "SQfp16", "HNSW32,SQ8"];
 /** A 1-minute load average at the start from which the report warns that the figures are skewed. */
 const BUSY_LOAD = 1;
 
@@ -112,6 +156,10 @@ const { values: opts } = parseArgs({
     "hnsw-m": { type: "string" },
     "ef-construction": { type: "string" },
     ef: { type: "string" },
+    types: { type: "string" },
+    "faiss-types": { type: "string" },
+    ivf: { type: "string" },
+    nprobe: { type: "string" },
     passages: { type: "string" },
     tokens: { type: "string" },
     "encode-batch": { type: "string" },
@@ -153,7 +201,7 @@ const tokens = positiveInt("tokens", opts.tokens, 128);
 const encodeBatch = positiveInt("encode-batch", opts["encode-batch"], 64);
 const repeat = positiveInt("repeat", opts.repeat, 3);
 const parts = new Set<Part>(
-  (opts.parts ?? PARTS.join(",")).split(",").map((p) => {
+  (opts.parts ?? DEFAULT_PARTS.join(",")).split(",").map((p) => {
     const part = p.trim() as Part;
     if (!PARTS.includes(part)) {
       console.error(`bench:dense: --parts: unknown part '${p}' (known: ${PARTS.join(", ")})`);
@@ -162,6 +210,28 @@ const parts = new Set<Part>(
     return part;
   }),
 );
+/** index_factory strings: separated by spaces or semicolons (the strings hold commas). */
+const typeList = (value: string) => value.split(/[\s;]+/).filter((t) => t !== "");
+const types = typeList(opts.types ?? DEFAULT_TYPES.join(" "));
+/** IVF{nlist},PQ{M}: nlist the power of two nearest √n, M 64 sub-vectors (12 floats at d 768). */
+const ivfType =
+  opts.ivf ?? `IVF${2 ** Math.round(Math.log2(Math.sqrt(nVectors)))},PQ${dim % 64 === 0 ? 64 : 8}`;
+if (ivfType !== "none" && !/^IVF\d+,PQ\d+(x\d+)?$/.test(ivfType)) {
+  console.error(`bench:dense: --ivf expects IVF{nlist},PQ{M}[x{nbits}] or none, not ${ivfType}`);
+  process.exit(2);
+}
+const faissTypes = new Set(
+  opts["faiss-types"] === undefined ? [...types, ivfType] : typeList(opts["faiss-types"]),
+);
+for (const t of faissTypes) {
+  if (!types.includes(t) && t !== ivfType) {
+    console.error(`bench:dense: --faiss-types: ${t} is neither among --types nor --ivf`);
+    process.exit(2);
+  }
+}
+const nprobes = (opts.nprobe ?? "8,32,128")
+  .split(",")
+  .map((p) => positiveInt("nprobe", p.trim(), 1));
 if (tokens > BERT.maxPositions || tokens < 2) {
   console.error(`bench:dense: --tokens must be 2..${BERT.maxPositions}`);
   process.exit(2);
@@ -175,8 +245,6 @@ const python = opts.python ?? process.env.DENSE_BENCH_PYTHON ?? "python3";
 const benchDir = join(packageRoot(), "bench", "dense");
 const childEnv = threadCappedEnv(threads);
 
-const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? formatNumber(n, digits) : "—");
-const mib = (bytes: number | undefined) => (bytes === undefined ? "—" : fmt(bytes / 2 ** 20));
 const ratio = (theirs: number, ours: number) =>
   Number.isFinite(theirs / ours) ? `${(theirs / ours).toFixed(2)}×` : "—";
 
@@ -205,26 +273,6 @@ function faiss<T>(args: string[], env: Record<string, string> = {}): T {
   return JSON.parse(out) as T;
 }
 
-// ---- memory of a process ----
-
-interface Rss {
-  VmRSS: number;
-  RssAnon: number;
-  RssFile: number;
-}
-
-function procRss(pid: number): Rss {
-  const out: Record<string, number> = {};
-  for (const line of readFileSync(`/proc/${pid}/status`, "utf8").split("\n")) {
-    const m = /^(VmRSS|RssAnon|RssFile):\s+(\d+) kB/.exec(line);
-    if (m) out[m[1] as string] = Number(m[2]) * 1024;
-  }
-  return out as unknown as Rss;
-}
-
-const rssCell = (r: Rss | undefined) =>
-  r ? `${mib(r.VmRSS)} (${mib(r.RssAnon)} + ${mib(r.RssFile)})` : "—";
-
 /** A row of the memory table: before load (ours has no such point), after load, after the searches. */
 const rssRow = (name: string, r: { start?: Rss; loaded?: Rss; searched?: Rss } | undefined) => [
   name,
@@ -233,99 +281,7 @@ const rssRow = (name: string, r: { start?: Rss; loaded?: Rss; searched?: Rss } |
   rssCell(r?.searched),
 ];
 
-// ---- our side ----
-
-interface Call {
-  /** Top-k row numbers of each query of the call. */
-  ids: number[][];
-  /** Seconds in this driver from sending the call to having its answer. */
-  wall: number;
-  /** Seconds the searchr1 process reports for the search itself. */
-  search: number;
-}
-
-interface Searcher {
-  readonly how: string;
-  search(rows: readonly number[], k: number): Promise<Call>;
-  rss(): Rss | undefined;
-  close(): Promise<void>;
-}
-
-interface ServeReply {
-  id: number;
-  ok: boolean;
-  error?: string;
-  ids?: number[][];
-  search_seconds?: number;
-  [key: string]: unknown;
-}
-
-/** `searchr1-index serve` over stdio; the request lines for the query rows are made up front. */
-class ServeSearcher implements Searcher {
-  readonly how = "serve";
-  private child: ChildProcessWithoutNullStreams;
-  private waiting = new Map<number, (r: ServeReply) => void>();
-  private exited: Promise<number | null>;
-  private nextId = 0;
-  private stderr = "";
-
-  constructor(
-    exe: string,
-    args: string[],
-    private rowJson: readonly string[],
-  ) {
-    this.child = spawn(exe, ["serve", ...args], { env: childEnv, stdio: ["pipe", "pipe", "pipe"] });
-    this.child.stderr.on("data", (d: Buffer) => {
-      this.stderr += d.toString();
-    });
-    createInterface({ input: this.child.stdout }).on("line", (line) => {
-      const r = JSON.parse(line) as ServeReply;
-      const done = this.waiting.get(r.id);
-      this.waiting.delete(r.id);
-      done?.(r);
-    });
-    this.exited = new Promise((resolve) => this.child.on("exit", (code) => resolve(code)));
-  }
-
-  /** Starts the process and waits for its answer to `info` (the index is open then). */
-  static async open(exe: string, args: string[], rowJson: readonly string[]) {
-    const s = new ServeSearcher(exe, args, rowJson);
-    await s.send(`{"op":"info","id":${++s.nextId}}`, s.nextId);
-    return s;
-  }
-
-  private send(line: string, id: number): Promise<ServeReply> {
-    return new Promise((resolve, reject) => {
-      this.waiting.set(id, (r) =>
-        r.ok
-          ? resolve(r)
-          : reject(new Error(`searchr1-index serve: ${r.error ?? JSON.stringify(r)}`)),
-      );
-      this.exited.then((code) =>
-        reject(new Error(`searchr1-index serve exited (${code}): ${this.stderr.trim()}`)),
-      );
-      this.child.stdin.write(`${line}\n`);
-    });
-  }
-
-  async search(rows: readonly number[], k: number): Promise<Call> {
-    const id = ++this.nextId;
-    const line = `{"op":"search","id":${id},"k":${k},"vectors":[${rows.map((r) => this.rowJson[r]).join(",")}]}`;
-    const t = performance.now();
-    const r = await this.send(line, id);
-    const wall = (performance.now() - t) / 1000;
-    return { ids: r.ids ?? [], wall, search: r.search_seconds ?? Number.NaN };
-  }
-
-  rss(): Rss | undefined {
-    return this.child.pid === undefined ? undefined : procRss(this.child.pid);
-  }
-
-  async close() {
-    this.child.stdin.end(`{"op":"shutdown","id":0}\n`);
-    await this.exited;
-  }
-}
+// ---- our side without serve ----
 
 /** `searchr1-index search --queries` per call (when serve is not built); its printed seconds. */
 class CliSearcher implements Searcher {
@@ -377,127 +333,8 @@ class CliSearcher implements Searcher {
   async close() {}
 }
 
-// ---- measuring ----
-
-interface Timing {
-  /** Queries per second. */
-  qps: number;
-  /** Median latency of one call, ms. */
-  p50: number;
-}
-
-interface Measured {
-  single: { wall: Timing; search: Timing };
-  batched: { wall: Timing; search: Timing };
-  /** Batch-64 passes run (the median one is reported). */
-  passes: number;
-  ids: number[][];
-  rss?: { loaded?: Rss; searched?: Rss };
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? Number.NaN : (s[(s.length - 1) >> 1] as number);
-}
-
-function timing(queries: number, perCall: readonly number[]): Timing {
-  return { qps: queries / perCall.reduce((a, b) => a + b, 0), p50: 1000 * median(perCall) };
-}
-
-const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
-
-/** Seconds after which no new batch-64 pass starts (at least one always runs). */
-const PASS_BUDGET = 15;
-
-/**
- * Our side: a warm-up call, `single` queries one per call, then up to `repeat` passes over
- * the first `batched` queries in calls of BATCH (the median pass by wall time).
- */
-async function measureOurs(s: Searcher, single: number, batched: number): Promise<Measured> {
-  const loaded = s.rss();
-  await s.search(range(0, Math.min(BATCH, batched)), K); // warm-up: pages the index in
-  const one: Call[] = [];
-  for (let q = 0; q < single; q++) one.push(await s.search([q], K));
-  const passes: { wall: number; calls: Call[] }[] = [];
-  const start = performance.now();
-  for (let p = 0; p < repeat; p++) {
-    if (p > 0 && (performance.now() - start) / 1000 > PASS_BUDGET) break;
-    const calls: Call[] = [];
-    for (let q = 0; q < batched; q += BATCH) {
-      calls.push(await s.search(range(q, Math.min(q + BATCH, batched)), K));
-    }
-    passes.push({ wall: calls.reduce((a, c) => a + c.wall, 0), calls });
-  }
-  passes.sort((a, b) => a.wall - b.wall);
-  const mid = passes[(passes.length - 1) >> 1] as { calls: Call[] };
-  const searched = s.rss();
-  await s.close();
-  const of = (calls: Call[], n: number, key: "wall" | "search") =>
-    timing(
-      n,
-      calls.map((c) => c[key]),
-    );
-  return {
-    single: { wall: of(one, one.length, "wall"), search: of(one, one.length, "search") },
-    batched: { wall: of(mid.calls, batched, "wall"), search: of(mid.calls, batched, "search") },
-    passes: passes.length,
-    ids: mid.calls.flatMap((c) => c.ids),
-    rss: loaded || searched ? { loaded, searched } : undefined,
-  };
-}
-
-interface PyPass {
-  seconds: number;
-  latency_ms: number[];
-  passes?: number[];
-}
-
-interface PyTimed {
-  single: PyPass;
-  batched: PyPass | null;
-  ids: number[][];
-}
-
-interface PyRss {
-  start: Rss;
-  loaded: Rss;
-  searched: Rss;
-}
-
-function theirTiming(t: PyTimed, batched: number): Measured {
-  const of = (p: PyPass | null, n: number): Timing =>
-    p ? { qps: n / p.seconds, p50: median(p.latency_ms) } : { qps: Number.NaN, p50: Number.NaN };
-  const single = of(t.single, t.single.latency_ms.length);
-  const batch = of(t.batched, batched);
-  return {
-    single: { wall: single, search: single },
-    batched: { wall: batch, search: batch },
-    passes: t.batched?.passes?.length ?? 0,
-    ids: t.ids.map((l) => l.filter((x) => x >= 0)),
-  };
-}
-
-/** Mean recall@k of `got` against `truth` (the exact top k), over the queries in `got`. */
-function recall(got: number[][], truth: number[][]): number {
-  let sum = 0;
-  for (const [i, g] of got.entries()) {
-    const t = new Set(truth[i]);
-    let hit = 0;
-    for (const x of g) if (t.has(x)) hit++;
-    sum += hit / Math.max(1, t.size);
-  }
-  return sum / Math.max(1, got.length);
-}
-
-/** Share of queries whose top-k lists are identical (same rows, same order). */
-function identical(a: number[][], b: number[][]): number {
-  let same = 0;
-  for (const [i, x] of a.entries()) {
-    const y = b[i] ?? [];
-    if (x.length === y.length && x.every((v, j) => v === y[j])) same++;
-  }
-  return same / Math.max(1, a.length);
-}
+const measureOurs = (s: Searcher, single: number, batched: number) =>
+  measureSearcher(s, { single, batched, batch: BATCH, k: K, repeat });
 
 // ---- the run ----
 
@@ -623,7 +460,7 @@ async function main() {
   const open = async (index: string, extra: string[]): Promise<Searcher> => {
     const args = ["--index", index, "--threads", String(threads), ...extra];
     return hasServe
-      ? ServeSearcher.open(exe, args, rowJson)
+      ? ServeSearcher.open(exe, args, rowJson, childEnv)
       : new CliSearcher(exe, args, queries, dataDir);
   };
   const pyCommon = [
@@ -707,7 +544,7 @@ async function main() {
     `${n} thread${n === 1 ? "" : "s"}`;
 
   let exact: number[][] = [];
-  if (parts.has("flat") || parts.has("fp16") || parts.has("hnsw")) {
+  if (parts.has("flat") || parts.has("fp16") || parts.has("hnsw") || parts.has("build")) {
     // Ground truth: the exact top k of every query (faiss's BLAS path, the fast one).
     log("exact top k of every query (faiss IndexFlatIP) ...");
     exact = faiss<PyTimed>(
@@ -738,7 +575,7 @@ async function main() {
       speedRows(
         "flat fp32",
         ours,
-        `${recall(ours.ids, exact).toFixed(3)} (${(100 * identical(ours.ids, shipped.ids)).toFixed(0)} % = faiss)`,
+        `${recall(ours.ids, exact, K).toFixed(3)} (${(100 * identical(ours.ids, shipped.ids)).toFixed(0)} % = faiss)`,
         cs,
       );
       scanRows("flat fp32", ours, cs, vectorBytes);
@@ -763,10 +600,10 @@ async function main() {
         {
           name: "faiss IndexScalarQuantizer QT_fp16",
           m: theirs,
-          recall: recall(theirs.ids, exact).toFixed(3),
+          recall: recall(theirs.ids, exact, K).toFixed(3),
         },
       ];
-      speedRows("flat fp16", ours, recall(ours.ids, exact).toFixed(3), cs);
+      speedRows("flat fp16", ours, recall(ours.ids, exact, K).toFixed(3), cs);
       scanRows("flat fp16", ours, cs, vectorBytes / 2);
       memory.push(
         rssRow("searchr1-index serve --index flat.index --fp16", ours.rss),
@@ -777,8 +614,8 @@ async function main() {
 
   if (parts.has("hnsw") && made.hnsw) {
     log(`faiss IndexHNSWFlat, efSearch ${efs.join("/")} ...`);
-    const h = faiss<{ rss: PyRss; ef: Record<string, PyTimed> }>([
-      "hnsw",
+    const h = faiss<{ rss: PyRss; by: Record<string, PyTimed> }>([
+      "search",
       "--index",
       made.hnsw,
       "--ef",
@@ -792,14 +629,20 @@ async function main() {
         nQueries,
         nQueries,
       );
-      const t = h.ef[String(ef)];
-      if (!t) throw new Error(`faiss_bench.py hnsw: no efSearch ${ef}`);
+      const t = h.by[String(ef)];
+      if (!t) throw new Error(`faiss_bench.py search: no efSearch ${ef}`);
       const theirs = theirTiming(t, nQueries);
       speedRows(
         `HNSW M=${hnswM}, efSearch ${ef}`,
         ours,
-        `${recall(ours.ids, exact).toFixed(3)} (${(100 * identical(ours.ids, theirs.ids)).toFixed(0)} % = faiss)`,
-        [{ name: "faiss IndexHNSWFlat", m: theirs, recall: recall(theirs.ids, exact).toFixed(3) }],
+        `${recall(ours.ids, exact, K).toFixed(3)} (${(100 * identical(ours.ids, theirs.ids)).toFixed(0)} % = faiss)`,
+        [
+          {
+            name: "faiss IndexHNSWFlat",
+            m: theirs,
+            recall: recall(theirs.ids, exact, K).toFixed(3),
+          },
+        ],
       );
       if (i === 0) {
         memory.push(
@@ -808,6 +651,40 @@ async function main() {
         );
       }
     }
+  }
+
+  // --- index types: built by both, served by both ---
+  const typeLines: string[] = [];
+  if (parts.has("build")) {
+    const ivf =
+      ivfType !== "none" && hasCommand(exe, "build", "IVF") && hasCommand(exe, "serve", "--nprobe");
+    if (ivfType !== "none" && !ivf) {
+      notes.push(`${ivfType}: not measured: this searchr1-index builds no IVF-PQ yet.`);
+    }
+    const all = ivf ? [...types, ivfType] : types;
+    typeLines.push(
+      ...(await indexTypes({
+        exe,
+        env: childEnv,
+        flat: made.flat,
+        dir: dataDir,
+        nVectors,
+        dim,
+        threads,
+        rowJson,
+        exact,
+        k: K,
+        batch: BATCH,
+        repeat,
+        types: all,
+        faissTypes,
+        efs,
+        nprobes,
+        efConstruction,
+        pyCommon,
+        faiss,
+      })),
+    );
   }
 
   // --- encoder ---
@@ -1074,6 +951,7 @@ async function main() {
       ),
     );
   }
+  lines.push(...typeLines);
   if (made.hnsw_build_seconds !== null) {
     notes.push(
       `HNSW graph built by faiss in this run: ${made.hnsw_build_seconds.toFixed(1)} s ` +
