@@ -12,6 +12,7 @@ export function register(program: Command): Command {
     positional: { name: "question", key: "question", single: true },
     flags: [
       { flags: "--model <dir>", key: "model.path" },
+      { flags: "--lora <dir>", key: "model.lora_adapter_path" },
       { flags: "--retriever-url <url>", key: "retriever.url" },
       { flags: "--engine <kind>", key: "rollout.engine" },
       { flags: "--engine-url <url>", key: "rollout.engine_url" },

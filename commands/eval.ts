@@ -15,6 +15,7 @@ export function register(program: Command): Command {
       "run the search agent on test sets: EM, sub-EM and F1 per data source, searches and turns (report.json, report.md, trajectories.jsonl)",
     flags: [
       { flags: "--model <dir>", key: "model.path" },
+      { flags: "--lora <dir>", key: "model.lora_adapter_path" },
       { flags: "--data <files>", key: "data.val_files" },
       { flags: "--retriever-url <url>", key: "retriever.url" },
       { flags: "--engine <kind>", key: "rollout.engine" },

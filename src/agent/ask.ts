@@ -65,9 +65,10 @@ export async function ask(
   );
   const session = await AgentSession.open(config, model, log, signal);
   try {
+    const adapter = config.model.lora_adapter_path;
     const trajectory = await rollout(
       { promptIds: ids, seed: r.do_sample ? r.seed : null },
-      settings,
+      adapter ? { ...settings, lora: await session.useAdapter(adapter) } : settings,
       session.parts(tokenizer.tokenizer, tokenizer),
       { onTurn, signal: session.signal },
     );

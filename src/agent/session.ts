@@ -1,4 +1,5 @@
 import { setMaxListeners } from "node:events";
+import { resolve } from "node:path";
 import type { z } from "zod";
 import { serverLine } from "../config/command-line.js";
 import { serveRetrieverSpec } from "../config/schemas/serve-retriever.js";
@@ -10,7 +11,7 @@ import {
 } from "../engine/client/connect.js";
 import type { EngineClient } from "../engine/client/types.js";
 import { ChildServer, type CommandLine } from "../runtime/child-server.js";
-import { ServiceError, UsageError } from "../runtime/errors.js";
+import { InputError, ServiceError, UsageError } from "../runtime/errors.js";
 import { RetrieverClient, type RetrieverSettings } from "./retriever-client.js";
 import type { AgentParts, AgentSettings } from "./rollout.js";
 import { loadToolConfig, SEARCH_TOOL } from "./tool-config.js";
@@ -118,6 +119,8 @@ export function engineChildValues(rollout: Generation): EngineChoice["child"] {
  */
 export class AgentSession {
   private died: string | null = null;
+  /** The adapter useAdapter loaded into an engine this session did not start. */
+  private loaded: string | null = null;
   private readonly stop = new AbortController();
   private readonly interrupt: AbortSignal;
   readonly signal: AbortSignal;
@@ -210,6 +213,30 @@ export class AgentSession {
     return new AgentSession(engine, retrieverChild, retriever, signal);
   }
 
+  /**
+   * Serves the PEFT adapter folder `path` (eval's and ask's model.lora_adapter_path) over the
+   * model: loaded into the engine by SGLang's /load_lora_adapter, which the native engine
+   * speaks too, under a name of this process; returns the name rollouts ask for
+   * (AgentSettings.lora). An engine started here goes with the session; one at engine_url
+   * has the adapter unloaded by close().
+   */
+  async useAdapter(path: string): Promise<string> {
+    const engine = this.connected.client;
+    if (!engine.loadLoraAdapter) {
+      throw new UsageError(
+        `model.lora_adapter_path=${path}: this engine's client cannot load adapters (the native engine and SGLang's can); serve the merged model instead (searchr1 convert peft-to-hf)`,
+      );
+    }
+    const name = `searchr1-adapter-${process.pid}`;
+    try {
+      await engine.loadLoraAdapter(name, resolve(path));
+    } catch (err) {
+      throw new InputError(`model.lora_adapter_path=${path}: ${(err as Error).message}`);
+    }
+    if (!this.startedEngine) this.loaded = name;
+    return name;
+  }
+
   /** The parts of a rollout: `chat` (the model's template) renders Hermes tool turns. */
   parts(tokenizer: AgentParts["tokenizer"], chat?: AgentParts["chat"]): AgentParts {
     return {
@@ -234,8 +261,14 @@ export class AgentSession {
     return this.died ? new ServiceError(this.died) : err;
   }
 
-  /** Stops the children this session started. */
+  /** Stops the children this session started, and unloads the adapter it loaded elsewhere. */
   async close(): Promise<void> {
-    await Promise.all([this.connected.stop(), this.retrieverChild?.stop()]);
+    const unload = this.loaded ? this.connected.client.unloadLoraAdapter?.(this.loaded) : null;
+    this.loaded = null;
+    await Promise.all([
+      unload?.catch(() => {}), // the adapter stays loaded on a server that went away: no harm
+      this.connected.stop(),
+      this.retrieverChild?.stop(),
+    ]);
   }
 }

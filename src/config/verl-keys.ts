@@ -124,7 +124,8 @@ export const VERL_KEYS: Readonly<Record<string, VerlKey>> = {
   ),
   "actor_rollout_ref.model.use_shm": { noEffect: "models and adapters load from their folders" },
   "actor_rollout_ref.rollout.layered_summon": {
-    noEffect: "the trainer exports the whole policy (adapters merged) to the engine each step",
+    noEffect:
+      "with LoRA the trainer hands the engine the adapter alone each step, no gathered weights",
   },
 
   // actor_rollout_ref.actor

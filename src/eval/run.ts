@@ -99,8 +99,9 @@ async function evaluate(
   let em = 0;
   let scored = 0;
   try {
+    const adapter = config.model.lora_adapter_path;
     await answerItems(todo, tokenizer, session.parts(tokenizer.tokenizer), {
-      settings,
+      settings: adapter ? { ...settings, lora: await session.useAdapter(adapter) } : settings,
       concurrency: data.val_batch_size,
       seed: rollout.do_sample ? rollout.seed + alreadyDone : null,
       reward: config.reward,
@@ -188,6 +189,9 @@ export function readRecords(file: string): EvalRecord[] {
 function reportConfig(config: EvalConfig, model: string): Record<string, unknown> {
   return {
     model,
+    ...(config.model.lora_adapter_path && {
+      lora_adapter: resolve(config.model.lora_adapter_path),
+    }),
     data: config.data.val_files,
     engine: config.rollout.engine_url ?? config.rollout.engine,
     retriever: config.retriever.url,

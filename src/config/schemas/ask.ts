@@ -8,11 +8,12 @@ import {
   modelCompat,
   modelSection,
   retrieverSection,
+  servedAdapterField,
 } from "./shared.js";
 
 export const askSchema = z.strictObject({
   question: z.string().min(1).describe("the question to answer"),
-  model: modelSection,
+  model: modelSection.extend(servedAdapterField),
   template: z
     .string()
     .min(1)

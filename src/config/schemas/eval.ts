@@ -9,6 +9,7 @@ import {
   modelSection,
   positiveInt,
   retrieverSection,
+  servedAdapterField,
 } from "./shared.js";
 import { trainSchema } from "./train.js";
 
@@ -24,6 +25,7 @@ export const evalSchema = z.strictObject({
         .describe(
           "Hugging Face model folder: config.json, safetensors, tokenizer (required to evaluate)",
         ),
+      ...servedAdapterField,
     })
     .prefault({}),
   data: z
