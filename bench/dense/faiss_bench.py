@@ -41,7 +41,7 @@ membw   the machine's memory bandwidth as a plain copy sees it: np.copyto betwee
         byte is read once and written once).
 flat    (any flat index: IndexFlatIP, IndexScalarQuantizer) faiss.read_index(FILE) (the
         whole file into memory; with --mmap, IO_FLAG_MMAP_IFC: faiss's own memory-mapped flat
-        codes), faiss.omp_set_num_threads(T), with --blas-threshold faiss's
+        codes; a faiss without it prints {"skipped": why} instead), faiss.omp_set_num_threads(T), with --blas-threshold faiss's
         distance_compute_blas_threshold set to N, then: one untimed call of B queries
         (warm-up); batch 1: the first N queries one index.search call each, each timed;
         batch B: the first --batched queries (default all; 0: none) in slices of B, up to R
@@ -243,6 +243,11 @@ def time_batched(index, q, k, batch, repeat, budget):
 
 
 def cmd_flat(args):
+    if args.mmap and not hasattr(faiss, "IO_FLAG_MMAP_IFC"):
+        # faiss.read_index maps flat codes from faiss 1.8.0 on (impl/io.h, IO_FLAG_MMAP_IFC).
+        print(json.dumps({"skipped": f"faiss {faiss.__version__} has no IO_FLAG_MMAP_IFC "
+                                     "(faiss >= 1.8.0 maps flat codes)"}))
+        return
     faiss.omp_set_num_threads(args.threads)
     if args.blas_threshold:
         faiss.cvar.distance_compute_blas_threshold = args.blas_threshold

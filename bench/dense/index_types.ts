@@ -37,8 +37,6 @@ import {
 
 /** wiki-18's passages (Search-R1's corpus), the size the projection table scales to. */
 export const WIKI18_PASSAGES = 21_015_324;
-/** Candidates rescored per result (serve's --rescore-candidates, faiss's k_factor). */
-const RESCORE_CANDIDATES = 4;
 /** The memory the issue's goal allows for serving wiki-18 (bytes, decimal GB). */
 const GOAL_BYTES = 16e9;
 /** The recall@3 against exact search the goal asks for. */
@@ -69,6 +67,8 @@ export interface IndexTypesSetup {
   efs: number[];
   nprobes: number[];
   efConstruction: number;
+  /** Candidates rescored per result, one rescored search each (serve's --rescore-candidates, faiss's k_factor). */
+  rescores: number[];
   /** faiss_bench.py's arguments for the queries, k, threads, batch and repeats. */
   pyCommon: string[];
   faiss: <T>(args: string[]) => T;
@@ -94,7 +94,8 @@ interface FaissBuilt extends Built {
 /** One search setting of one type: ours and faiss's. */
 interface Served {
   setting: string;
-  rescore: boolean;
+  /** Candidates rescored per result; 0: not rescored. */
+  rescore: number;
   ours: Measured;
   theirs?: Measured;
 }
@@ -215,7 +216,7 @@ async function measureType(s: IndexTypesSetup, type: string): Promise<TypeResult
   const plan = { single: 0, batched: s.rowJson.length, batch: s.batch, k: s.k, repeat: s.repeat };
   const served: Served[] = [];
   let theirMemory: number | undefined;
-  for (const rescore of type === "Flat" ? [false] : [false, true]) {
+  for (const rescore of type === "Flat" ? [0] : [0, ...s.rescores]) {
     const ways = settings(s, type);
     type Searched = { rss: PyRss; by: Record<string, PyTimed> };
     let py: Searched | undefined;
@@ -230,7 +231,7 @@ async function measureType(s: IndexTypesSetup, type: string): Promise<TypeResult
         "--single",
         "0",
         ...(ways[0]?.py.length ? [ways[0].py[0] as string, list(1)] : []),
-        ...(rescore ? ["--refine", s.flat, "--k-factor", String(RESCORE_CANDIDATES)] : []),
+        ...(rescore ? ["--refine", s.flat, "--k-factor", String(rescore)] : []),
       ]);
       if (!rescore) theirMemory = py.rss.searched.VmRSS - py.rss.start.VmRSS;
     }
@@ -238,7 +239,7 @@ async function measureType(s: IndexTypesSetup, type: string): Promise<TypeResult
       log(`searchr1-index serve ${type}, ${way.name}${rescore ? ", rescored" : ""} ...`);
       const args = ["--index", ours.file, "--threads", String(s.threads), ...way.serve];
       if (rescore) {
-        args.push("--rescore-from", s.flat, "--rescore-candidates", String(RESCORE_CANDIDATES));
+        args.push("--rescore-from", s.flat, "--rescore-candidates", String(rescore));
       }
       const m = await measureSearcher(
         await ServeSearcher.open(s.exe, args, s.rowJson, s.env),
@@ -292,7 +293,7 @@ export async function indexTypes(s: IndexTypesSetup): Promise<string[]> {
       serveRows.push([
         i === 0 ? r.type : "",
         v.setting,
-        v.rescore ? `k·${RESCORE_CANDIDATES}` : "no",
+        v.rescore ? `k·${v.rescore}` : "no",
         rssCell(rss),
         r3(recall(v.ours.ids, s.exact, 3)),
         r3(recall(v.ours.ids, s.exact, s.k)),
@@ -316,7 +317,7 @@ export async function indexTypes(s: IndexTypesSetup): Promise<string[]> {
   const scale = WIKI18_PASSAGES / s.nVectors;
   const flatBytes = statSync(s.flat).size;
   const projectionRows = results.map((r) => {
-    const best = (rescore: boolean) => {
+    const best = (rescore: number) => {
       const rows = r.served.filter((v) => v.rescore === rescore);
       if (rows.length === 0) return "—";
       const scored = rows.map((v) => ({ v, r3: recall(v.ours.ids, s.exact, 3) }));
@@ -333,8 +334,8 @@ export async function indexTypes(s: IndexTypesSetup): Promise<string[]> {
       fmt(perVector),
       gb(bytes),
       gib(bytes),
-      best(false),
-      best(true),
+      best(0),
+      ...s.rescores.map(best),
       bytes <= GOAL_BYTES ? "yes" : "no",
     ];
   });
@@ -379,7 +380,7 @@ export async function indexTypes(s: IndexTypesSetup): Promise<string[]> {
       "index's top k·N rescored exactly from the memory-mapped flat file). Memory: VmRSS " +
       "(RssAnon + RssFile) MiB of the serve process after the searches; RssFile is the " +
       "mapped files' pages (page cache). faiss: its search of its own file; rescored: " +
-      `IndexRefine over the flat index read into memory, k_factor ${RESCORE_CANDIDATES}. ` +
+      "IndexRefine over the flat index read into memory, k_factor N. " +
       "Recall against the exact top k (faiss IndexFlatIP). Ratio = our q/s / faiss's.",
     "",
     ...table(
@@ -409,7 +410,7 @@ export async function indexTypes(s: IndexTypesSetup): Promise<string[]> {
       "the vectors or codes plus the graph's bytes per vector, which M fixes; for IVF-PQ the " +
       "codes and ids per vector plus the centroids and PQ tables once (at this nlist). Recall is NOT " +
       `measured at 21M: it is this run's at ${fmt(s.nVectors)} vectors (HNSW and IVF lose ` +
-      "some at a larger n for the same setting). Rescoring reads k·4 rows per query of the " +
+      "some at a larger n for the same setting). Rescoring reads k·N rows per query of the " +
       `flat file (${gb(flatBytes * scale)} GB at 21M, on disk; only the rows read enter the ` +
       `page cache). Recall@3: the first setting reaching ${GOAL_RECALL3}, else the best.`,
     "",
@@ -421,7 +422,7 @@ export async function indexTypes(s: IndexTypesSetup): Promise<string[]> {
           "GB at 21M",
           "GiB at 21M",
           "recall@3 at n (no rescore)",
-          `recall@3 at n (rescore k·${RESCORE_CANDIDATES})`,
+          ...s.rescores.map((n) => `recall@3 at n (rescore k·${n})`),
           "≤ 16 GB",
         ],
         ...projectionRows,
