@@ -305,6 +305,23 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
       });
     }
   };
+  // A learner's compute copy: on the device throughout, or with param offload during its
+  // commands only and in host memory between them.
+  const weightsRows = (
+    part: "actor" | "critic",
+    name: string,
+    offloaded: boolean,
+    commands: [Command, Command],
+    device: Triple,
+    host: Triple,
+  ) => {
+    if (offloaded) {
+      commandRow(part, `${name}, on the device during its commands only`, commands, device);
+    } else {
+      row(part, name, device);
+    }
+    hostRow(part, `${name} between its commands`, host);
+  };
   const learnerRows = (
     part: "actor" | "critic",
     bytes: ModelBytes,
@@ -313,16 +330,7 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
   ) => {
     const pick = (k: keyof LearnerBytes) => bytes.learner.map((b) => b[k]) as Triple;
     const weights = `weights (${xName} compute copy)`;
-    if (offload.param) {
-      commandRow(
-        part,
-        `${weights}, on the device during its commands only`,
-        commands,
-        pick("weights"),
-      );
-    } else {
-      row(part, weights, pick("weights"));
-    }
+    weightsRows(part, weights, offload.param, commands, pick("weights"), pick("hostWeights"));
     if (device === "cuda" && !offload.optimizer) row(part, "fp32 master weights", pick("masters"));
     if (!offload.optimizer) row(part, "AdamW moments (fp32 m, v)", pick("optimizer"));
     // Kept between updates (below stage 2 without grad offload: the whole buffer), or
@@ -338,7 +346,6 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
       [commands[1]],
       during,
     );
-    hostRow(part, `${weights} between its commands`, pick("hostWeights"));
     hostRow(part, "fp32 master weights", pick("hostMasters"));
     hostRow(part, "AdamW moments (fp32 m, v)", pick("hostOptimizer"));
     hostRow(part, "fp32 gradients the step reads", pick("hostGradients"));
@@ -386,7 +393,14 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
     // The frozen base's compute copy and the adapters' own state (stage 0: not sharded).
     const l = lora.learner;
     const r = input.lora?.rank ?? 0;
-    row("actor", `weights (${xName} compute copy, frozen)`, same(l.weights));
+    weightsRows(
+      "actor",
+      `weights (${xName} compute copy, frozen)`,
+      (input.actorOffload ?? NO_OFFLOAD).param,
+      actorCommands,
+      same(l.weights),
+      same(l.hostWeights),
+    );
     row(
       "actor",
       `LoRA rank ${r} adapters: fp32 weights${device === "cuda" ? " and their bf16 copy" : ""}`,

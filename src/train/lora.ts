@@ -57,10 +57,11 @@ function checkLora(config: TrainConfig): void {
       `trainer.zero_stage=${config.trainer.zero_stage} ${why}: the trainer does not shard adapters yet; set trainer.zero_stage=0 (or leave it null)`,
     );
   }
-  for (const key of ["param_offload", "grad_offload", "optimizer_offload"] as const) {
+  // actor.param_offload moves the frozen base to host memory between phases, as for a full model.
+  for (const key of ["grad_offload", "optimizer_offload"] as const) {
     if (config.actor[key]) {
       throw new UsageError(
-        `actor.${key}=true ${why}: the trainer's offload is not built for adapters yet (the frozen base has no gradient or optimizer state to offload)`,
+        `actor.${key}=true ${why}: the frozen base has no gradient or optimizer state, and the adapters' stay on the device (they are small); actor.param_offload moves the base to host memory between phases`,
       );
     }
   }

@@ -198,13 +198,12 @@ export async function runTrain(
       // The learners' state sharded over the ranks (native/src/train/learner.h).
       zero_stage: zeroStageOf(config),
       // What each learner keeps in host memory (verl's fsdp_config offloads).
-      actor_offload: lora
-        ? undefined
-        : {
-            param: config.actor.param_offload,
-            grad: config.actor.grad_offload,
-            optimizer: config.actor.optimizer_offload,
-          },
+      // With LoRA the frozen base alone (loraLoad refused the rest).
+      actor_offload: {
+        param: config.actor.param_offload,
+        grad: !lora && config.actor.grad_offload,
+        optimizer: !lora && config.actor.optimizer_offload,
+      },
       critic_offload: ppo
         ? {
             param: config.critic.param_offload,

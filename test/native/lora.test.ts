@@ -251,6 +251,11 @@ describe("serve with a LoRA adapter", () => {
       expect(await fails({ lora: { rank: 2 }, zero_stage: 1 })).toMatch(
         /'zero_stage' must be 0 with 'lora'/,
       );
+      for (const part of ["grad", "optimizer"]) {
+        expect(await fails({ lora: { rank: 2 }, actor_offload: { [part]: true } })).toMatch(
+          /'actor_offload' with 'lora': only 'param'/,
+        );
+      }
       await ranks.ok("load", { policy: POLICY, lora: { rank: 2 } }); // still serving
     } finally {
       await ranks.close();
@@ -277,14 +282,15 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
     (_, i) => Math.sin(i * 0.7) * 0.8,
   );
 
-  async function trainOn(size: number) {
+  async function trainOn(size: number, offload = NO_OFFLOAD) {
     const ranks = new Ranks(size, 60, [...CPU]);
     try {
-      await ranks.ok("load", {
+      const loaded = await ranks.ok("load", {
         policy: POLICY,
         lora: { path: join(LORA, "adapter") },
         actor_optim: { lr: 1e-3, weight_decay: 0.01 },
         seed: 5,
+        actor_offload: offload,
       });
       const inputs = await writeBatchFile([
         tensor("input_ids", ids),
@@ -316,6 +322,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
       await ranks.ok("save_checkpoint", { dir });
       return {
         reply,
+        memory: (loaded.memory as { actor: Record<string, number> }).actor,
         adapter: await readFloats(join(dir, "adapter", "adapter_model.safetensors")),
       };
     } finally {
@@ -336,6 +343,33 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
     for (const [name, values] of one.adapter) {
       expect(maxAbsDiff(values, get(two.adapter, name)), name).toBeLessThan(1e-6);
       expect(maxAbsDiff(values, get(start, name)), `${name} was trained`).toBeGreaterThan(1e-5);
+    }
+  });
+
+  // actor_offload.param: the frozen base's compute copy waits in host memory between
+  // commands (copied out once) and comes back for each; the adapters' state stays.
+  it("param offload: the frozen base in host memory between commands, the same update bit for bit", async () => {
+    const kept = await trainOn(1);
+    const offloaded = await trainOn(1, { ...NO_OFFLOAD, param: true });
+    const planned = modelBytes({
+      dir: POLICY,
+      head: "lm",
+      device: "cpu",
+      ranks: 1,
+      offload: { ...NO_OFFLOAD, param: true },
+      tokens: [],
+      lora: { rank: 4, targets: "all-linear" },
+    }).lora?.learner;
+    expect(kept.memory.host_weights).toBe(0);
+    expect(offloaded.memory).toMatchObject({
+      weights: 0,
+      host_weights: kept.memory.weights,
+      optimizer_state: kept.memory.optimizer_state,
+    });
+    expect(planned?.hostWeights).toBe(kept.memory.weights);
+    expect(offloaded.reply).toEqual(kept.reply);
+    for (const [name, values] of kept.adapter) {
+      expect(sameBits(get(offloaded.adapter, name), values), name).toBe(true);
     }
   });
 });

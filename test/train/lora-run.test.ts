@@ -112,11 +112,13 @@ describe("searchr1 train with LoRA", () => {
     for (const row of m) expect(row["update_weights/bytes"]).toBe(adapterBytes);
     expect(adapterBytes * 10).toBeLessThan(modelBytes);
 
-    // Two steps, then a resumed run to three: the same rows and the same adapter bit for bit.
+    // Two steps, then a resumed run to three: the same rows and the same adapter bit for bit,
+    // with the frozen base waiting in host memory between phases (actor.param_offload).
     const resumed = path.join(run.dir, "resumed");
-    const first = runCli(run.args(resumed, [...LORA, "trainer.total_training_steps=2"]));
+    const offload = [...LORA, "actor.param_offload=true"];
+    const first = runCli(run.args(resumed, [...offload, "trainer.total_training_steps=2"]));
     expect(first.code, first.stderr).toBe(0);
-    const second = runCli(run.args(resumed, [...LORA, "trainer.total_training_steps=3"]));
+    const second = runCli(run.args(resumed, [...offload, "trainer.total_training_steps=3"]));
     expect(second.code, second.stderr).toBe(0);
     expect(second.stderr).toMatch(/resuming from .*global_step_2 \(step 2\)/);
     // (The first of the two validated its last step, step 2: the straight run did not.)
@@ -145,7 +147,7 @@ describe("searchr1 train with LoRA", () => {
 
   it.each([
     [["trainer.zero_stage=1"], /trainer\.zero_stage=1 with LoRA \(model\.lora_rank=4\)/],
-    [["actor.param_offload=true"], /actor\.param_offload=true with LoRA/],
+    [["actor.grad_offload=true"], /actor\.grad_offload=true with LoRA/],
     [["actor.optimizer_offload=true"], /actor\.optimizer_offload=true with LoRA/],
     [
       ["ref.param_offload=true"],

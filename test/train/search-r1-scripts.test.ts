@@ -120,19 +120,20 @@ describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl",
   );
 
   // Issue 42: the v0.2 GRPO script on ONE 80 GB GPU with LoRA rank 32 on every linear layer.
-  // As written its actor and reference offloads are refused beside adapters (as the run
-  // refuses them); with them off, and Search-R1's micro-batches per GPU (its 64 and 128 over
-  // 8 GPUs: 8 and 16), the frozen 7B base, the adapters' state and the engine fit.
+  // As written its actor's grad and optimizer offloads and its reference's are refused beside
+  // adapters (as the run refuses them); with them off, its param offload kept (the frozen
+  // base in host memory between phases), and Search-R1's micro-batches per GPU (its 64 and
+  // 128 over 8 GPUs: 8 and 16), the frozen 7B base, the adapters' state and the engine fit.
   it("v0.2-train_grpo.sh with LoRA rank 32 on one GPU: the offloads refused, then it fits", () => {
     const lora = ["actor_rollout_ref.model.lora_rank=32", "trainer.n_gpus_per_node=1"];
     const refused = runScript("v0.2-train_grpo.sh", "searchr1 train --dry-run", lora);
     expect(refused.code).toBe(2);
     expect(otherMessages(refused).join("\n")).toMatch(
-      /actor\.param_offload=true with LoRA \(model\.lora_rank=32\): the trainer's offload is not built for adapters/,
+      /actor\.grad_offload=true with LoRA \(model\.lora_rank=32\): the frozen base has no gradient or optimizer state/,
     );
     const r = runScript("v0.2-train_grpo.sh", "searchr1 train --dry-run", [
       ...lora,
-      ...["param_offload", "grad_offload", "optimizer_offload"].map(
+      ...["grad_offload", "optimizer_offload"].map(
         (k) => `actor_rollout_ref.actor.fsdp_config.${k}=false`,
       ),
       "actor_rollout_ref.ref.fsdp_config.param_offload=false",
@@ -163,7 +164,14 @@ describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl",
     const gib = (b: number) => (b / 2 ** 30).toFixed(2).replace(".", "\\.");
     const row = (name: string, bytes: number) =>
       expect(r.stdout).toMatch(new RegExp(`^actor +${name} +${gib(bytes)} +${gib(bytes)} `, "m"));
-    row("weights \\(bf16 compute copy, frozen\\)", l.weights);
+    row(
+      "weights \\(bf16 compute copy, frozen\\), on the device during its commands only",
+      l.weights,
+    );
+    row(
+      "weights \\(bf16 compute copy, frozen\\) between its commands \\(host memory\\)",
+      l.weights,
+    );
     row("LoRA rank 32 adapters: fp32 weights and their bf16 copy", l.masters);
     row("LoRA adapters: AdamW moments \\(fp32 m, v\\)", l.optimizer);
     row("LoRA adapters: fp32 gradients", l.gradientsBetween);

@@ -54,8 +54,8 @@ Learner::Learner(Qwen2Model& model, AdamWConfig adamw, LrSchedule schedule, uint
   schedule_.validate(OptionStyle::Field);
   if (stage_ > 0) offset_ = static_cast<size_t>(comm.rank()) * shard_;
   if (lora_ != nullptr) {
-    if (offload_.param || offload_.grad || offload_.optimizer) {
-      throw Error("LoRA: offload is not built for adapters yet (leave 'actor_offload' out)");
+    if (offload_.grad || offload_.optimizer) {  // param offload moves the frozen base alone
+      throw Error("LoRA: only param offload (the adapters' state stays on the device)");
     }
     // The adapters' fp32 buffer is the masters; the frozen base keeps its compute copy alone
     // (bf16 on CUDA; on the CPU its fp32 compute copy is all there is).
@@ -198,7 +198,7 @@ double Learner::step(float* lr, const std::string& what) {
     if (lora_ != nullptr) return lora_->params_changed(begin, end);
     be.to_x(weights + (offset_ + begin), values + begin, end - begin);
   });
-  model_.weights_changed();
+  if (lora_ == nullptr) model_.weights_changed();  // LoRA: the base's host copy stays current
   if (sharded) {
     be.synchronize();
     comm_.all_gather(weights.p, shard_, weights.elem, what + "'s updated weights");
@@ -332,6 +332,7 @@ Learner::Memory Learner::memory() const {
     m.masters = model_.master_bytes() + lora_->weight_bytes();
     m.optimizer = 2 * shard;
     m.gradients = m.gradients_between = shard;
+    m.host_weights = model_.host_bytes();
     return m;
   }
   m.masters = model_.master_bytes() + (masters_ != nullptr ? shard : 0);
@@ -368,6 +369,7 @@ Learner::Memory Learner::planned(const ParamLayout& layout, int ranks, int zero_
     m.masters = a + (x_elem != sizeof(float) ? lora->total * x_elem : 0);
     m.optimizer = 2 * a;
     m.gradients = m.gradients_between = a;
+    m.host_weights = offload.param ? m.weights : 0;
     return m;
   }
   const size_t multiple = zero_pad_multiple(zero_stage, ranks);

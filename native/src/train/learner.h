@@ -56,8 +56,9 @@
 //
 // LoRA (model/lora.h): a model with adapters attached is trained through them alone: the
 // learner's AdamW, the gradient all-reduce, the clip and checkpoints' moments cover the
-// adapters' flat fp32 buffer, and the base weights stay as loaded. For now at ZeRO stage 0
-// without offload (the adapters are small; the frozen base is what ZeRO would shard).
+// adapters' flat fp32 buffer, and the base weights stay as loaded. For now at ZeRO stage 0,
+// with param offload alone (the frozen base waits in host memory; the adapters' state is
+// small and stays; the frozen base is what ZeRO would shard).
 #pragma once
 #include <cstdint>
 #include <functional>

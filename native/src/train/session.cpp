@@ -280,11 +280,16 @@ void load(TrainerSession& s, const JsonFields& f) {
   next.policy = Qwen2Model::load(next.policy_dir, s.be, Head::LanguageModel, pad);
   if (f.has("lora")) {
     // The reference is the policy with its adapters off; the learner trains the adapters.
-    for (const char* key : {"reference", "reference_offload", "actor_offload"}) {
+    for (const char* key : {"reference", "reference_offload"}) {
       if (f.has(key)) {
         throw Error(std::string("'") + key + "' does not go with 'lora' (the reference is the " +
-                    "policy with its adapters off; offload is not built for adapters yet)");
+                    "policy with its adapters off: there is no second model)");
       }
+    }
+    if (actor_offload.grad || actor_offload.optimizer) {
+      throw Error("'actor_offload' with 'lora': only 'param' (the frozen base's compute copy " +
+                  std::string("between commands); the adapters' gradients and AdamW moments ") +
+                  "stay on the device");
     }
     if (stage != 0) throw Error("'zero_stage' must be 0 with 'lora' (not built yet)");
     next.policy->attach_lora(read_lora(f, *next.policy, s.be, seed));
@@ -301,7 +306,7 @@ void load(TrainerSession& s, const JsonFields& f) {
   next.actor = std::make_unique<Learner>(*next.policy, read_adamw(actor_optim),
                                          read_schedule(actor_optim, kActorLr), seed, s.comm,
                                          static_cast<int>(stage), actor_offload);
-  if (actor_offload.param) next.policy->to_host();
+  if (actor_offload.param) next.policy->to_host();  // with LoRA: the frozen base
   if (f.has("critic")) {
     next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value, pad);
     next.critic_learner = std::make_unique<Learner>(

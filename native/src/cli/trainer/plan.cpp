@@ -65,7 +65,7 @@ json::Value pass_json(const ModelConfig& c, size_t x_elem, bool cuda, size_t N) 
 
 // The adapters of load's `lora`: their flat buffer, their learner and each pass's scratch.
 json::Value lora_json(const LoraConfig& config, const ModelConfig& c, const ParamLayout& layout,
-                      size_t x_elem, const std::vector<size_t>& tokens) {
+                      size_t x_elem, Offload offload, const std::vector<size_t>& tokens) {
   const LoraLayout lora = lora_layout(c, config);
   json::Value scratch = json::Value::array();
   for (size_t N : tokens) {
@@ -75,7 +75,7 @@ json::Value lora_json(const LoraConfig& config, const ModelConfig& c, const Para
   }
   return json::Value::object(
       {{"floats", bytes(lora.total)},
-       {"learner", Learner::planned(layout, 1, 0, x_elem, Offload{}, &lora).json()},
+       {"learner", Learner::planned(layout, 1, 0, x_elem, offload, &lora).json()},
        {"scratch", scratch}});
 }
 
@@ -171,6 +171,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const Offload offload = read_offload(args);
   const std::vector<size_t> tokens = read_tokens(args);
   const LoraConfig lora = read_lora_options(args);
+  if (lora.rank > 0 && (offload.grad || offload.optimizer)) {
+    throw UsageError("--offload: with --lora-rank only param (the frozen base) is offloaded");
+  }
   const ModelConfig c = load_model_config(dir);
   const ParamLayout layout(c, head_name == "value" ? Head::Value : Head::LanguageModel);
 
@@ -191,7 +194,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (args.has("device-memory-gib")) {
     out.set("engine", engine_json(args, dir, c, layout, x_elem, cuda));
   }
-  if (lora.rank > 0) out.set("lora", lora_json(lora, c, layout, x_elem, tokens));
+  if (lora.rank > 0) out.set("lora", lora_json(lora, c, layout, x_elem, offload, tokens));
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
