@@ -145,6 +145,41 @@ describe("searchr1 train with LoRA", () => {
     expect(existsSync(path.join(adapterOf(from, 1), "adapter_config.json"))).toBe(true);
   }, 600_000);
 
+  // Data-parallel LoRA: two CPU trainer ranks sum their adapter gradients over Gloo, and two
+  // engine replicas each load the step's adapter; the run is the straight one's above (the
+  // trainer's figures within float rounding of the summed gradients, the rest equal).
+  it("--gpus 2: two trainer ranks and two engine replicas, each serving the adapter, give the run of one", async () => {
+    const straight = path.join(run.dir, "straight");
+    const two = path.join(run.dir, "two-ranks");
+    const r = runCli(run.args(two, [...LORA, "trainer.total_training_steps=3", "--gpus", "2"]));
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/^engine replica 1 serving at /m);
+    const [a, b] = [metrics(straight), metrics(two)];
+    expect(b.map((x) => x.step)).toEqual([1, 2, 3]);
+    const trainerKey = (k: string) => k.startsWith("actor/");
+    for (const [i, row] of a.entries()) {
+      const [x, y] = [deterministic(row), deterministic(b[i] ?? {})];
+      expect(Object.keys(y).sort()).toEqual(Object.keys(x).sort());
+      for (const key of Object.keys(x)) {
+        const [u, v] = [x[key] as number, y[key] as number];
+        if (!trainerKey(key)) expect(v, `step ${row.step} ${key}`).toBe(u);
+        else
+          expect(Math.abs(u - v), `step ${row.step} ${key}`).toBeLessThanOrEqual(
+            1e-4 * Math.max(Math.abs(u), 1),
+          );
+      }
+    }
+    const adapter = async (out: string) =>
+      readSafetensors(path.join(adapterOf(out, 3), "adapter_model.safetensors"));
+    const [one, both] = [await adapter(straight), await adapter(two)];
+    for (const [name, t] of one) {
+      const other = both.get(name)?.data as Float32Array;
+      const values = t.data as Float32Array;
+      const worst = values.reduce((m, x, j) => Math.max(m, Math.abs(x - (other[j] as number))), 0);
+      expect(worst, name).toBeLessThan(1e-5);
+    }
+  }, 600_000);
+
   it.each([
     [["trainer.zero_stage=1"], /trainer\.zero_stage=1 with LoRA \(model\.lora_rank=4\)/],
     [["actor.grad_offload=true"], /actor\.grad_offload=true with LoRA/],
