@@ -13,11 +13,12 @@ import { runCli } from "../helpers/cli.js";
 import {
   FIXTURES,
   get,
-  maxAbs,
   maxAbsDiff,
   modelDir,
   readFloats,
+  relDiff,
   rolloutBatch,
+  sameBits,
   tempDir,
   writeBatchFile,
 } from "../native/helpers.js";
@@ -27,13 +28,6 @@ const BASE = modelDir("untied");
 const LORA = join(FIXTURES, "lora");
 const CASES = join(LORA, "case.safetensors");
 const PEFT = join(import.meta.dirname, "fixtures", "peft");
-
-const relDiff = (a: Float32Array, b: Float32Array): number =>
-  maxAbsDiff(a, b) / Math.max(maxAbs(b), 1e-30);
-const sameBits = (a: Float32Array, b: Float32Array): boolean =>
-  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
-    Buffer.from(b.buffer, b.byteOffset, b.byteLength),
-  );
 
 function convert(input: string, out: string, ...extra: string[]) {
   return runCli(["convert", "peft-to-hf", "--input", input, "--out", out, "--quiet", ...extra]);

@@ -93,6 +93,16 @@ export function maxAbs(a: ArrayLike<number>): number {
   return m;
 }
 
+/** Largest |a - b| relative to the largest |b| (that floored at 1e-30, for a b of zeros). */
+export const relDiff = (a: Float32Array, b: Float32Array): number =>
+  maxAbsDiff(a, b) / Math.max(maxAbs(b), 1e-30);
+
+/** Whether two float arrays hold the same bytes (bit for bit; NaN equals the same NaN). */
+export const sameBits = (a: Float32Array, b: Float32Array): boolean =>
+  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
+    Buffer.from(b.buffer, b.byteOffset, b.byteLength),
+  );
+
 /** What `searchr1-trainer info` says of CUDA. */
 export interface CudaStatus {
   built: boolean;

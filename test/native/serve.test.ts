@@ -27,6 +27,7 @@ import {
   modelDir,
   readFloats,
   rolloutBatch,
+  sameBits,
   tempDir,
   trainerOk,
   writeBatchFile,
@@ -110,11 +111,6 @@ async function exportFp32(
   const file = join(out, "model.safetensors");
   return { bytes: readFileSync(file), tensors: await readFloats(file) };
 }
-
-const sameBits = (a: Float32Array, b: Float32Array): boolean =>
-  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
-    Buffer.from(b.buffer, b.byteOffset, b.byteLength),
-  );
 
 /** The unit in the last place of a float32 value (at most twice too large near a power of 2). */
 function ulp(x: number): number {
