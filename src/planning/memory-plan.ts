@@ -60,7 +60,7 @@ export interface PlanModel {
   config: TrainConfig,
 ): ZeroStage {
   const ranks = config.trainer.gpus * config.trainer.nnodes;
-  // LoRA's adapters are not sharded (src/train/lora.ts refuses a stage above 0 beside them).
+  // LoRA's adapter state is small: sharding it saves little, so null leaves it whole.
   return (config.trainer.zero_stage ?? (ranks > 1 && !loraOn(config) ? 2 : 0)) as ZeroStage;
 }
 
@@ -390,24 +390,32 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
   const actorCommands: [Command, Command] = ["actor log-probs", "actor update"];
   const lora = policy.lora;
   if (lora) {
-    // The frozen base's compute copy and the adapters' own state (stage 0: not sharded).
-    const l = lora.learner;
+    // The frozen base's compute copy and the adapters' own state (their moments sharded from
+    // ZeRO stage 1 on, their summed gradient too at stage 2).
+    const pick = (k: keyof LearnerBytes) => lora.learner.map((b) => b[k]) as Triple;
     const r = input.lora?.rank ?? 0;
     weightsRows(
       "actor",
       `weights (${xName} compute copy, frozen)`,
       (input.actorOffload ?? NO_OFFLOAD).param,
       actorCommands,
-      same(l.weights),
-      same(l.hostWeights),
+      pick("weights"),
+      pick("hostWeights"),
     );
     row(
       "actor",
       `LoRA rank ${r} adapters: fp32 weights${device === "cuda" ? " and their bf16 copy" : ""}`,
-      same(l.masters),
+      pick("masters"),
     );
-    row("actor", "LoRA adapters: AdamW moments (fp32 m, v)", same(l.optimizer));
-    row("actor", "LoRA adapters: fp32 gradients", same(l.gradientsBetween));
+    row("actor", "LoRA adapters: AdamW moments (fp32 m, v)", pick("optimizer"));
+    const between = pick("gradientsBetween");
+    row("actor", "LoRA adapters: fp32 gradients", between);
+    commandRow(
+      "actor",
+      "LoRA adapters: fp32 gradients, during its updates only (stage 2)",
+      ["actor update"],
+      byStage((s) => (between[s] > 0 ? 0 : (lora.learner[s] as LearnerBytes).gradients)),
+    );
   } else {
     learnerRows("actor", policy, input.actorOffload ?? NO_OFFLOAD, actorCommands);
   }

@@ -74,10 +74,14 @@ export interface ModelBytes {
   workspace: number;
   engine: EngineBytes | null;
   /**
-   * With LoRA: the adapters' floats, their learner (stage 0), and each pass's adapter scratch
-   * (in the order of `passes`: loraScratchOf).
+   * With LoRA: the adapters' floats, their learner at ZeRO stage 0, 1 and 2, and each pass's
+   * adapter scratch (in the order of `passes`: loraScratchOf).
    */
-  lora: { floats: number; learner: LearnerBytes; scratch: number[] } | null;
+  lora: {
+    floats: number;
+    learner: [LearnerBytes, LearnerBytes, LearnerBytes];
+    scratch: number[];
+  } | null;
 }
 
 export interface SizesRequest {
@@ -154,7 +158,7 @@ interface PlanJson {
   passes: Json[];
   workspace: number;
   engine?: Record<string, number | string | null>;
-  lora?: { floats: number; learner: Json; scratch: number[] };
+  lora?: { floats: number; learner: Json[]; scratch: number[] };
 }
 
 function parse(j: PlanJson): ModelBytes {
@@ -200,7 +204,11 @@ function parse(j: PlanJson): ModelBytes {
         }
       : null,
     lora: j.lora
-      ? { floats: j.lora.floats, learner: learnerOf(j.lora.learner), scratch: j.lora.scratch }
+      ? {
+          floats: j.lora.floats,
+          learner: j.lora.learner.map(learnerOf) as [LearnerBytes, LearnerBytes, LearnerBytes],
+          scratch: j.lora.scratch,
+        }
       : null,
   };
 }

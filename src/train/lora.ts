@@ -52,11 +52,6 @@ export function loraLoad(config: TrainConfig): LoraFields | undefined {
 /** What the native trainer refuses beside `lora` (session.cpp, load), named by our keys. */
 function checkLora(config: TrainConfig): void {
   const why = `with LoRA (model.lora_rank=${config.model.lora_rank}${config.model.lora_adapter_path ? `, model.lora_adapter_path=${config.model.lora_adapter_path}` : ""})`;
-  if ((config.trainer.zero_stage ?? 0) > 0) {
-    throw new UsageError(
-      `trainer.zero_stage=${config.trainer.zero_stage} ${why}: the trainer does not shard adapters yet; set trainer.zero_stage=0 (or leave it null)`,
-    );
-  }
   // actor.param_offload moves the frozen base to host memory between phases, as for a full model.
   for (const key of ["grad_offload", "optimizer_offload"] as const) {
     if (config.actor[key]) {

@@ -17,7 +17,9 @@ import {
   maxAbsDiff,
   modelDir,
   readFloats,
+  relDiff,
   rolloutBatch,
+  sameBits,
   tempDir,
   trainer,
   trainerOk,
@@ -29,15 +31,6 @@ const POLICY = modelDir("untied");
 const LORA = join(FIXTURES, "lora");
 const CASES = join(LORA, "case.safetensors");
 const TAGS = ["adapter", "rslora"] as const;
-
-/** Largest |a - b| relative to the largest |b| (1 where b is all zeros). */
-const relDiff = (a: Float32Array, b: Float32Array): number =>
-  maxAbsDiff(a, b) / Math.max(maxAbs(b), 1e-30);
-
-const sameBits = (a: Float32Array, b: Float32Array): boolean =>
-  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
-    Buffer.from(b.buffer, b.byteOffset, b.byteLength),
-  );
 
 /** log_probs of `model` on the fixture batch from serve ranks. */
 async function logProbs(ranks: Ranks, model: string): Promise<Float32Array> {
@@ -128,7 +121,7 @@ describe("serve with a LoRA adapter", () => {
         tokens: [40],
         lora: { rank: 4, targets: "all-linear" },
       }).lora;
-      const l = planned?.learner;
+      const l = planned?.learner[0];
       expect((loaded.memory as { actor: unknown }).actor).toEqual({
         weights: l?.weights,
         master_weights: l?.masters,
@@ -189,10 +182,10 @@ describe("serve with a LoRA adapter", () => {
       expect(planned?.floats).toBe(1280);
       const actor = (loaded.memory as { actor: Record<string, number> }).actor;
       expect(actor).toMatchObject({
-        weights: planned?.learner.weights,
-        master_weights: planned?.learner.masters,
-        optimizer_state: planned?.learner.optimizer,
-        gradients: planned?.learner.gradients,
+        weights: planned?.learner[0].weights,
+        master_weights: planned?.learner[0].masters,
+        optimizer_state: planned?.learner[0].optimizer,
+        gradients: planned?.learner[0].gradients,
       });
       // scaling·B(A x) is exactly zero: the policy is its reference, bit for bit.
       expect(sameBits(await logProbs(ranks, "policy"), await logProbs(ranks, "reference"))).toBe(
@@ -248,9 +241,6 @@ describe("serve with a LoRA adapter", () => {
         /'qkv' is not one of/,
       );
       expect(await fails({ lora: { rank: 2, bogus: 1 } })).toMatch(/bogus/);
-      expect(await fails({ lora: { rank: 2 }, zero_stage: 1 })).toMatch(
-        /'zero_stage' must be 0 with 'lora'/,
-      );
       for (const part of ["grad", "optimizer"]) {
         expect(await fails({ lora: { rank: 2 }, actor_offload: { [part]: true } })).toMatch(
           /'actor_offload' with 'lora': only 'param'/,
@@ -282,7 +272,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
     (_, i) => Math.sin(i * 0.7) * 0.8,
   );
 
-  async function trainOn(size: number, offload = NO_OFFLOAD) {
+  async function trainOn(size: number, offload = NO_OFFLOAD, stage = 0) {
     const ranks = new Ranks(size, 60, [...CPU]);
     try {
       const loaded = await ranks.ok("load", {
@@ -291,6 +281,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
         actor_optim: { lr: 1e-3, weight_decay: 0.01 },
         seed: 5,
         actor_offload: offload,
+        zero_stage: stage,
       });
       const inputs = await writeBatchFile([
         tensor("input_ids", ids),
@@ -324,6 +315,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
         reply,
         memory: (loaded.memory as { actor: Record<string, number> }).actor,
         adapter: await readFloats(join(dir, "adapter", "adapter_model.safetensors")),
+        moments: await readFloats(join(dir, "actor.optimizer.safetensors")),
       };
     } finally {
       await ranks.close();
@@ -346,6 +338,52 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
     }
   });
 
+  // ZeRO over the adapters (learner.h): stage 1 shards AdamW's moments, stage 2 the summed
+  // gradient too; two ranks give stage 0's update (the same sums: within float rounding),
+  // each rank holds the planned shard, and a checkpoint's moments gather to stage 0's.
+  it.each([1, 2])(
+    "ZeRO stage %i on two ranks: stage 0's update, a shard of the state each, whole checkpoints",
+    async (stage) => {
+      const whole = await trainOn(2);
+      const sharded = await trainOn(2, NO_OFFLOAD, stage);
+      for (const key of ["pg_loss", "ppo_kl", "kl_loss", "entropy", "grad_norm"]) {
+        const [a, b] = [whole.reply[key] as number, sharded.reply[key] as number];
+        expect(Math.abs(a - b), key).toBeLessThanOrEqual(1e-6 * Math.max(1, Math.abs(a)));
+      }
+      for (const [name, values] of whole.adapter) {
+        expect(maxAbsDiff(values, get(sharded.adapter, name)), name).toBeLessThan(1e-6);
+      }
+      for (const [name, values] of whole.moments) {
+        const other = get(sharded.moments, name);
+        expect(other.length, name).toBe(values.length);
+        expect(maxAbsDiff(values, other), name).toBeLessThanOrEqual(
+          1e-6 * Math.max(1e-12, ...values.map(Math.abs)),
+        );
+      }
+      const planned = modelBytes({
+        dir: POLICY,
+        head: "lm",
+        device: "cpu",
+        ranks: 2,
+        offload: NO_OFFLOAD,
+        tokens: [],
+        lora: { rank: 4, targets: "all-linear" },
+      }).lora?.learner[stage];
+      expect(sharded.memory).toMatchObject({
+        weights: planned?.weights,
+        master_weights: planned?.masters,
+        optimizer_state: planned?.optimizer,
+        gradients: planned?.gradients,
+        gradients_between_updates: planned?.gradientsBetween,
+      });
+      // Half the moments of stage 0's (each rank's shard of the padded buffer).
+      expect(sharded.memory.optimizer_state).toBeLessThan(0.51 * whole.memory.optimizer_state);
+      expect(sharded.memory.gradients_between_updates).toBe(
+        stage === 2 ? 0 : sharded.memory.gradients,
+      );
+    },
+  );
+
   // actor_offload.param: the frozen base's compute copy waits in host memory between
   // commands (copied out once) and comes back for each; the adapters' state stays.
   it("param offload: the frozen base in host memory between commands, the same update bit for bit", async () => {
@@ -359,7 +397,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
       offload: { ...NO_OFFLOAD, param: true },
       tokens: [],
       lora: { rank: 4, targets: "all-linear" },
-    }).lora?.learner;
+    }).lora?.learner[0];
     expect(kept.memory.host_weights).toBe(0);
     expect(offloaded.memory).toMatchObject({
       weights: 0,

@@ -307,7 +307,7 @@ describe("searchr1-trainer plan: the activations of one pass (native/src/model/q
       const pass = passOf(plan, B * T);
       const lora = plan.lora;
       if (!lora) throw new Error("plan --lora-rank gave no lora sizes");
-      const l = lora.learner;
+      const l = lora.learner[0];
       const [scratch] = lora.scratch;
       // On the CPU the adapters' fp32 buffer is their compute copy: 4 bytes a float each of
       // weights, gradients and the two moments; the base adds no masters of its own.

@@ -159,7 +159,7 @@ describe("Search-R1's scripts with `searchr1 train --dry-run` in place of verl",
       tokens: [8 * 6548, 16 * 6548],
       lora: { rank: 32, targets: "all-linear" },
     });
-    const l = plan.lora?.learner;
+    const l = plan.lora?.learner[0];
     if (!l) throw new Error("the plan sized no adapters");
     const gib = (b: number) => (b / 2 ** 30).toFixed(2).replace(".", "\\.");
     const row = (name: string, bytes: number) =>

@@ -163,20 +163,22 @@ LoraScratch lora_scratch(DeviceBuffers& buffers, size_t rows, size_t rank, size_
   return s;
 }
 
-LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backend& backend)
+LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backend& backend,
+                           size_t pad_multiple)
     : config_(config), be_(backend) {
   LoraLayout layout = lora_layout(c, config_);
   modules_ = std::move(layout.modules);
   total_ = layout.total;
+  capacity_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   max_out_ = layout.max_out;
   sites_.assign(static_cast<size_t>(c.num_layers), std::vector<std::vector<const LoraModule*>>(4));
   for (const LoraModule& mod : modules_) {
     sites_[static_cast<size_t>(mod.layer)][static_cast<size_t>(site_of(mod.module))].push_back(&mod);
   }
-  params_ = be_.alloc(total_);
-  be_.zero(params_, total_);
-  weights_ = be_.x_elem() == sizeof(float) ? XPtr{params_, sizeof(float)} : be_.alloc_x(total_);
-  params_changed(0, total_);
+  params_ = be_.alloc(capacity_);
+  be_.zero(params_, capacity_);
+  weights_ = be_.x_elem() == sizeof(float) ? XPtr{params_, sizeof(float)} : be_.alloc_x(capacity_);
+  params_changed(0, capacity_);
 }
 
 LoraAdapters::~LoraAdapters() {
@@ -292,16 +294,23 @@ void LoraAdapters::save(const std::string& dir, const std::string& base_model,
 
 float* LoraAdapters::grads() {
   if (grads_ == nullptr) {
-    grads_ = be_.alloc(total_);
-    be_.zero(grads_, total_);
+    grads_ = be_.alloc(capacity_);
+    be_.zero(grads_, capacity_);
   }
   return grads_;
 }
 
-void LoraAdapters::zero_grad() { be_.zero(grads(), total_); }
+void LoraAdapters::zero_grad() { be_.zero(grads(), capacity_); }
+
+void LoraAdapters::release_grads() {
+  if (grads_ == nullptr) return;
+  be_.synchronize();  // the step has read them
+  be_.release(grads_);
+  grads_ = nullptr;
+}
 
 size_t LoraAdapters::weight_bytes() const {
-  return total_ * sizeof(float) + (weights_.p != params_ ? total_ * weights_.elem : 0);
+  return capacity_ * sizeof(float) + (weights_.p != params_ ? capacity_ * weights_.elem : 0);
 }
 
 void LoraAdapters::params_changed(size_t begin, size_t end) {

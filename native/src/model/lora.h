@@ -79,7 +79,10 @@ enum class LoraSite { Qkv, O, GateUp, Down };
 
 class LoraAdapters {
  public:
-  LoraAdapters(const ModelConfig& model, const LoraConfig& config, Backend& backend);
+  // `pad_multiple`: the flat buffers' capacity is size() rounded up to it, zero-padded, so
+  // that ZeRO cuts them into equal shards (train/learner.h, zero_pad_multiple).
+  LoraAdapters(const ModelConfig& model, const LoraConfig& config, Backend& backend,
+               size_t pad_multiple = 1);
   ~LoraAdapters();
   LoraAdapters(const LoraAdapters&) = delete;
   LoraAdapters& operator=(const LoraAdapters&) = delete;
@@ -87,6 +90,7 @@ class LoraAdapters {
   const LoraConfig& config() const { return config_; }
   const std::vector<LoraModule>& modules() const { return modules_; }
   size_t size() const { return total_; }  // floats in the flat buffer, alignment gaps included
+  size_t capacity() const { return capacity_; }  // size() and the ZeRO padding (zeros)
 
   // PEFT's fresh adapter (LoraLayer.reset_lora_parameters with init_lora_weights=True): A
   // from kaiming_uniform_(a=sqrt(5)), i.e. uniform in ±1/sqrt(in), B zeros; drawn from a
@@ -106,7 +110,8 @@ class LoraAdapters {
   float* params() { return params_; }
   float* grads();  // allocated and zeroed on first use
   void zero_grad();
-  size_t grad_bytes() const { return grads_ != nullptr ? total_ * sizeof(float) : 0; }
+  void release_grads();  // frees them (ZeRO stage 2 between updates)
+  size_t grad_bytes() const { return grads_ != nullptr ? capacity_ * sizeof(float) : 0; }
   size_t weight_bytes() const;  // the masters, and the compute copy where it is apart
   // Call after changing params() in [begin, end): refreshes the compute copy there.
   void params_changed(size_t begin, size_t end);
@@ -133,7 +138,7 @@ class LoraAdapters {
   Backend& be_;
   std::vector<LoraModule> modules_;
   std::vector<std::vector<std::vector<const LoraModule*>>> sites_;  // [layer][site]
-  size_t total_ = 0;
+  size_t total_ = 0, capacity_ = 0;
   int max_out_ = 0;
   float* params_ = nullptr;
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32

@@ -23,17 +23,16 @@ size_t shard_of(const Qwen2Model& model, const Comm& comm, int stage) {
   if (stage < 0 || stage > 2) {
     throw Error("'zero_stage' must be 0, 1 or 2, got " + std::to_string(stage));
   }
-  if (model.lora() != nullptr) {
-    if (stage != 0) throw Error("LoRA: 'zero_stage' must be 0 (ZeRO with adapters is not built yet)");
-    return model.lora()->size();
-  }
-  if (stage == 0) return model.param_buffer_size();
+  const LoraAdapters* lora = model.lora();
+  if (stage == 0) return lora != nullptr ? lora->size() : model.param_buffer_size();
   const size_t multiple = zero_pad_multiple(stage, comm.size());
-  if (model.buffer_capacity() % multiple != 0) {
-    throw Error("ZeRO stage " + std::to_string(stage) + ": the model's buffers are not padded " +
-                "for " + std::to_string(comm.size()) + " ranks (load it with zero_pad_multiple)");
+  const size_t capacity = lora != nullptr ? lora->capacity() : model.buffer_capacity();
+  if (capacity % multiple != 0) {
+    throw Error("ZeRO stage " + std::to_string(stage) + ": the " +
+                (lora != nullptr ? "adapters'" : "model's") + " buffers are not padded for " +
+                std::to_string(comm.size()) + " ranks (load it with zero_pad_multiple)");
   }
-  return model.buffer_capacity() / comm.size();
+  return capacity / comm.size();
 }
 
 }  // namespace
@@ -90,6 +89,10 @@ Learner::~Learner() {
   for (float* p : {masters_, grad_shard_}) {
     if (p != nullptr) model_.be().release(p);
   }
+}
+
+size_t Learner::flat_capacity() const {
+  return lora_ != nullptr ? lora_->capacity() : model_.buffer_capacity();
 }
 
 size_t Learner::trained_size() const {
@@ -154,7 +157,7 @@ float* Learner::own_masters() const {
 }
 
 float* Learner::masters() {
-  if (lora_ != nullptr) return lora_->params();
+  if (lora_ != nullptr) return lora_->params() + offset_;
   float* own = own_masters();
   return own != nullptr ? own : model_.params() + offset_;
 }
@@ -170,8 +173,17 @@ const float* Learner::reduced_gradient(const std::string& what) {
     float* grads = lora_ != nullptr ? lora_->grads() : model_.grads();
     if (!comm_.local()) {
       be.synchronize();  // the backward passes have written the gradients
-      comm_.all_reduce_sum(grads, stage_ == 0 ? trained_size() : model_.buffer_capacity(),
+      if (lora_ != nullptr && stage_ == 2) {
+        // Each rank's shard summed onto that rank alone (the adapters' whole gradient buffer
+        // is small: ZeRO-2 here partitions the summed gradient, not the backward's buckets).
+        for (int r = 0; r < comm_.size(); r++) {
+          comm_.reduce_sum(grads + static_cast<size_t>(r) * shard_, shard_, r,
                            what + "'s gradients");
+        }
+      } else {
+        comm_.all_reduce_sum(grads, stage_ == 0 ? trained_size() : flat_capacity(),
+                             what + "'s gradients");
+      }
     }
     mine = grads + offset_;
   }
@@ -195,13 +207,21 @@ double Learner::step(float* lr, const std::string& what) {
   float* values = masters();
   const XPtr weights = model_.weights();
   optimizer_.step(values, grad, *lr, norm, [&](size_t begin, size_t end) {
-    if (lora_ != nullptr) return lora_->params_changed(begin, end);
+    if (lora_ != nullptr) return lora_->params_changed(offset_ + begin, offset_ + end);
     be.to_x(weights + (offset_ + begin), values + begin, end - begin);
   });
-  if (lora_ == nullptr) model_.weights_changed();  // LoRA: the base's host copy stays current
-  if (sharded) {
-    be.synchronize();
-    comm_.all_gather(weights.p, shard_, weights.elem, what + "'s updated weights");
+  if (lora_ != nullptr) {  // the base's host copy stays current; the adapters' fp32 values
+    if (sharded) {         // are gathered (checkpoints and exports read them), then converted
+      be.synchronize();
+      comm_.all_gather(lora_->params(), shard_, sizeof(float), what + "'s updated adapters");
+      lora_->params_changed(0, lora_->capacity());
+    }
+  } else {
+    model_.weights_changed();
+    if (sharded) {
+      be.synchronize();
+      comm_.all_gather(weights.p, shard_, weights.elem, what + "'s updated weights");
+    }
   }
   if (offload_.optimizer) be.synchronize();  // the device has read the host masters
   return norm;
@@ -209,6 +229,7 @@ double Learner::step(float* lr, const std::string& what) {
 
 void Learner::end_update() {
   if (stage_ != 2) return;
+  if (lora_ != nullptr) return lora_->release_grads();
   model_.release_grads();
   buckets_.release();
   if (grad_shard_ != nullptr) {
@@ -305,7 +326,7 @@ Learner::State Learner::read_state(const std::string& dir, const std::string& na
                                    const std::string& weights_dir) const {
   const std::string optimizer = dir + "/" + name + ".optimizer.safetensors";
   State state{stage_ == 0 ? optimizer_.read(optimizer)
-                          : optimizer_.read(optimizer, offset_, model_.param_buffer_size()),
+                          : optimizer_.read(optimizer, offset_, trained_size()),
               {},
               {}};
   if (own_masters() != nullptr) state.masters = read_masters(weights_dir);
@@ -331,7 +352,8 @@ Learner::Memory Learner::memory() const {
   if (lora_ != nullptr) {  // the frozen base's compute copy; the adapters' state
     m.masters = model_.master_bytes() + lora_->weight_bytes();
     m.optimizer = 2 * shard;
-    m.gradients = m.gradients_between = shard;
+    m.gradients = (stage_ == 0 ? lora_->size() : lora_->capacity()) * sizeof(float);
+    m.gradients_between = stage_ == 2 ? 0 : m.gradients;
     m.host_weights = model_.host_bytes();
     return m;
   }
@@ -362,17 +384,19 @@ json::Value Learner::Memory::json() const {
 
 Learner::Memory Learner::planned(const ParamLayout& layout, int ranks, int zero_stage,
                                  size_t x_elem, Offload offload, const LoraLayout* lora) {
+  const size_t multiple = zero_pad_multiple(zero_stage, ranks);
   if (lora != nullptr) {  // memory()'s LoRA case: the base's compute copy, the adapters' state
-    const size_t a = lora->total * sizeof(float);
+    const size_t capacity = (lora->total + multiple - 1) / multiple * multiple;
+    const size_t shard = zero_stage == 0 ? lora->total : capacity / ranks;
     Memory m;
     m.weights = layout.total() * x_elem;
-    m.masters = a + (x_elem != sizeof(float) ? lora->total * x_elem : 0);
-    m.optimizer = 2 * a;
-    m.gradients = m.gradients_between = a;
+    m.masters = capacity * (sizeof(float) + (x_elem != sizeof(float) ? x_elem : 0));
+    m.optimizer = 2 * shard * sizeof(float);
+    m.gradients = (zero_stage == 0 ? lora->total : capacity) * sizeof(float);
+    m.gradients_between = zero_stage == 2 ? 0 : m.gradients;
     m.host_weights = offload.param ? m.weights : 0;
     return m;
   }
-  const size_t multiple = zero_pad_multiple(zero_stage, ranks);
   const size_t capacity = (layout.total() + multiple - 1) / multiple * multiple;
   const size_t shard = (zero_stage == 0 ? layout.total() : capacity / ranks) * sizeof(float);
   const bool bucketed = zero_stage == 2 && ranks > 1;

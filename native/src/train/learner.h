@@ -56,9 +56,12 @@
 //
 // LoRA (model/lora.h): a model with adapters attached is trained through them alone: the
 // learner's AdamW, the gradient all-reduce, the clip and checkpoints' moments cover the
-// adapters' flat fp32 buffer, and the base weights stay as loaded. For now at ZeRO stage 0,
-// with param offload alone (the frozen base waits in host memory; the adapters' state is
-// small and stays; the frozen base is what ZeRO would shard).
+// adapters' flat fp32 buffer, and the base weights stay as loaded. ZeRO shards that buffer
+// (LoraAdapters padded by zero_pad_multiple): from stage 1 on each rank keeps AdamW's moments
+// of its shard, updates it and all-gathers the fp32 adapters; at stage 2 each shard of the
+// summed gradient is reduced onto its rank alone after the passes (the adapters' whole
+// gradient buffer is small: no buckets) and the buffer is freed between updates. Offload:
+// param alone (the frozen base waits in host memory; the adapters' state stays).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -187,7 +190,10 @@ class Learner : private Qwen2Model::GradientSink {
   // The values the learner trains: the adapters' buffer with LoRA, else the model's.
   size_t trained_size() const;
   // Stage 2 over several ranks: the passes' gradients go to the ranks region by region.
-  bool bucketed() const { return stage_ == 2 && !comm_.local(); }
+  // The backward hands its gradient regions over as it goes (stage 2 of a full model).
+  bool bucketed() const { return stage_ == 2 && !comm_.local() && lora_ == nullptr; }
+  // The trained flat buffer with its ZeRO padding: the adapters', or the model's.
+  size_t flat_capacity() const;
   float* open(size_t begin, size_t end) override;
   void close(float* grad, size_t begin, size_t end) override;
 

@@ -197,9 +197,9 @@ Offload read_offload(const JsonFields& f, const char* key) {
 }
 
 // load's `lora` (SERVE.md): a fresh adapter (`rank`, ...) or one from a PEFT folder (`path`),
-// whose fields, where given too, must be the folder's.
+// whose fields, where given too, must be the folder's; its buffers padded for the ZeRO shards.
 std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const Qwen2Model& policy,
-                                        Backend& be, uint64_t seed) {
+                                        Backend& be, uint64_t seed, size_t pad) {
   const JsonFields f = load.object("lora");
   f.only({"rank", "alpha", "target_modules", "use_rslora", "path", "seed"});
   LoraConfig c;
@@ -247,7 +247,7 @@ std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const Qwen2Model
     c = given;
   }
   if (!path.empty() && f.has("seed")) throw Error("'lora.seed' is for a fresh adapter, not 'path'");
-  auto adapters = std::make_unique<LoraAdapters>(policy.config(), c, be);
+  auto adapters = std::make_unique<LoraAdapters>(policy.config(), c, be, pad);
   if (path.empty()) {
     adapters->init_fresh(static_cast<uint64_t>(f.integer("seed", static_cast<int64_t>(seed))));
   } else {
@@ -277,7 +277,9 @@ void load(TrainerSession& s, const JsonFields& f) {
   TrainerSession next{s.be, s.comm, s.run, f.text("policy"),
                       f.has("critic") ? f.text("critic") : "",
                       nullptr, nullptr, nullptr, nullptr, nullptr};
-  next.policy = Qwen2Model::load(next.policy_dir, s.be, Head::LanguageModel, pad);
+  // With LoRA the adapters are sharded, not the frozen base.
+  next.policy = Qwen2Model::load(next.policy_dir, s.be, Head::LanguageModel,
+                                 f.has("lora") ? 1 : pad);
   if (f.has("lora")) {
     // The reference is the policy with its adapters off; the learner trains the adapters.
     for (const char* key : {"reference", "reference_offload"}) {
@@ -291,8 +293,7 @@ void load(TrainerSession& s, const JsonFields& f) {
                   std::string("between commands); the adapters' gradients and AdamW moments ") +
                   "stay on the device");
     }
-    if (stage != 0) throw Error("'zero_stage' must be 0 with 'lora' (not built yet)");
-    next.policy->attach_lora(read_lora(f, *next.policy, s.be, seed));
+    next.policy->attach_lora(read_lora(f, *next.policy, s.be, seed, pad));
   }
   next.reference_offload = f.boolean("reference_offload", false);
   if (next.reference_offload && !f.has("reference")) {

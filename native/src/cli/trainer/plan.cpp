@@ -65,7 +65,8 @@ json::Value pass_json(const ModelConfig& c, size_t x_elem, bool cuda, size_t N) 
 
 // The adapters of load's `lora`: their flat buffer, their learner and each pass's scratch.
 json::Value lora_json(const LoraConfig& config, const ModelConfig& c, const ParamLayout& layout,
-                      size_t x_elem, Offload offload, const std::vector<size_t>& tokens) {
+                      size_t x_elem, int ranks, Offload offload,
+                      const std::vector<size_t>& tokens) {
   const LoraLayout lora = lora_layout(c, config);
   json::Value scratch = json::Value::array();
   for (size_t N : tokens) {
@@ -73,10 +74,12 @@ json::Value lora_json(const LoraConfig& config, const ModelConfig& c, const Para
     lora_scratch(counted, N, static_cast<size_t>(config.rank), static_cast<size_t>(lora.max_out));
     scratch.push(bytes(counted.bytes()));
   }
+  json::Value learner = json::Value::array();
+  for (int stage = 0; stage <= 2; stage++) {
+    learner.push(Learner::planned(layout, ranks, stage, x_elem, offload, &lora).json());
+  }
   return json::Value::object(
-      {{"floats", bytes(lora.total)},
-       {"learner", Learner::planned(layout, 1, 0, x_elem, offload, &lora).json()},
-       {"scratch", scratch}});
+      {{"floats", bytes(lora.total)}, {"learner", learner}, {"scratch", scratch}});
 }
 
 // The engine `train` starts on this device (searchr1-engine's defaults, cli/engine/main.cpp):
@@ -137,9 +140,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
       "--tokens count, the activations of a forward pass, of a backward pass with and\n"
       "without recomputation, and the CUDA attention's scratch; 'workspace': cuBLASLt's;\n"
       "with --device-memory-gib, 'engine': the engine's weights, step buffers and KV cache;\n"
-      "with --lora-rank, 'lora': the adapters' 'floats', their 'learner' (stage 0: the base's\n"
-      "compute copy and the adapters' state, as the load reply's 'memory') and each pass's\n"
-      "adapter 'scratch'.",
+      "with --lora-rank, 'lora': the adapters' 'floats', their 'learner' at ZeRO stage 0, 1\n"
+      "and 2 (the base's compute copy and the adapters' state, as the load reply's\n"
+      "'memory') and each pass's adapter 'scratch'.",
       {{"model", "DIR", "a Hugging Face folder; only its config.json is read (required)"},
        {"head", "KIND", "lm (a policy; the default) or value (a critic)"},
        {"device", "DEVICE", "cpu (fp32) or cuda (bf16 compute copy) (required)"},
@@ -194,7 +197,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (args.has("device-memory-gib")) {
     out.set("engine", engine_json(args, dir, c, layout, x_elem, cuda));
   }
-  if (lora.rank > 0) out.set("lora", lora_json(lora, c, layout, x_elem, offload, tokens));
+  if (lora.rank > 0) {
+    out.set("lora", lora_json(lora, c, layout, x_elem, ranks, offload, tokens));
+  }
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
