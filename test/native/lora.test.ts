@@ -316,6 +316,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
         memory: (loaded.memory as { actor: Record<string, number> }).actor,
         adapter: await readFloats(join(dir, "adapter", "adapter_model.safetensors")),
         moments: await readFloats(join(dir, "actor.optimizer.safetensors")),
+        checkpoint: dir,
       };
     } finally {
       await ranks.close();
@@ -376,6 +377,27 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
         gradients: planned?.gradients,
         gradients_between_updates: planned?.gradientsBetween,
       });
+      // A checkpoint read back by sharded ranks (each its range of the moments) and saved again
+      // is the same files.
+      const ranks = new Ranks(2, 60, [...CPU]);
+      try {
+        await ranks.ok("load", {
+          policy: POLICY,
+          lora: { path: join(LORA, "adapter") },
+          actor_optim: { lr: 1e-3, weight_decay: 0.01 },
+          seed: 5,
+          zero_stage: stage,
+        });
+        await ranks.ok("load_checkpoint", { dir: sharded.checkpoint });
+        const again = join(tempDir(), "again");
+        await ranks.ok("save_checkpoint", { dir: again });
+        for (const file of ["actor.optimizer.safetensors", "adapter/adapter_model.safetensors"]) {
+          const bytes = (d: string) => readFileSync(join(d, file));
+          expect(bytes(again).equals(bytes(sharded.checkpoint)), file).toBe(true);
+        }
+      } finally {
+        await ranks.close();
+      }
       // Half the moments of stage 0's (each rank's shard of the padded buffer).
       expect(sharded.memory.optimizer_state).toBeLessThan(0.51 * whole.memory.optimizer_state);
       expect(sharded.memory.gradients_between_updates).toBe(
