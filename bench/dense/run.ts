@@ -24,7 +24,7 @@
  *   --encode-batch B   rows per encoder forward on both sides (default 64)
  *   --repeat N         batch-64 passes per search measurement, the median is reported
  *                      (default 3; no new pass starts after 15 s)
- *   --parts LIST       any of flat,fp16,hnsw,encode,build (default flat,fp16,hnsw,encode)
+ *   --parts LIST       any of flat,fp16,hnsw,encode,build,rerank (default flat,fp16,hnsw,encode)
  *   --types LIST       with build: index_factory strings, separated by spaces or semicolons
  *                      (default "Flat HNSW32 HNSW64 SQ8 SQfp16 HNSW32,SQ8"), then --ivf
  *   --faiss-types LIST those of --types and --ivf that faiss builds and searches too (default
@@ -36,6 +36,9 @@
  *   --nprobe LIST      IVF lists probed (default 8,32,128)
  *   --rescore LIST     with build: candidates rescored per result from the flat file, one
  *                      rescored search of each type and setting per value (default 4)
+ *   --rerank-queries N with rerank: queries (default 64), each with --rerank-candidates N
+ *                      passages (default 10), scored in calls of 32 pairs; --rerank-passes N
+ *                      timed passes over them on each side, the best reported (default 1)
  *   --work DIR         generated files (default $TMPDIR/searchr1-bench-dense); files made
  *                      earlier with the same parameters are reused
  *   --keep             keep the generated files (deleted at the end otherwise)
@@ -87,6 +90,12 @@
  * same exact top 10. Then a projection of each type's file size to wiki-18's 21,015,324
  * vectors beside the recall measured here (not at 21M).
  *
+ * Reranker (--parts rerank; bench/dense/rerank.ts, which describes it): a cross-encoder of
+ * ms-marco-MiniLM-L12-v2's shape scoring Search-R1's rerank workload, ours (CrossEncoder.score,
+ * what serve-retriever --reranker runs) against sentence-transformers' CrossEncoder.predict,
+ * or the same computation in plain PyTorch where sentence-transformers is not installed. It
+ * needs neither faiss nor the vectors, and is reported first.
+ *
  * Ratios are competitor time / ours (> 1: searchr1 is faster).
  */
 import { spawnSync } from "node:child_process";
@@ -120,6 +129,7 @@ import {
   ServeSearcher,
   theirTiming,
 } from "./measure.js";
+import { rerank } from "./rerank.js";
 
 const K = 10;
 const BATCH = 64;
@@ -136,9 +146,9 @@ const CLS = 101;
 const SEP = 102;
 /** Token ids the random texts draw from: past BERT's [unused] and special tokens. */
 const FIRST_WORDPIECE = 999;
-const PARTS = ["flat", "fp16", "hnsw", "encode", "build"] as const;
+const PARTS = ["flat", "fp16", "hnsw", "encode", "build", "rerank"] as const;
 type Part = (typeof PARTS)[number];
-/** The parts run without --parts (build takes minutes to tens of minutes). */
+/** The parts run without --parts (build and rerank take minutes to tens of minutes). */
 const DEFAULT_PARTS: Part[] = ["flat", "fp16", "hnsw", "encode"];
 /** The index types --parts build measures without --types (IVF added where it is built). */
 const DEFAULT_TYPES = ["Flat", "HNSW32", "HNSW64", "SQ8", "SQfp16", "HNSW32,SQ8"];
@@ -167,6 +177,9 @@ const { values: opts } = parseArgs({
     tokens: { type: "string" },
     "encode-batch": { type: "string" },
     repeat: { type: "string" },
+    "rerank-queries": { type: "string" },
+    "rerank-candidates": { type: "string" },
+    "rerank-passes": { type: "string" },
     parts: { type: "string" },
     work: { type: "string" },
     keep: { type: "boolean", default: false },
@@ -390,6 +403,22 @@ function findIndexExe(): string {
 
 async function main() {
   const exe = findIndexExe();
+  if (parts.has("rerank")) {
+    const lines = await rerank({
+      hasReranker: hasCommand(exe, "serve", "--reranker"),
+      py: runPython,
+      python,
+      threads,
+      work,
+      keep: opts.keep ?? false,
+      queries: positiveInt("rerank-queries", opts["rerank-queries"], 64),
+      candidates: positiveInt("rerank-candidates", opts["rerank-candidates"], 10),
+      passes: positiveInt("rerank-passes", opts["rerank-passes"], 1),
+    });
+    console.log(lines.join("\n"));
+    parts.delete("rerank");
+    if (parts.size === 0) return;
+  }
   const fv = runPython("faiss_bench.py", ["check"]);
   if (fv === null) {
     console.log(

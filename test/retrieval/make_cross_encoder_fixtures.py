@@ -196,13 +196,14 @@ def passage_text(contents):
 # ---- the model ------------------------------------------------------------------------------
 
 
-def make_weights(vocab_size, c):
+def make_weights(vocab_size, c, std=0.2):
     """BertForSequenceClassification's tensors, random (std 0.2 as in fixtures/bert, so that
-    attention is far from uniform), LayerNorm weights around 1."""
+    attention is far from uniform; bench/dense/rerank_bench.py asks for less, nearer a trained
+    model's, for its 12 layers), LayerNorm weights around 1."""
     g = torch.Generator().manual_seed(4321)
     H, I = c["hidden_size"], c["intermediate_size"]
 
-    def r(*shape, mean=0.0, std=0.2):
+    def r(*shape, mean=0.0, std=std):
         return (mean + std * torch.randn(*shape, generator=g)).float()
 
     w = {
