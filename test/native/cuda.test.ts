@@ -1107,6 +1107,33 @@ describe.runIf(GPU)("serve on CUDA against serve on the CPU", () => {
   }, 120_000);
 });
 
+// LoRA on CUDA (docs/gpu-status.md: not yet run on a GPU): the adapter products in bf16 on
+// the frozen bf16 base (model/lora.cpp, copy_columns), against the CPU's fp32 run of the same
+// adapter, within the bf16 tolerances of the models above; the same adapters as
+// test/native/lora.test.ts (every linear layer at r 4; rsLoRA on q/v/up/down at r 8).
+describe.runIf(GPU).each(["adapter", "rslora"])("LoRA (%s) on CUDA against the CPU", (tag) => {
+  const model = modelDir("untied");
+  const batch = caseFile("untied");
+  const lora = ["--lora", join(FIXTURES, "lora", tag)];
+  const grad = ["--loss", "weights", ...lora];
+
+  it("score --lora: log-probs and entropies", async () => {
+    const ref = await readFloats(runScore(model, batch, [...lora, ...CPU]).out);
+    const got = await readFloats(runScore(model, batch, [...lora, "--device", "cuda"]).out);
+    expectScores(got, ref);
+  });
+
+  it("grad --lora: the loss and every adapter tensor's gradient, no base weight's", async () => {
+    const weights = get(await readFloats(batch), "weights");
+    const ref = await readFloats(runGrad(model, batch, [...grad, ...CPU]).out);
+    const got = await readFloats(runGrad(model, batch, [...grad, "--device", "cuda"]).out);
+    expect(
+      [...got.keys()].filter((k) => k.startsWith("grad.")).every((k) => k.includes("lora_")),
+    ).toBe(true);
+    expectGrads(got, ref, weights);
+  });
+});
+
 /** The unit in the last place of a float32 value (at most twice too large near a power of 2). */
 function ulp(x: number): number {
   const a = Math.abs(x);
