@@ -20,14 +20,9 @@ import sys
 import time
 
 import faiss
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faiss_bench import unit_rows  # noqa: E402
-
-
-def recall(found, exact, k):
-    return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(found, exact)]))
+from vectors import add_set_arguments, low_rank_set, recall  # noqa: E402
 
 
 def report(who, efc, seconds, index, q, exact):
@@ -44,24 +39,14 @@ def report(who, efc, seconds, index, q, exact):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--index-tool", required=True)
-    ap.add_argument("--n", type=int, default=50000)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--queries", type=int, default=500)
+    add_set_arguments(ap, n=50000)
     ap.add_argument("--m", type=int, default=64)
     ap.add_argument("--efc", default="40,80,160")
     ap.add_argument("--faiss-efc", default="40")
     ap.add_argument("--work", default="/tmp/searchr1-efc")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    rng = np.random.default_rng(0)
-    basis = rng.standard_normal((32, args.dim), dtype=np.float32)
-    x = unit_rows(rng, args.n, args.dim, basis)
-    q = unit_rows(rng, args.queries, args.dim, basis)
-    flat = faiss.IndexFlatIP(args.dim)
-    flat.add(x)
-    flat_path = os.path.join(args.work, "flat.index")
-    faiss.write_index(flat, flat_path)
-    _, exact = flat.search(q, 10)
+    x, q, flat_path, exact = low_rank_set(args.n, args.dim, args.queries, args.work)
     for efc in [int(v) for v in args.efc.split(",") if v]:
         out = os.path.join(args.work, f"hnsw{args.m}-efc{efc}.index")
         t0 = time.time()

@@ -26,19 +26,16 @@ import sys
 import time
 
 import faiss
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faiss_bench import unit_rows  # noqa: E402
-from serve_recall import recall, serve  # noqa: E402
+from serve_recall import serve  # noqa: E402
+from vectors import add_set_arguments, low_rank_set, recall  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--index-tool", required=True)
-    ap.add_argument("--n", type=int, default=100000)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--queries", type=int, default=500)
+    add_set_arguments(ap, n=100000)
     ap.add_argument("--nlist", type=int, default=1024)
     ap.add_argument("--m", type=int, default=64)
     ap.add_argument("--nprobe", default="1,4,16,64")
@@ -50,15 +47,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     faiss.omp_set_num_threads(args.threads)
-    rng = np.random.default_rng(0)
-    basis = rng.standard_normal((32, args.dim), dtype=np.float32)
-    x = unit_rows(rng, args.n, args.dim, basis)
-    q = unit_rows(rng, args.queries, args.dim, basis)
-    flat = faiss.IndexFlatIP(args.dim)
-    flat.add(x)
-    flat_path = os.path.join(args.work, "flat.index")
-    faiss.write_index(flat, flat_path)
-    _, exact = flat.search(q, 10)
+    x, q, flat_path, exact = low_rank_set(args.n, args.dim, args.queries, args.work)
     factory = f"IVF{args.nlist},PQ{args.m}"
     ours = os.path.join(args.work, "ours.index")
     start = time.time()

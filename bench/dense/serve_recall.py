@@ -20,15 +20,8 @@ import os
 import subprocess
 import sys
 
-import faiss
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faiss_bench import unit_rows  # noqa: E402
-
-
-def recall(found, exact, k):
-    return float(np.mean([len(set(f[:k]) & set(e[:k].tolist())) / k for f, e in zip(found, exact)]))
+from vectors import add_set_arguments, low_rank_set, recall  # noqa: E402
 
 
 def serve(tool, index, flags, q, k, threads):
@@ -52,9 +45,7 @@ def serve(tool, index, flags, q, k, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--index-tool", required=True)
-    ap.add_argument("--n", type=int, default=50000)
-    ap.add_argument("--dim", type=int, default=768)
-    ap.add_argument("--queries", type=int, default=500)
+    add_set_arguments(ap, n=50000)
     ap.add_argument("--m", type=int, default=64)
     ap.add_argument("--ef", default="16,32,64,128")
     ap.add_argument("--candidates", default="1,2,4,8")
@@ -62,15 +53,7 @@ def main():
     ap.add_argument("--work", default="/tmp/searchr1-serve-recall")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    rng = np.random.default_rng(0)
-    basis = rng.standard_normal((32, args.dim), dtype=np.float32)
-    x = unit_rows(rng, args.n, args.dim, basis)
-    q = unit_rows(rng, args.queries, args.dim, basis)
-    flat = faiss.IndexFlatIP(args.dim)
-    flat.add(x)
-    flat_path = os.path.join(args.work, "flat.index")
-    faiss.write_index(flat, flat_path)
-    _, exact = flat.search(q, 10)
+    _, q, flat_path, exact = low_rank_set(args.n, args.dim, args.queries, args.work)
     files = {}
     for factory, extra in [(f"HNSW{args.m}", ["--ef-construction", "40"]),
                            (f"HNSW{args.m},SQ8", []), ("SQ8", [])]:

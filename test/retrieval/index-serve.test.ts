@@ -85,12 +85,40 @@ async function expected(name: string) {
   };
 }
 
+/**
+ * Searches with `e`'s queries at every k its fixture holds, expecting faiss's lists (key
+ * `${prefix}k${k}`): the same ids, scores within 1e-5.
+ */
+async function expectFaissAtEveryK(
+  serve: Serve,
+  e: Awaited<ReturnType<typeof expected>>,
+  prefix = "",
+): Promise<void> {
+  for (const k of e.list("k")) {
+    const r = await serve.search({ k, vectors: e.queries });
+    const want = e.hits(`${prefix}k${k}`, k);
+    expect(r.ids, `k=${k}`).toEqual(want.ids);
+    expect(scoreDiff(r.scores, want.scores), `k=${k}`).toBeLessThan(1e-5);
+  }
+}
+
 /** Runs a searchr1-index command that must succeed; returns its stdout. */
 function run(args: string[]): string {
   const r = spawnSync(EXE, args, { encoding: "utf8", env: ENV });
   if (r.status !== 0)
     throw new Error(`searchr1-index ${args.join(" ")} exited ${r.status}: ${r.stderr}`);
   return r.stdout;
+}
+
+/**
+ * Starts serve with `args` and stdin closed, where it must refuse them at startup: its exit
+ * code and its one line on stderr (nothing on stdout).
+ */
+function refusal(args: string[]): { code: number | null; line: string } {
+  const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
+  expect(r.stdout).toBe("");
+  expect(r.stderr.trim().split("\n")).toHaveLength(1);
+  return { code: r.status, line: r.stderr.trim() };
 }
 
 /** Largest |a - b| over matching lists (the ids are compared separately). */
@@ -109,12 +137,7 @@ describe("search with vectors equals faiss's search", () => {
     it(`${name}: identical ids, scores within 1e-5, for every k`, async () => {
       const e = await expected(name);
       const serve = new Serve(["--index", fixture(`${name}.index`)]);
-      for (const k of e.list("k")) {
-        const r = await serve.search({ k, vectors: e.queries });
-        const want = e.hits(`k${k}`, k);
-        expect(r.ids, `k=${k}`).toEqual(want.ids);
-        expect(scoreDiff(r.scores, want.scores), `k=${k}`).toBeLessThan(1e-5);
-      }
+      await expectFaissAtEveryK(serve, e);
       expect(await serve.close()).toBe(0);
     });
   }
@@ -132,12 +155,7 @@ describe("search with vectors equals faiss's search", () => {
       const e = await expected(name);
       const byDefault = new Serve(["--index", fixture(`${name}.index`)]);
       expect((await byDefault.ok("info")).ef_search).toBe(64);
-      for (const k of e.list("k")) {
-        const r = await byDefault.search({ k, vectors: e.queries });
-        const want = e.hits(`ef64.k${k}`, k);
-        expect(r.ids, `k=${k}`).toEqual(want.ids);
-        expect(scoreDiff(r.scores, want.scores), `k=${k}`).toBeLessThan(1e-5);
-      }
+      await expectFaissAtEveryK(byDefault, e, "ef64.");
       expect(await byDefault.close()).toBe(0);
       // The efSearch stored in the file (24 here) is faiss's index.search's: asked for, it
       // gives faiss's lists at that beam.
@@ -259,27 +277,22 @@ describe("IVF-PQ: faiss's lists at the nprobe asked for", () => {
   });
 
   it("refuses --nprobe for an index without lists, and --ef-search or --exact for IVF", () => {
-    const start = (args: string[]) => {
-      const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
-      expect(r.stdout).toBe("");
-      return { code: r.status, line: r.stderr.trim() };
-    };
     const ivf = fixture("ivfpq-ip.index");
-    expect(start(["--index", fixture("hnsw-ip.index"), "--nprobe", "8"])).toEqual({
+    expect(refusal(["--index", fixture("hnsw-ip.index"), "--nprobe", "8"])).toEqual({
       code: 2,
       line: `searchr1-index: --nprobe applies to IVF indexes; ${fixture("hnsw-ip.index")} is IndexHNSWFlat`,
     });
-    expect(start(["--nprobe", "8"])).toEqual({
+    expect(refusal(["--nprobe", "8"])).toEqual({
       code: 2,
       line: "searchr1-index: --nprobe applies to IVF indexes; no --index was given",
     });
-    expect(start(["--index", ivf, "--ef-search", "8"]).line).toBe(
+    expect(refusal(["--index", ivf, "--ef-search", "8"]).line).toBe(
       `searchr1-index: --ef-search applies to HNSW indexes; ${ivf} is IndexIVFPQ`,
     );
-    expect(start(["--index", ivf, "--exact"]).line).toMatch(
+    expect(refusal(["--index", ivf, "--exact"]).line).toMatch(
       /--exact applies to an HNSW file's vectors; .* is IndexIVFPQ \(PQ codes, no exact vectors/,
     );
-    expect(start(["--index", ivf, "--fp16"])).toEqual({
+    expect(refusal(["--index", ivf, "--fp16"])).toEqual({
       code: 2,
       line: `searchr1-index: --fp16 applies to float vectors; ${ivf} is IndexIVFPQ (PQ codes)`,
     });
@@ -312,12 +325,7 @@ describe("--rescore-from: candidates scored exactly from a Flat file", () => {
     // Without rescoring, SQ8's rounding reorders or swaps neighbours of some queries.
     expect(approx.ids).not.toEqual(e.hits("k10", 10).ids);
     const serve = new Serve(["--index", fixture("sq8-ip.index"), "--rescore-from", FLAT]);
-    for (const k of e.list("k")) {
-      const r = await serve.search({ k, vectors: e.queries });
-      const want = e.hits(`k${k}`, k);
-      expect(r.ids, `k=${k}`).toEqual(want.ids);
-      expect(scoreDiff(r.scores, want.scores), `k=${k}`).toBeLessThan(1e-5);
-    }
+    await expectFaissAtEveryK(serve, e);
     expect(await serve.close()).toBe(0);
   });
 
@@ -370,27 +378,22 @@ describe("--rescore-from: candidates scored exactly from a Flat file", () => {
   });
 
   it("refuses, naming the flag, a file of other vectors, another metric or type", () => {
-    const start = (args: string[]) => {
-      const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
-      expect(r.stdout).toBe("");
-      return { code: r.status, line: r.stderr.trim() };
-    };
     const sq8 = fixture("sq8-ip.index");
-    expect(start(["--index", sq8, "--rescore-from", fixture("small-ip.index")])).toEqual({
+    expect(refusal(["--index", sq8, "--rescore-from", fixture("small-ip.index")])).toEqual({
       code: 1,
       line: `searchr1-index: error: --rescore-from ${fixture("small-ip.index")}: holds 100 vectors of d = 64 but ${sq8} holds 1200 of d = 64 (rescoring needs the same vectors, row for row)`,
     });
-    expect(start(["--index", fixture("flat-l2.index"), "--rescore-from", FLAT]).line).toMatch(
+    expect(refusal(["--index", fixture("flat-l2.index"), "--rescore-from", FLAT]).line).toMatch(
       /--rescore-from .*flat-ip.index: its metric is inner_product but .*flat-l2.index searches by l2$/,
     );
-    expect(start(["--index", fixture("hnsw-sq8-ip.index"), "--rescore-from", sq8]).line).toMatch(
+    expect(refusal(["--index", fixture("hnsw-sq8-ip.index"), "--rescore-from", sq8]).line).toMatch(
       /--rescore-from .*sq8-ip.index: is IndexScalarQuantizer; rescoring reads exact vectors from a Flat file/,
     );
-    expect(start(["--index", sq8, "--rescore-candidates", "2"])).toEqual({
+    expect(refusal(["--index", sq8, "--rescore-candidates", "2"])).toEqual({
       code: 2,
       line: "searchr1-index: --rescore-candidates applies with --rescore-from",
     });
-    expect(start(["--rescore-from", FLAT]).code).toBe(2);
+    expect(refusal(["--rescore-from", FLAT]).code).toBe(2);
   });
 });
 
@@ -521,23 +524,17 @@ describe("bad commands are answered and the process goes on", () => {
       "no index is open (start serve with --index)",
     );
     expect(await serve.close()).toBe(0);
-    const start = (args: string[]) => {
-      const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
-      expect(r.stdout).toBe("");
-      expect(r.stderr.trim().split("\n")).toHaveLength(1);
-      return { code: r.status, line: r.stderr.trim() };
-    };
     const missing = join(tmp, "nothing.index");
-    expect(start(["--index", missing])).toEqual({
+    expect(refusal(["--index", missing])).toEqual({
       code: 1,
       line: expect.stringMatching(`${missing}: cannot open`),
     });
-    expect(start(["--index", fixture("flat-ip.index"), "--ef-search", "8"])).toEqual({
+    expect(refusal(["--index", fixture("flat-ip.index"), "--ef-search", "8"])).toEqual({
       code: 2,
       line: expect.stringMatching(/--ef-search applies to HNSW indexes; .* is IndexFlatIP$/),
     });
-    expect(start(["--fp16"]).code).toBe(2);
-    expect(start(["--pooling", "max"]).code).toBe(2);
+    expect(refusal(["--fp16"]).code).toBe(2);
+    expect(refusal(["--pooling", "max"]).code).toBe(2);
   });
 });
 

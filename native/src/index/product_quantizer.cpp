@@ -40,33 +40,33 @@ void ProductQuantizer::prepare() {
   }
 }
 
-void ProductQuantizer::distance_table(const float* x, float* table) const {
+// The L2 table, the inner-product table and encode's search for the nearest centroid are one
+// loop that differs only in the term it sums: sub_table, with these two.
+namespace {
+constexpr auto squared_difference = [](float a, float b) {
+  const float diff = a - b;
+  return diff * diff;
+};
+constexpr auto product = [](float a, float b) { return a * b; };
+}  // namespace
+
+template <typename Term>
+void ProductQuantizer::sub_table(const float* x, int m, float* out, Term term) const {
   const int ds = dsub(), ks = ksub();
-  for (int m = 0; m < M; m++) {
-    float* out = table + size_t(m) * ks;
-    for (int j = 0; j < ks; j++) out[j] = 0;
-    for (int t = 0; t < ds; t++) {
-      const float xt = x[m * ds + t];
-      const float* ct = transposed_.data() + (size_t(m) * ds + t) * ks;
-      for (int j = 0; j < ks; j++) {
-        const float diff = xt - ct[j];
-        out[j] += diff * diff;
-      }
-    }
+  for (int j = 0; j < ks; j++) out[j] = 0;
+  for (int t = 0; t < ds; t++) {
+    const float xt = x[m * ds + t];
+    const float* ct = transposed_.data() + (size_t(m) * ds + t) * ks;
+    for (int j = 0; j < ks; j++) out[j] += term(xt, ct[j]);
   }
 }
 
+void ProductQuantizer::distance_table(const float* x, float* table) const {
+  for (int m = 0; m < M; m++) sub_table(x, m, table + size_t(m) * ksub(), squared_difference);
+}
+
 void ProductQuantizer::inner_product_table(const float* x, float* table) const {
-  const int ds = dsub(), ks = ksub();
-  for (int m = 0; m < M; m++) {
-    float* out = table + size_t(m) * ks;
-    for (int j = 0; j < ks; j++) out[j] = 0;
-    for (int t = 0; t < ds; t++) {
-      const float xt = x[m * ds + t];
-      const float* ct = transposed_.data() + (size_t(m) * ds + t) * ks;
-      for (int j = 0; j < ks; j++) out[j] += xt * ct[j];
-    }
-  }
+  for (int m = 0; m < M; m++) sub_table(x, m, table + size_t(m) * ksub(), product);
 }
 
 void ProductQuantizer::encode(const float* x, uint8_t* code) const {
@@ -74,16 +74,7 @@ void ProductQuantizer::encode(const float* x, uint8_t* code) const {
   float dist[256];  // ksub <= 256
   std::memset(code, 0, code_size());
   for (int m = 0; m < M; m++) {
-    // The distances to this sub-quantizer's centroids (distance_table's loop for one m).
-    for (int j = 0; j < ks; j++) dist[j] = 0;
-    for (int t = 0; t < dsub(); t++) {
-      const float xt = x[m * dsub() + t];
-      const float* ct = transposed_.data() + (size_t(m) * dsub() + t) * ks;
-      for (int j = 0; j < ks; j++) {
-        const float diff = xt - ct[j];
-        dist[j] += diff * diff;
-      }
-    }
+    sub_table(x, m, dist, squared_difference);  // distance_table's row m
     uint32_t best = 0;
     for (int j = 1; j < ks; j++) {
       if (dist[j] < dist[best]) best = uint32_t(j);

@@ -50,6 +50,11 @@ struct ProductQuantizer {
   void distance_table(const float* x, float* table) const;
 
  private:
+  // out[j] = the sum over sub-vector m's components t of term(x[m·dsub + t], centroid(m, j)[t]),
+  // for the ksub centroids j (a row of the tables above).
+  template <typename Term>
+  void sub_table(const float* x, int m, float* out, Term term) const;
+
   // Sub-quantizer m's centroids transposed, [m][t][j]: a sub-vector's products or distances
   // to all ksub centroids are then one vectorised loop over j per component t.
   std::vector<float> transposed_;

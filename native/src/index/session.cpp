@@ -244,8 +244,8 @@ json::Value search(const IndexSession& s, const JsonFields& f) {
   if (s.gpu && kept > kCudaFlatMaxK) {
     throw Error("'k' must be <= " + std::to_string(kCudaFlatMaxK) + " with the index on the GPU");
   }
-  // With --rescore-from the index gives k * rescore_candidates candidates (an HNSW beam at
-  // least that wide), which the Flat file scores exactly.
+  // With --rescore-from the index gives k * rescore_candidates candidates, which the Flat
+  // file scores exactly (an HNSW walk still stops by efSearch: SERVE.md, --rescore-from).
   int wanted = kept;
   if (s.rescore) {
     const int64_t candidates = int64_t{kept} * s.rescore_candidates;
