@@ -26,6 +26,7 @@ import {
   modelDir,
   readFloats,
   rolloutBatch,
+  sameBits,
   tempDir,
   writeBatchFile,
 } from "./helpers.js";
@@ -86,11 +87,6 @@ async function output(r: Ranks, op: string, fields: Record<string, unknown>, nam
   await r.ok(op, { ...fields, out });
   return get(await readFloats(out), name);
 }
-
-const sameBits = (a: Float32Array, b: Float32Array): boolean =>
-  Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(
-    Buffer.from(b.buffer, b.byteOffset, b.byteLength),
-  );
 
 const LOAD = {
   policy: POLICY,

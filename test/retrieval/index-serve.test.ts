@@ -23,7 +23,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { nativeDir } from "../../src/runtime/native-executable.js";
 import {
   readSafetensors,
   readSafetensorsHeader,
@@ -31,11 +30,11 @@ import {
   writeSafetensors,
 } from "../../src/tensors/safetensors.js";
 import { type Reply, ServeProcess } from "../helpers/serve-process.js";
+import { INDEX_EXE, runIndex } from "./index-tool.js";
 
 const FAISS = fileURLToPath(new URL("./fixtures/faiss/", import.meta.url));
 const BERT = fileURLToPath(new URL("./fixtures/bert/model/", import.meta.url));
 const fixture = (name: string): string => join(FAISS, name);
-const EXE = join(nativeDir(), "searchr1-index");
 const ENV = { ...process.env, OMP_NUM_THREADS: "2" };
 const tmp = mkdtempSync(join(tmpdir(), "sr1-index-serve-"));
 
@@ -49,7 +48,7 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 /** One `searchr1-index serve` process and the replies to the lines sent to it. */
 class Serve extends ServeProcess {
   constructor(args: string[]) {
-    super(EXE, ["serve", ...args, "--threads", "2"], ENV);
+    super(INDEX_EXE, ["serve", ...args, "--threads", "2"], ENV);
   }
 
   async search(fields: Record<string, unknown>): Promise<Hits> {
@@ -104,9 +103,9 @@ async function expectFaissAtEveryK(
 
 /** Runs a searchr1-index command that must succeed; returns its stdout. */
 function run(args: string[]): string {
-  const r = spawnSync(EXE, args, { encoding: "utf8", env: ENV });
-  if (r.status !== 0)
-    throw new Error(`searchr1-index ${args.join(" ")} exited ${r.status}: ${r.stderr}`);
+  const r = runIndex(args);
+  if (r.code !== 0)
+    throw new Error(`searchr1-index ${args.join(" ")} exited ${r.code}: ${r.stderr}`);
   return r.stdout;
 }
 
@@ -115,7 +114,7 @@ function run(args: string[]): string {
  * code and its one line on stderr (nothing on stdout).
  */
 function refusal(args: string[]): { code: number | null; line: string } {
-  const r = spawnSync(EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
+  const r = spawnSync(INDEX_EXE, ["serve", ...args], { encoding: "utf8", input: "", env: ENV });
   expect(r.stdout).toBe("");
   expect(r.stderr.trim().split("\n")).toHaveLength(1);
   return { code: r.status, line: r.stderr.trim() };
