@@ -204,37 +204,22 @@ export async function rerank(s: RerankSetup): Promise<string[]> {
   const rate = (sec: number) => fmt(n / sec, 1);
   const ratio = (theirSec: number, ourSec: number) => `${(theirSec / ourSec).toFixed(2)}×`;
   const st = v.competitor === "sentence-transformers";
+  /** One row: what of ours is timed (its seconds) against what of theirs. */
+  const row = (what: string, ourSec: number, theirWhat: string) => [
+    what,
+    ourSec.toFixed(2),
+    rate(ourSec),
+    theirWhat,
+    theirs.seconds.toFixed(2),
+    rate(theirs.seconds),
+    ratio(theirs.seconds, ourSec),
+  ];
+  const whole = "texts in: tokenizer + forwards";
   const rows: string[][] = st
-    ? [
-        [
-          "texts in: tokenizer + forwards",
-          oursWhole.toFixed(2),
-          rate(oursWhole),
-          "CrossEncoder.predict",
-          theirs.seconds.toFixed(2),
-          rate(theirs.seconds),
-          ratio(theirs.seconds, oursWhole),
-        ],
-      ]
+    ? [row(whole, oursWhole, "CrossEncoder.predict")]
     : [
-        [
-          "forwards (tokens given)",
-          oursForward.toFixed(2),
-          rate(oursForward),
-          "plain PyTorch forward",
-          theirs.seconds.toFixed(2),
-          rate(theirs.seconds),
-          ratio(theirs.seconds, oursForward),
-        ],
-        [
-          "texts in: tokenizer + forwards",
-          oursWhole.toFixed(2),
-          rate(oursWhole),
-          "(their tokenizer not timed)",
-          theirs.seconds.toFixed(2),
-          rate(theirs.seconds),
-          ratio(theirs.seconds, oursWhole),
-        ],
+        row("forwards (tokens given)", oursForward, "plain PyTorch forward"),
+        row(whole, oursWhole, "(their tokenizer not timed)"),
       ];
   const loadEnd = loadavg();
   const loads = (l: number[]) => l.map((x) => x.toFixed(2)).join("/");

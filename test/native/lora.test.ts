@@ -32,6 +32,21 @@ const LORA = join(FIXTURES, "lora");
 const CASES = join(LORA, "case.safetensors");
 const TAGS = ["adapter", "rslora"] as const;
 
+/** The memory plan's LoRA sizes of the fixture model (searchr1-trainer plan --lora-rank). */
+const plannedLora = (
+  lora: { rank: number; targets: "all-linear" | string[] } = { rank: 4, targets: "all-linear" },
+  options: { ranks?: number; offload?: typeof NO_OFFLOAD; tokens?: number[] } = {},
+) =>
+  modelBytes({
+    dir: POLICY,
+    head: "lm",
+    device: "cpu",
+    ranks: options.ranks ?? 1,
+    offload: options.offload ?? NO_OFFLOAD,
+    tokens: options.tokens ?? [],
+    lora,
+  }).lora;
+
 /** log_probs of `model` on the fixture batch from serve ranks. */
 async function logProbs(ranks: Ranks, model: string): Promise<Float32Array> {
   const out = join(tempDir(), "lp.safetensors");
@@ -112,15 +127,7 @@ describe("serve with a LoRA adapter", () => {
       });
       expect(loaded.lora).toMatchObject({ rank: 4, alpha: 8, scaling: 2, use_rslora: false });
       // The memory plan's LoRA learner (searchr1-trainer plan --lora-rank) is what it holds.
-      const planned = modelBytes({
-        dir: POLICY,
-        head: "lm",
-        device: "cpu",
-        ranks: 1,
-        offload: NO_OFFLOAD,
-        tokens: [40],
-        lora: { rank: 4, targets: "all-linear" },
-      }).lora;
+      const planned = plannedLora(undefined, { tokens: [40] });
       const l = planned?.learner[0];
       expect((loaded.memory as { actor: unknown }).actor).toEqual({
         weights: l?.weights,
@@ -168,15 +175,7 @@ describe("serve with a LoRA adapter", () => {
         lora: { rank: 2, alpha: 4, target_modules: ["q_proj", "down_proj"], seed: 7 },
       });
       // Two of the seven modules at rank 2: the plan's learner is still what it holds.
-      const planned = modelBytes({
-        dir: POLICY,
-        head: "lm",
-        device: "cpu",
-        ranks: 1,
-        offload: NO_OFFLOAD,
-        tokens: [],
-        lora: { rank: 2, targets: ["q_proj", "down_proj"] },
-      }).lora;
+      const planned = plannedLora({ rank: 2, targets: ["q_proj", "down_proj"] });
       // Hidden 64, intermediate 128: q_proj's A [2, 64] and B [64, 2], down_proj's A [2, 128]
       // and B [64, 2], each from a multiple of 128 floats: 640 a layer, 2 layers.
       expect(planned?.floats).toBe(1280);
@@ -361,15 +360,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
           1e-6 * Math.max(1e-12, ...values.map(Math.abs)),
         );
       }
-      const planned = modelBytes({
-        dir: POLICY,
-        head: "lm",
-        device: "cpu",
-        ranks: 2,
-        offload: NO_OFFLOAD,
-        tokens: [],
-        lora: { rank: 4, targets: "all-linear" },
-      }).lora?.learner[stage];
+      const planned = plannedLora(undefined, { ranks: 2 })?.learner[stage];
       expect(sharded.memory).toMatchObject({
         weights: planned?.weights,
         master_weights: planned?.masters,
@@ -411,15 +402,7 @@ describe("LoRA updates: two Gloo ranks equal one rank", () => {
   it("param offload: the frozen base in host memory between commands, the same update bit for bit", async () => {
     const kept = await trainOn(1);
     const offloaded = await trainOn(1, { ...NO_OFFLOAD, param: true });
-    const planned = modelBytes({
-      dir: POLICY,
-      head: "lm",
-      device: "cpu",
-      ranks: 1,
-      offload: { ...NO_OFFLOAD, param: true },
-      tokens: [],
-      lora: { rank: 4, targets: "all-linear" },
-    }).lora?.learner[0];
+    const planned = plannedLora(undefined, { offload: { ...NO_OFFLOAD, param: true } })?.learner[0];
     expect(kept.memory.host_weights).toBe(0);
     expect(offloaded.memory).toMatchObject({
       weights: 0,

@@ -33,19 +33,18 @@ export const modelSection = z.strictObject({
     .describe(`no effect: ${NATIVE_DTYPES} (verl's model dtype)`),
 });
 
+/** `model.lora_adapter_path` (verl's key): a PEFT adapter folder, or null. */
+export const adapterPathField = (description: string) =>
+  z.string().min(1).nullable().default(null).describe(description);
+
 /**
  * eval's and ask's `model.lora_adapter_path` (train's key, verl's name): the adapter the agent
  * runs with, served over model.path by the engine (src/agent/session.ts, useAdapter).
  */
 export const servedAdapterField = {
-  lora_adapter_path: z
-    .string()
-    .min(1)
-    .nullable()
-    .default(null)
-    .describe(
-      "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors: what train saves, or PEFT's save_pretrained) served unmerged over model.path: the native engine started here loads it, or the SGLang-protocol server at rollout.engine_url (/load_lora_adapter; the path as that server sees it); null = the model alone",
-    ),
+  lora_adapter_path: adapterPathField(
+    "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors: what train saves, or PEFT's save_pretrained) served unmerged over model.path: the native engine started here loads it, or the SGLang-protocol server at rollout.engine_url (/load_lora_adapter; the path as that server sees it); null = the model alone",
+  ),
 };
 
 /** The compatibility-only keys of the commands with a model section (CommandConfigSpec.compat). */

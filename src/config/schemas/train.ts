@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { CommandConfigSpec } from "../resolve.js";
 import {
+  adapterPathField,
   agentEnv,
   generationFields,
   lengthFields,
@@ -55,14 +56,9 @@ const loraFields = {
     .describe(
       `layers taken out of target_modules, in every layer: a list of ${LORA_MODULES.join(", ")}; PEFT's regex, or one layer's module name, is refused`,
     ),
-  lora_adapter_path: z
-    .string()
-    .min(1)
-    .nullable()
-    .default(null)
-    .describe(
-      "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start training from, with its own r, lora_alpha, target_modules and use_rslora (model.lora_* keys set beside it must match them); null = a fresh adapter",
-    ),
+  lora_adapter_path: adapterPathField(
+    "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start training from, with its own r, lora_alpha, target_modules and use_rslora (model.lora_* keys set beside it must match them); null = a fresh adapter",
+  ),
   use_rslora: z
     .boolean()
     .default(false)
