@@ -25,6 +25,7 @@ import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { writeSafetensors } from "../../src/tensors/safetensors.js";
+import { writeRandomAdapter } from "../helpers/peft-adapter.js";
 import { get, gpuStatus, readFloats, tempDir, trainerOk } from "../native/helpers.js";
 import { chiSquare } from "./chi-square.js";
 import { CUDA_MODELS, type GreedyCase, greedy, modelDir } from "./helpers.js";
@@ -91,6 +92,8 @@ class EngineProcess {
   >();
   private readonly replies = new Map<number, (r: Record<string, unknown>) => void>();
   private next = 0;
+  /** The loaded LoRA adapter that generate asks for (`lora`); null: the base. */
+  lora: string | null = null;
 
   constructor(
     model: string,
@@ -164,7 +167,7 @@ class EngineProcess {
       const out = { prompt, tokens: [], logprobs: [], done: {} as Done };
       this.live.set(rid, { out, resolve, reject });
       this.send({
-        ...{ op: "generate", rid, input_ids: prompt, max_new_tokens: maxNew },
+        ...{ op: "generate", rid, input_ids: prompt, max_new_tokens: maxNew, lora: this.lora },
         ...{ top_p: 1, top_k: -1, min_p: 0, ...sampling },
         ...{ stop_token_ids: [], ignore_eos: true },
       });
@@ -172,7 +175,7 @@ class EngineProcess {
   }
 
   /** A control command that must succeed. */
-  command(op: string): Promise<Record<string, unknown>> {
+  command(op: string, fields: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
     const id = ++this.next;
     return new Promise((resolve, reject) => {
       this.replies.set(id, (r) => {
@@ -180,7 +183,7 @@ class EngineProcess {
         if (r.ok === true) resolve(r);
         else reject(new Error(`engine on ${this.device}: ${op}: ${JSON.stringify(r)}`));
       });
-      this.send({ op, id });
+      this.send({ ...fields, op, id });
     });
   }
 
@@ -206,6 +209,7 @@ async function checkAgainstCpu(
   best: Map<string, Promise<Best>>,
   outs: Generated[],
   names: string[],
+  adapter?: string,
 ): Promise<number[][]> {
   // The CPU's greedy token after each prefix of each output.
   const bestAfter = (context: number[]): Promise<Best> => {
@@ -225,7 +229,7 @@ async function checkAgainstCpu(
       Promise.all(o.tokens.map((_, i) => bestAfter([...o.prompt, ...o.tokens.slice(0, i)]))),
     ),
   );
-  const cpuLp = await teacherForced(model, outs);
+  const cpuLp = await teacherForced(model, outs, adapter);
 
   const problems: string[] = [];
   let [d2, n2] = [0, 0];
@@ -259,8 +263,15 @@ async function checkAgainstCpu(
   return cpuLp;
 }
 
-/** searchr1-trainer score on the CPU: each output's tokens' log-probs after its prompt. */
-async function teacherForced(model: string, outs: Generated[]): Promise<number[][]> {
+/**
+ * searchr1-trainer score on the CPU (with the PEFT folder `adapter`, if given): each output's
+ * tokens' log-probs after its prompt.
+ */
+async function teacherForced(
+  model: string,
+  outs: Generated[],
+  adapter?: string,
+): Promise<number[][]> {
   const rows = outs.map((o) => [...o.prompt, ...o.tokens]);
   const T = Math.max(...rows.map((r) => r.length));
   const ids = new BigInt64Array(rows.length * T);
@@ -278,7 +289,19 @@ async function teacherForced(model: string, outs: Generated[]): Promise<number[]
     { name: "input_ids", dtype: "I64", shape, data: ids },
     { name: "attention_mask", dtype: "I64", shape, data: mask },
   ]);
-  trainerOk(["score", "--model", model, "--batch", batch, "--out", out, "--device", "cpu"]);
+  const lora = adapter ? ["--lora", adapter] : [];
+  trainerOk([
+    "score",
+    "--model",
+    model,
+    "--batch",
+    batch,
+    "--out",
+    out,
+    "--device",
+    "cpu",
+    ...lora,
+  ]);
   const lp = get(await readFloats(out), "logprobs");
   return outs.map((o, b) => o.tokens.map((_, i) => lp[b * T + o.prompt.length + i] ?? Number.NaN));
 }
@@ -472,6 +495,44 @@ describe.runIf(GPU).each(CUDA_MODELS)("%s: the engine on CUDA against the CPU", 
     const again = await gpu.generate(c.prompt_ids);
     expect(again.done.cached_tokens).toBe(0);
     expect(again.tokens).toEqual(alone[0]?.tokens);
+  }, 120_000);
+});
+
+// LoRA served unmerged on CUDA (docs/gpu-status.md: not yet run on a GPU): a step with adapter
+// rows runs op by op, the products in bf16. The same checks as above against the CPU engine
+// with the same adapter (and score --lora), a random one on every linear layer at r 4. The
+// tolerances are the base's, not yet measured with an adapter.
+describe.runIf(GPU)("qwen-hd16 with a LoRA adapter: the engine on CUDA against the CPU", () => {
+  const dir = modelDir("qwen-hd16");
+  const cases = greedy().cases.filter((c) => c.model === "qwen-hd16");
+  const adapter = join(tempDir(), "adapter");
+  let cpu: EngineProcess;
+  let gpu: EngineProcess;
+
+  beforeAll(async () => {
+    await writeRandomAdapter(dir, adapter, { rank: 4, seed: 3, std: 0.1 });
+    cpu = new EngineProcess(dir, "cpu");
+    gpu = new EngineProcess(dir, "cuda");
+    for (const e of [cpu, gpu]) {
+      await e.ready;
+      await e.command("load_lora", { name: "a", path: adapter });
+      e.lora = "a";
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const e of [cpu, gpu]) if (e) expect(await e.close(), e.stderr).toBe(0);
+  });
+
+  it("each prompt alone: greedy tokens the CPU's or near-ties, log-probs within bf16 tolerance", async () => {
+    const outs: Generated[] = [];
+    for (const c of cases) outs.push(await gpu.generate(c.prompt_ids));
+    const names = cases.map((c) => c.name);
+    await checkAgainstCpu(dir, cpu, new Map(), outs, names, adapter);
+    // The adapter changes what the model says: not the base's greedy tokens throughout.
+    expect(
+      outs.some((o, k) => firstDifference(o.tokens, cases[k]?.output_ids ?? []) < NEW_TOKENS),
+    ).toBe(true);
   }, 120_000);
 });
 

@@ -4,17 +4,16 @@
 // the model by `searchr1 convert peft-to-hf`: greedy runs must give its trajectories, token
 // for token, and differ from the base's. The adapter is a random one in PEFT's format for
 // the agent's fixture model (every linear layer, r 4), so that it changes what the model says.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { EvalRecord } from "../../src/eval/record.js";
-import { Rng } from "../../src/runtime/rng.js";
-import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { AGENT_MODEL as MODEL } from "../agent/helpers.js";
 import { type RunningEngine, startEngine } from "../engine/helpers.js";
 import { runCli, startCli } from "../helpers/cli.js";
 import { request } from "../helpers/http.js";
+import { writeRandomAdapter } from "../helpers/peft-adapter.js";
 import { preprocessQa } from "../helpers/qa-data.js";
 import { type ServedIndex, serveTestIndex } from "../retrieval/helpers.js";
 
@@ -43,67 +42,11 @@ let adapter: string;
 let merged: string;
 let served: ServedIndex;
 
-/**
- * A PEFT LoRA folder for MODEL's shapes: A [r, in], B [out, r] under PEFT's names for every
- * linear layer, random (B too, unlike PEFT's init) so that the adapter changes the outputs.
- */
-async function writeAdapter(to: string, rank: number): Promise<void> {
-  const config = JSON.parse(readFileSync(path.join(MODEL, "config.json"), "utf8"));
-  const hidden: number = config.hidden_size;
-  const kv = (hidden / config.num_attention_heads) * config.num_key_value_heads;
-  const shapes: Record<string, [string, number, number]> = {
-    q_proj: ["self_attn", hidden, hidden],
-    k_proj: ["self_attn", hidden, kv],
-    v_proj: ["self_attn", hidden, kv],
-    o_proj: ["self_attn", hidden, hidden],
-    gate_proj: ["mlp", hidden, config.intermediate_size],
-    up_proj: ["mlp", hidden, config.intermediate_size],
-    down_proj: ["mlp", config.intermediate_size, hidden],
-  };
-  const rng = new Rng(11);
-  const random = (n: number) => Float32Array.from({ length: n }, () => rng.normal() * 0.3);
-  const tensors = [];
-  for (let layer = 0; layer < config.num_hidden_layers; layer++) {
-    for (const [module, [block, inDim, outDim]] of Object.entries(shapes)) {
-      const name = `base_model.model.model.layers.${layer}.${block}.${module}`;
-      tensors.push(
-        {
-          name: `${name}.lora_A.weight`,
-          dtype: "F32" as const,
-          shape: [rank, inDim],
-          data: random(rank * inDim),
-        },
-        {
-          name: `${name}.lora_B.weight`,
-          dtype: "F32" as const,
-          shape: [outDim, rank],
-          data: random(outDim * rank),
-        },
-      );
-    }
-  }
-  await writeSafetensors(path.join(to, "adapter_model.safetensors"), tensors);
-  writeFileSync(
-    path.join(to, "adapter_config.json"),
-    JSON.stringify({
-      base_model_name_or_path: MODEL,
-      peft_type: "LORA",
-      task_type: "CAUSAL_LM",
-      r: rank,
-      lora_alpha: 2 * rank,
-      target_modules: Object.keys(shapes),
-      bias: "none",
-      use_rslora: false,
-    }),
-  );
-}
-
 beforeAll(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), "searchr1-eval-lora-"));
   data = preprocessQa(dir, { nq: { test: QUESTIONS } }).test;
   adapter = path.join(dir, "adapter");
-  mkdirSync(adapter);
-  await writeAdapter(adapter, 4);
+  await writeRandomAdapter(MODEL, adapter, { rank: 4, seed: 11, std: 0.3 });
   merged = path.join(dir, "merged");
   const merge = runCli([
     "convert",
