@@ -275,6 +275,22 @@ describe("IVF-PQ: faiss's lists at the nprobe asked for", () => {
     expect(await serve.close()).toBe(0);
   });
 
+  // An IVF-PQ file's defaults (native/src/index/session.h): the larger of 64 and nlist/8
+  // lists (this fixture's few lists: 64), and 16 candidates per result with --rescore-from
+  // (4 for the other types: the SQ8 file's info below).
+  it("an IVF-PQ file's defaults: nprobe max(64, nlist/8), 16 candidates rescored", async () => {
+    const serve = new Serve([
+      "--index",
+      fixture("ivfpq-ip.index"),
+      "--rescore-from",
+      fixture("flat-ip.index"),
+    ]);
+    const info = await serve.ok("info");
+    expect(info.nprobe).toBe(64);
+    expect(info.rescore).toMatchObject({ candidates: 16 });
+    expect(await serve.close()).toBe(0);
+  });
+
   it("refuses --nprobe for an index without lists, and --ef-search or --exact for IVF", () => {
     const ivf = fixture("ivfpq-ip.index");
     expect(refusal(["--index", fixture("hnsw-ip.index"), "--nprobe", "8"])).toEqual({

@@ -6,6 +6,7 @@
 // and builds of a flat index from token ids into a file that survives a kill. Opening the
 // index and the models is the command line's (cli/index/serve.cpp).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +24,14 @@ namespace sr1 {
 inline constexpr int kServeEfSearch = 64;
 inline constexpr int kRescoreCandidates = 4;
 inline constexpr int kServeNprobe = 64;
+// An IVF-PQ file's: its PQ codes rank coarsely, so rescoring needs more candidates, and the
+// lists to probe grow with nlist. At 1M × 768 vectors, IVF1024,PQ96 rescored from the Flat
+// file (bench:dense --parts build, docs/performance.md "Index types"): recall@3 0.890 at 4
+// candidates and 0.958 at 16 (nprobe 128 = nlist / 8); 0.760 at nprobe 32 = nlist / 32.
+inline constexpr int kIvfRescoreCandidates = 16;
+inline int ivf_default_nprobe(int64_t nlist) {
+  return static_cast<int>(std::max<int64_t>(kServeNprobe, nlist / 8));
+}
 
 // Refuses (UsageError naming the option) the search options the file does not take:
 // --ef-search but for an HNSW graph, --nprobe but for an IVF index, --exact for an IVF

@@ -107,7 +107,7 @@ export const serveRetrieverSchema = z.strictObject({
     .nullable()
     .default(null)
     .describe(
-      "IVF-PQ lists probed per query; null = 64 (the PQ codes' recall@10 within 0.002 of all lists'), not the nprobe stored in the file (1 in faiss's)",
+      "IVF-PQ lists probed per query; null = the larger of 64 and nlist/8 (rescored recall@3 0.958 at 1M vectors, IVF1024,PQ96), not the nprobe stored in the file (1 in faiss's)",
     ),
   rescore_from: z
     .string()
@@ -123,7 +123,9 @@ export const serveRetrieverSchema = z.strictObject({
     .positive()
     .nullable()
     .default(null)
-    .describe("with rescore_from: candidates rescored per result, the index's top k*N (null = 4)"),
+    .describe(
+      "with rescore_from: candidates rescored per result, the index's top k*N (null = 4; 16 for an IVF-PQ index, whose PQ codes rank coarsely)",
+    ),
   fp16: z
     .boolean()
     .default(false)

@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "index/faiss_io.h"
 #include "index/flat_search_cuda.h"
+#include "index/ivf_pq.h"
 #include "index/rescore.h"
 #include "index/session.h"
 #include "model/bert.h"
@@ -33,6 +34,10 @@ void start(IndexSession& s, const Args& args) {
     s.index = std::make_unique<FaissIndex>(open_faiss_index(args.required("index")));
   }
   check_search_options(s.index.get(), args.has("ef-search"), args.has("nprobe"), s.exact);
+  if (s.index && s.index->ivf) {  // an IVF-PQ file's defaults (session.h)
+    if (!args.has("nprobe")) s.nprobe = ivf_default_nprobe(s.index->ivf->nlist);
+    s.rescore_candidates = kIvfRescoreCandidates;
+  }
   if (args.flag("fp16") && !s.index) throw UsageError("--fp16 applies to an --index");
   if (args.has("rescore-from") && !s.index) {
     throw UsageError("--rescore-from applies to an --index");
@@ -116,14 +121,15 @@ int cmd_index_serve(const std::vector<std::string>& argv) {
                "HNSW beam width (default " + std::to_string(kServeEfSearch) +
                    ", not the file's efSearch)"},
               {"nprobe", "N",
-               "IVF lists probed (default " + std::to_string(kServeNprobe) +
-                   ", not the file's nprobe)"},
+               "IVF lists probed (default the larger of " + std::to_string(kServeNprobe) +
+                   " and nlist/8, not the file's nprobe)"},
               {"rescore-from", "FILE",
                "Flat file of the index's vectors: rescore each query's top candidates "
                "exactly from it"},
               {"rescore-candidates", "N",
                "with --rescore-from: rescore the index's top k*N (default " +
-                   std::to_string(kRescoreCandidates) + ")"},
+                   std::to_string(kRescoreCandidates) + "; " +
+                   std::to_string(kIvfRescoreCandidates) + " for an IVF-PQ index)"},
               {"exact", "", "search an HNSW file's vectors exhaustively instead of its graph"},
               {"fp16", "", "search an fp16 copy held in memory (half the memory, rounded scores)"},
               {"batch-tokens", "N",
