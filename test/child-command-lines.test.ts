@@ -226,4 +226,13 @@ describe("the quickstart's steps", () => {
       expect(sft.includes("--threads")).toBe(config.threads !== null);
     });
   }
+  it("lora_rank=8 algorithm=ppo: PPO on the actor's adapters at 10x the learning rate, a full critic", () => {
+    const config = resolveConfig(quickstartSpec, { overrides: ["lora_rank=8", "algorithm=ppo"] });
+    expect(resolveLine(quickstartSteps(config).train(url))).toMatchObject({
+      model: { lora_rank: 8 },
+      algorithm: { name: "ppo" },
+      actor: { lr: 0.003 },
+      trainer: { experiment_name: "ppo-lora8" },
+    });
+  });
 });

@@ -122,7 +122,7 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
   const d = policy.dims;
   const stage =
     trainer.zero_stage === null
-      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${input.lora ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
+      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${input.lora && !input.critic ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
       : `ZeRO stage ${input.stage}`;
   const title = [
     `memory plan of one device (its trainer rank and engine replica) of ${input.ranks} ` +

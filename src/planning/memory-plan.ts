@@ -56,12 +56,14 @@ export interface PlanModel {
   dims: ModelDims;
 }
 
-/** trainer.zero_stage, null resolved: 0 on one rank, 2 on several. */ export function zeroStageOf(
-  config: TrainConfig,
-): ZeroStage {
+/**
+ * trainer.zero_stage, null resolved: 0 on one rank, 2 on several; with LoRA 0 unless PPO's
+ * critic, fully trained, is there to shard (the adapters' state is small).
+ */
+export function zeroStageOf(config: TrainConfig): ZeroStage {
   const ranks = config.trainer.gpus * config.trainer.nnodes;
-  // LoRA's adapter state is small: sharding it saves little, so null leaves it whole.
-  return (config.trainer.zero_stage ?? (ranks > 1 && !loraOn(config) ? 2 : 0)) as ZeroStage;
+  const full = !loraOn(config) || config.algorithm.name === "ppo";
+  return (config.trainer.zero_stage ?? (ranks > 1 && full ? 2 : 0)) as ZeroStage;
 }
 
 /** A learner's offload keys as the plan takes them. */

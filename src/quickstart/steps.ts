@@ -10,7 +10,6 @@ import type { QuickstartConfig } from "../config/schemas/quickstart.js";
 import { serveRetrieverSpec } from "../config/schemas/serve-retriever.js";
 import { trainSpec } from "../config/schemas/train.js";
 import type { CommandLine } from "../runtime/child-server.js";
-import { UsageError } from "../runtime/errors.js";
 import { packageRoot } from "../runtime/package-root.js";
 import { DATA_SOURCES } from "../world/questions.js";
 import { WORLD_FILES } from "../world/world.js";
@@ -84,11 +83,6 @@ export interface QuickstartSteps {
  * schema and checked against it here (config/command-line.ts).
  */
 export function quickstartSteps(config: QuickstartConfig): QuickstartSteps {
-  if (config.lora_rank > 0 && config.algorithm === "ppo") {
-    throw new UsageError(
-      `quickstart: --lora-rank ${config.lora_rank} with --algorithm ppo: the trainer has no adapters for PPO's critic yet; use GRPO (the default)`,
-    );
-  }
   const dir = resolve(config.dir);
   const at = (...parts: string[]) => join(dir, ...parts);
   const threads = config.threads ?? undefined;

@@ -65,9 +65,4 @@ function checkLora(config: TrainConfig): void {
       `ref.param_offload=true ${why}: the reference is the policy with its adapters off, there is no second copy to offload`,
     );
   }
-  if (config.algorithm.name === "ppo") {
-    throw new UsageError(
-      `algorithm.name=ppo ${why}: the trainer has no adapters for PPO's critic yet; use GRPO, RLOO or REINFORCE++ (algorithm.name), or full fine-tuning (model.lora_rank=0)`,
-    );
-  }
 }

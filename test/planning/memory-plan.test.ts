@@ -719,6 +719,38 @@ describe("searchr1 train --dry-run", () => {
 
   // Issue 42: with LoRA the learner is the frozen base's bf16 copy and the adapters' fp32
   // state, and the reference is the policy with its adapters off: 7B GRPO on ONE GPU.
+  // PPO with LoRA: the actor's adapters and a fully trained critic, whose state null shards
+  // over several ranks (stage 2); without PPO's critic null stays 0 with LoRA.
+  it("PPO with LoRA on 8 GPUs: the critic's full state, ZeRO stage 2 by default", () => {
+    const dir = tempDir();
+    const model = writeModelConfig(join(dir, "Qwen2.5-7B"), QWEN_CONFIGS["Qwen/Qwen2.5-7B"]);
+    const dryRun = (extra: string[]) =>
+      runCli([
+        "train",
+        "--model",
+        model,
+        "--gpus",
+        "8",
+        "--dry-run",
+        "--device-memory",
+        "80",
+        `trainer.output_dir=${join(dir, "runs")}`,
+        "model.lora_rank=32",
+        "actor.grad_offload=false",
+        "actor.optimizer_offload=false",
+        "ref.param_offload=false",
+        ...extra,
+      ]);
+    const ppo = dryRun(["algorithm.name=ppo"]);
+    expect(ppo.code, ppo.stderr).toBe(0);
+    expect(ppo.stdout).toContain("ZeRO stage 2 (trainer.zero_stage null: 2 on several ranks)");
+    expect(ppo.stdout).toMatch(/^critic +AdamW moments \(fp32 m, v\)/m);
+    expect(ppo.stdout).toMatch(/^actor +LoRA adapters: AdamW moments/m);
+    const grpo = dryRun(["algorithm.name=grpo"]);
+    expect(grpo.code, grpo.stderr).toBe(0);
+    expect(grpo.stdout).toContain("ZeRO stage 0 (trainer.zero_stage null: 0 with LoRA)");
+  });
+
   it("Qwen2.5-7B GRPO with LoRA rank 32 fits one 80 GB GPU beside its engine", () => {
     const dir = tempDir();
     const model = writeModelConfig(join(dir, "Qwen2.5-7B"), QWEN_CONFIGS["Qwen/Qwen2.5-7B"]);

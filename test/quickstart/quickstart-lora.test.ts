@@ -39,12 +39,3 @@ it("--lora-rank 8: adapters trained, merged for the eval, and the model learns t
     figures.before.searches_per_question + 0.5,
   );
 }, 1_200_000);
-
-it("--lora-rank with --algorithm ppo is refused before anything runs", async () => {
-  const out = path.join(dir, "ppo");
-  const r = await startCli(["quickstart", "--dir", out, "--lora-rank", "8", "--algorithm", "ppo"])
-    .result;
-  expect(r.code).toBe(2);
-  expect(r.stderr).toContain("--lora-rank 8 with --algorithm ppo");
-  expect(existsSync(out)).toBe(false);
-});

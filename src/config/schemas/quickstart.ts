@@ -16,7 +16,7 @@ export const quickstartSchema = z.strictObject({
     .min(0)
     .default(0)
     .describe(
-      "train LoRA adapters of this rank on every linear layer instead of all weights (0 = full fine-tuning), at 10x the recipe's learning rate; GRPO only",
+      "train LoRA adapters of this rank on every linear layer instead of all weights (0 = full fine-tuning), at 10x the recipe's learning rate (with ppo the critic is fully trained)",
     ),
   threads: threadsField("CPU threads for the trainer and the engine"),
   overwrite: z.boolean().default(false).describe("replace an existing --dir"),

@@ -562,7 +562,7 @@ export const trainSchema = z.strictObject({
         .nullable()
         .default(null)
         .describe(
-          "ZeRO stage of the trainer ranks (DeepSpeed's): 0 = every rank holds its learners' whole state; 1 = the fp32 master weights and AdamW moments sharded over the ranks, the gradient all-reduced once per optimizer step; 2 = the gradients too, each backward pass reduced region by region onto the ranks' shards (a shard and two buckets held during updates, none between; the gradient moves once per micro-batch); null = 0 on one rank, 2 on several (0 with LoRA, model.lora_rank: its adapters' state is small; 1 and 2 shard it, the frozen base staying whole)",
+          "ZeRO stage of the trainer ranks (DeepSpeed's): 0 = every rank holds its learners' whole state; 1 = the fp32 master weights and AdamW moments sharded over the ranks, the gradient all-reduced once per optimizer step; 2 = the gradients too, each backward pass reduced region by region onto the ranks' shards (a shard and two buckets held during updates, none between; the gradient moves once per micro-batch); null = 0 on one rank, 2 on several (with LoRA, model.lora_rank, 0 but for PPO's fully trained critic: the adapters' state is small; 1 and 2 shard it, the frozen base staying whole)",
         ),
       dry_run: z
         .boolean()
