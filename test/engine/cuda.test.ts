@@ -24,11 +24,10 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { nativeExecutable } from "../../src/runtime/native-executable.js";
-import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { writeRandomAdapter } from "../helpers/peft-adapter.js";
-import { get, gpuStatus, readFloats, tempDir, trainerOk } from "../native/helpers.js";
+import { gpuStatus, tempDir } from "../native/helpers.js";
 import { chiSquare } from "./chi-square.js";
-import { CUDA_MODELS, type GreedyCase, greedy, modelDir } from "./helpers.js";
+import { CUDA_MODELS, type GreedyCase, greedy, modelDir, teacherForced } from "./helpers.js";
 
 const { cuda, gpu: GPU } = gpuStatus("engine/cuda.test.ts");
 
@@ -261,49 +260,6 @@ async function checkAgainstCpu(
   expect(problems).toEqual([]);
   expect(Math.sqrt(d2 / n2), "log-probs, L2").toBeLessThan(TOL_LOGPROB_L2);
   return cpuLp;
-}
-
-/**
- * searchr1-trainer score on the CPU (with the PEFT folder `adapter`, if given): each output's
- * tokens' log-probs after its prompt.
- */
-async function teacherForced(
-  model: string,
-  outs: Generated[],
-  adapter?: string,
-): Promise<number[][]> {
-  const rows = outs.map((o) => [...o.prompt, ...o.tokens]);
-  const T = Math.max(...rows.map((r) => r.length));
-  const ids = new BigInt64Array(rows.length * T);
-  const mask = new BigInt64Array(rows.length * T);
-  rows.forEach((r, b) => {
-    r.forEach((id, t) => {
-      ids[b * T + t] = BigInt(id);
-      mask[b * T + t] = 1n;
-    });
-  });
-  const dir = tempDir();
-  const [batch, out] = [join(dir, "batch.safetensors"), join(dir, "score.safetensors")];
-  const shape = [rows.length, T];
-  await writeSafetensors(batch, [
-    { name: "input_ids", dtype: "I64", shape, data: ids },
-    { name: "attention_mask", dtype: "I64", shape, data: mask },
-  ]);
-  const lora = adapter ? ["--lora", adapter] : [];
-  trainerOk([
-    "score",
-    "--model",
-    model,
-    "--batch",
-    batch,
-    "--out",
-    out,
-    "--device",
-    "cpu",
-    ...lora,
-  ]);
-  const lp = get(await readFloats(out), "logprobs");
-  return outs.map((o, b) => o.tokens.map((_, i) => lp[b * T + o.prompt.length + i] ?? Number.NaN));
 }
 
 /** Index of the first token where two outputs differ (their length if none). */

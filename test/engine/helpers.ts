@@ -1,7 +1,10 @@
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { writeSafetensors } from "../../src/tensors/safetensors.js";
 import { type CliResult, type RunningCli, startServing } from "../helpers/cli.js";
 import { type Reply, request } from "../helpers/http.js";
+import { get, readFloats, tempDir, trainerOk } from "../native/helpers.js";
 
 export { type Reply, request };
 
@@ -103,4 +106,47 @@ export const GREEDY = { temperature: 0, max_new_tokens: 24, ignore_eos: true };
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * searchr1-trainer score on the CPU (with the PEFT folder `adapter`, if given): each row's
+ * tokens' log-probs after its prompt, teacher-forced, the rows right-padded into one batch.
+ */
+export async function teacherForced(
+  model: string,
+  rows: readonly { prompt: number[]; tokens: number[] }[],
+  adapter?: string,
+): Promise<number[][]> {
+  const seqs = rows.map((o) => [...o.prompt, ...o.tokens]);
+  const T = Math.max(...seqs.map((r) => r.length));
+  const ids = new BigInt64Array(seqs.length * T);
+  const mask = new BigInt64Array(seqs.length * T);
+  seqs.forEach((r, b) => {
+    r.forEach((id, t) => {
+      ids[b * T + t] = BigInt(id);
+      mask[b * T + t] = 1n;
+    });
+  });
+  const dir = tempDir();
+  const [batch, out] = [join(dir, "batch.safetensors"), join(dir, "score.safetensors")];
+  const shape = [seqs.length, T];
+  await writeSafetensors(batch, [
+    { name: "input_ids", dtype: "I64", shape, data: ids },
+    { name: "attention_mask", dtype: "I64", shape, data: mask },
+  ]);
+  const lora = adapter ? ["--lora", adapter] : [];
+  trainerOk([
+    "score",
+    "--model",
+    model,
+    "--batch",
+    batch,
+    "--out",
+    out,
+    "--device",
+    "cpu",
+    ...lora,
+  ]);
+  const lp = get(await readFloats(out), "logprobs");
+  return rows.map((o, b) => o.tokens.map((_, i) => lp[b * T + o.prompt.length + i] ?? Number.NaN));
 }

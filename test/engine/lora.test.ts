@@ -1,20 +1,18 @@
-// `searchr1 serve-engine` serving LoRA adapters unmerged (native/src/engine/PROTOCOL.md,
-// "LoRA"; SGLang's /load_lora_adapter, /unload_lora_adapter and /generate's lora_path), on
-// the tiny untied model and the PEFT adapters of test/native/fixtures/lora (made by
-// test/native/make_lora_fixtures.py). The references: the same adapter merged into the
-// model by `searchr1 convert peft-to-hf` and served as a base, and the trainer's scoring
-// (`searchr1-trainer score --lora`) of the generated tokens.
-import { spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { readSafetensors, writeSafetensors } from "../../src/tensors/safetensors.js";
 import { runCli } from "../helpers/cli.js";
 import { expectJsonError, request } from "../helpers/http.js";
-import { generateOk, type Output, type RunningEngine, startEngine } from "./helpers.js";
+import {
+  generateOk,
+  type Output,
+  type RunningEngine,
+  startEngine,
+  teacherForced,
+} from "./helpers.js";
 
 const NATIVE = fileURLToPath(new URL("../native/fixtures/", import.meta.url));
 const MODEL = join(NATIVE, "untied");
@@ -45,43 +43,6 @@ async function greedy(base: string, ids: number[], lora?: string | null): Promis
 }
 
 const logprobs = (o: Output) => (o.meta_info.output_token_logprobs ?? []).map((t) => t[0]);
-
-/** The trainer's log-probs of `output` after `prompt` with the adapter (score --lora). */
-async function trainerLogprobs(prompt: number[], output: number[], adapter: string) {
-  const ids = [...prompt, ...output];
-  const batch = join(dir, "batch.safetensors");
-  const out = join(dir, "scores.safetensors");
-  await writeSafetensors(batch, [
-    {
-      name: "input_ids",
-      dtype: "I64",
-      shape: [1, ids.length],
-      data: BigInt64Array.from(ids.map(BigInt)),
-    },
-  ]);
-  const r = spawnSync(
-    nativeExecutable("searchr1-trainer"),
-    [
-      "score",
-      "--model",
-      MODEL,
-      "--lora",
-      adapter,
-      "--batch",
-      batch,
-      "--out",
-      out,
-      "--device",
-      "cpu",
-      "--threads",
-      "1",
-    ],
-    { encoding: "utf8" },
-  );
-  expect(r.status, r.stderr).toBe(0);
-  const scores = (await readSafetensors(out)).get("logprobs")?.data as Float32Array;
-  return Array.from(scores.slice(prompt.length));
-}
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "searchr1-engine-lora-"));
@@ -121,8 +82,12 @@ describe("serve-engine with LoRA adapters", () => {
       const gap = (b: number[]) => Math.max(...b.map((x, i) => Math.abs(x - (a[i] as number))));
       expect(a).toHaveLength(GREEDY.max_new_tokens);
       expect(gap(logprobs(fromMerged))).toBeLessThan(1e-4);
-      const trainer = await trainerLogprobs(prompt, withAdapter.output_ids, ADAPTER);
-      expect(gap(trainer)).toBeLessThan(1e-4);
+      const [trainer] = await teacherForced(
+        MODEL,
+        [{ prompt, tokens: withAdapter.output_ids }],
+        ADAPTER,
+      );
+      expect(gap(trainer ?? [])).toBeLessThan(1e-4);
     }
   });
 

@@ -46,6 +46,33 @@ const hashes = (dir: string) =>
 const adapterOf = (out: string, step: number) =>
   path.join(runDir(out), `global_step_${step}`, "adapter");
 
+/**
+ * Two steps, then a resumed run to three, into run.dir/`name` with `args`: its metrics rows
+ * are the 3-step `straight` run's (validation aside: the first of the two validated its last
+ * step, step 2, the straight run did not), and each of `files` of its step-3 checkpoint is
+ * the straight run's, byte for byte.
+ */
+function expectResumedEqualsStraight(
+  straight: string,
+  name: string,
+  args: string[],
+  files: string[],
+): void {
+  const resumed = path.join(run.dir, name);
+  const first = runCli(run.args(resumed, [...args, "trainer.total_training_steps=2"]));
+  expect(first.code, first.stderr).toBe(0);
+  const second = runCli(run.args(resumed, [...args, "trainer.total_training_steps=3"]));
+  expect(second.code, second.stderr).toBe(0);
+  expect(second.stderr).toMatch(/resuming from .*global_step_2 \(step 2\)/);
+  const trained = (row: Record<string, number>) =>
+    Object.fromEntries(Object.entries(deterministic(row)).filter(([k]) => !k.startsWith("val/")));
+  expect(metrics(resumed).map(trained)).toEqual(metrics(straight).map(trained));
+  for (const file of files) {
+    const bytes = (out: string) => readFileSync(path.join(runDir(out), "global_step_3", file));
+    expect(bytes(resumed).equals(bytes(straight)), file).toBe(true);
+  }
+}
+
 describe("searchr1 train with LoRA", () => {
   it("trains adapters on the frozen model, KL against the adapters-off policy, PEFT folders in the checkpoints; a resumed run equals the straight one", async () => {
     const base = hashes(MODEL);
@@ -114,20 +141,12 @@ describe("searchr1 train with LoRA", () => {
 
     // Two steps, then a resumed run to three: the same rows and the same adapter bit for bit,
     // with the frozen base waiting in host memory between phases (actor.param_offload).
-    const resumed = path.join(run.dir, "resumed");
-    const offload = [...LORA, "actor.param_offload=true"];
-    const first = runCli(run.args(resumed, [...offload, "trainer.total_training_steps=2"]));
-    expect(first.code, first.stderr).toBe(0);
-    const second = runCli(run.args(resumed, [...offload, "trainer.total_training_steps=3"]));
-    expect(second.code, second.stderr).toBe(0);
-    expect(second.stderr).toMatch(/resuming from .*global_step_2 \(step 2\)/);
-    // (The first of the two validated its last step, step 2: the straight run did not.)
-    const trained = (row: Record<string, number>) =>
-      Object.fromEntries(Object.entries(deterministic(row)).filter(([k]) => !k.startsWith("val/")));
-    expect(metrics(resumed).map(trained)).toEqual(m.map(trained));
-    const file = (out: string) =>
-      readFileSync(path.join(adapterOf(out, 3), "adapter_model.safetensors"));
-    expect(file(resumed).equals(file(straight))).toBe(true);
+    expectResumedEqualsStraight(
+      straight,
+      "resumed",
+      [...LORA, "actor.param_offload=true"],
+      ["adapter/adapter_model.safetensors"],
+    );
 
     // model.lora_adapter_path starts a new run from that adapter: its KL is no longer 0.
     const from = path.join(run.dir, "from-adapter");
@@ -182,19 +201,10 @@ describe("searchr1 train with LoRA", () => {
         "critic.rng.txt",
       ].sort(),
     );
-    const resumed = path.join(run.dir, "ppo-resumed");
-    const first = runCli(run.args(resumed, [...ppo, "trainer.total_training_steps=2"]));
-    expect(first.code, first.stderr).toBe(0);
-    const second = runCli(run.args(resumed, [...ppo, "trainer.total_training_steps=3"]));
-    expect(second.code, second.stderr).toBe(0);
-    expect(second.stderr).toMatch(/resuming from .*global_step_2 \(step 2\)/);
-    const trained = (row: Record<string, number>) =>
-      Object.fromEntries(Object.entries(deterministic(row)).filter(([k]) => !k.startsWith("val/")));
-    expect(metrics(resumed).map(trained)).toEqual(m.map(trained));
-    for (const file of ["adapter/adapter_model.safetensors", "critic/model.safetensors"]) {
-      const bytes = (out: string) => readFileSync(path.join(runDir(out), "global_step_3", file));
-      expect(bytes(resumed).equals(bytes(straight)), file).toBe(true);
-    }
+    expectResumedEqualsStraight(straight, "ppo-resumed", ppo, [
+      "adapter/adapter_model.safetensors",
+      "critic/model.safetensors",
+    ]);
   }, 600_000);
 
   // Data-parallel LoRA: two CPU trainer ranks sum their adapter gradients over Gloo (ZeRO
