@@ -29,7 +29,7 @@ import { table } from "../../src/runtime/table.js";
 import { type NamedTensor, writeSafetensors } from "../../src/tensors/safetensors.js";
 import { writeTinyModel } from "../../src/world/model.js";
 import { fmt, log, threadCappedEnv } from "../common.js";
-import { EngineProcess, greedy } from "./stdio.js";
+import { EngineProcess, greedy, timeDecodeSteps } from "./stdio.js";
 
 const SHAPE = {
   hidden: 512,
@@ -92,29 +92,12 @@ async function writeAdapter(dir: string, rank: number, rng: Rng): Promise<void> 
 /** Seconds per decode step of `batch` greedy sequences (with the adapter `lora`, or none). */
 async function stepSeconds(engine: EngineProcess, batch: number, lora: string | null, tag: string) {
   const prompt = Array.from({ length: 16 }, (_, i) => (i * 977 + 13) % VOCAB);
-  let first = 0;
-  let last = 0;
-  let steps = 0;
-  let done = 0;
-  const finished = engine.until((e) => {
-    if (e.ev === "tokens") {
-      last = performance.now();
-      if (first === 0) first = last;
-      else steps++;
-    }
-    if (e.ev === "done") done++;
-    return done === batch;
-  });
-  engine.send(
-    Array.from({ length: batch }, (_, i) => ({
-      // A token of its own first, so that no sequence shares another's prefix blocks.
-      ...greedy(`${tag}-${i}`, [i + 1, ...prompt], NEW_TOKENS),
-      ...(lora ? { lora } : {}),
-    })),
-  );
-  await finished;
-  await engine.control("flush_cache");
-  return (last - first) / 1000 / steps;
+  const commands = Array.from({ length: batch }, (_, i) => ({
+    // A token of its own first, so that no sequence shares another's prefix blocks.
+    ...greedy(`${tag}-${i}`, [i + 1, ...prompt], NEW_TOKENS),
+    ...(lora ? { lora } : {}),
+  }));
+  return (await timeDecodeSteps(engine, commands)).seconds;
 }
 
 async function main(): Promise<void> {

@@ -2,6 +2,7 @@
 // directly over its stdio protocol (native/src/engine/PROTOCOL.md), not through
 // `searchr1 serve-engine`'s HTTP, so that the figures are the engine's own.
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
+import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { log } from "../common.js";
 
@@ -115,3 +116,31 @@ export const greedy = (rid: string, inputIds: number[], maxNew: number) => ({
   stop_token_ids: [],
   ignore_eos: true,
 });
+
+/**
+ * Sends `commands` (generate commands) and times their decode steps: the seconds per step
+ * from the first `tokens` event to the last, over the steps between them. Then flushes the
+ * prefix cache, so that the next run computes its prompts again.
+ */
+export async function timeDecodeSteps(
+  engine: EngineProcess,
+  commands: object[],
+): Promise<{ seconds: number; steps: number }> {
+  let first = 0;
+  let last = 0;
+  let steps = 0;
+  let done = 0;
+  const finished = engine.until((e) => {
+    if (e.ev === "tokens") {
+      last = performance.now();
+      if (first === 0) first = last;
+      else steps++;
+    }
+    if (e.ev === "done") done++;
+    return done === commands.length;
+  });
+  engine.send(commands);
+  await finished;
+  await engine.control("flush_cache");
+  return { seconds: (last - first) / 1000 / Math.max(steps, 1), steps };
+}

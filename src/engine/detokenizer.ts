@@ -8,6 +8,7 @@
  * `decodeBatch` (one call per decode step of the engine, however many sequences check stop
  * strings), which costs a fraction of separate calls.
  */
+import { tokenBytesHex } from "../text/token-bytes.js";
 import { TextTokenizer } from "../text/tokenizer.js";
 
 interface Pending {
@@ -19,6 +20,7 @@ interface Pending {
 export class Detokenizer {
   private readonly queued: [Pending[], Pending[]] = [[], []];
   private flushing = false;
+  private bytes: string[] | null = null;
 
   private constructor(private readonly text: TextTokenizer) {}
 
@@ -41,6 +43,26 @@ export class Detokenizer {
   /** The tokenizer.json file. */
   get path(): string {
     return this.text.path;
+  }
+
+  /**
+   * Each token id's bytes as hex, as the engine's `token_bytes` command takes them
+   * (src/text/token-bytes.ts), read once. Throws an InputError naming tokenizer.json when
+   * its vocabulary's bytes cannot be read (see grammarProblem).
+   */
+  tokenBytes(): string[] {
+    if (this.bytes === null) this.bytes = tokenBytesHex(this.text.path);
+    return this.bytes;
+  }
+
+  /** Why this tokenizer cannot serve constrained decoding, or null when it can. */
+  grammarProblem(): string | null {
+    try {
+      this.tokenBytes();
+      return null;
+    } catch (err) {
+      return (err as Error).message;
+    }
   }
 
   /** Tokens the tokenizer knows (added tokens included). */

@@ -11,6 +11,8 @@
  */
 import { editDistance } from "../config/suggest.js";
 import { HttpError, typeOf } from "../runtime/http-server.js";
+import type { Grammar } from "./grammar/builder.js";
+import { jsonSchemaGrammar } from "./grammar/json-schema.js";
 
 /** SGLang's defaults (python/sglang/srt/sampling/sampling_params.py). */
 export const DEFAULT_MAX_NEW_TOKENS = 128;
@@ -31,6 +33,11 @@ export interface ModelLimits {
   tokenizer: boolean;
   /** The LoRA adapters loaded (names); `lora_path` must name one. Absent: none. */
   loras?: readonly string[];
+  /**
+   * Why this server cannot constrain outputs with a grammar (a tokenizer whose token bytes
+   * cannot be read), or null when it can. Absent: it cannot (no tokenizer).
+   */
+  grammar?: () => string | null;
 }
 
 export interface SamplingParams {
@@ -46,6 +53,8 @@ export interface SamplingParams {
   seed: number | null;
   skipSpecialTokens: boolean;
   noStopTrim: boolean;
+  /** The grammar the output must follow (SGLang's `json_schema`, OpenAI's formats). */
+  grammar?: Grammar;
 }
 
 /** One sequence to generate. */
@@ -88,7 +97,6 @@ const NEUTRAL_SAMPLING_KEYS: Record<string, unknown> = {
   min_new_tokens: 0,
   spaces_between_special_tokens: true,
   regex: null,
-  json_schema: null,
   ebnf: null,
   structural_tag: null,
   logit_bias: null,
@@ -117,6 +125,7 @@ const SAMPLING_KEYS = [
   "sampling_seed",
   "skip_special_tokens",
   "no_stop_trim",
+  "json_schema",
 ];
 
 /** Other servers' names for the same settings. */
@@ -506,9 +515,11 @@ export function readSampling(
     });
   }
 
+  const grammar = readJsonSchema(p.json_schema, fieldOf("json_schema"), limits);
   return {
     n,
     params: {
+      ...(grammar ? { grammar } : {}),
       maxNewTokens: Math.min(maxNewTokens, room),
       temperature,
       topP,
@@ -522,4 +533,34 @@ export function readSampling(
       noStopTrim: boolean("no_stop_trim", false),
     },
   };
+}
+
+/**
+ * SGLang's `json_schema` sampling key: a JSON Schema as a JSON string (an object is taken as
+ * well), compiled into the grammar the output must follow.
+ */
+function readJsonSchema(value: unknown, field: string, limits: ModelLimits): Grammar | null {
+  if (value === undefined || value === null) return null;
+  let schema = value;
+  if (typeof value === "string") {
+    try {
+      schema = JSON.parse(value);
+    } catch (err) {
+      throw bad(`${quote(field)} is not JSON (${(err as Error).message})`);
+    }
+  }
+  const problem = limits.grammar ? limits.grammar() : "this server runs with --skip-tokenizer-init";
+  if (problem !== null) {
+    throw bad(
+      `${quote(field)} needs constrained decoding, which this server cannot do: ${problem}`,
+    );
+  }
+  return jsonSchemaGrammar(schema, field);
+}
+
+/** ModelLimits' `grammar` for a server with this tokenizer (none: no grammar). */
+export function grammarLimit(
+  tokens: { grammarProblem(): string | null } | null,
+): Pick<ModelLimits, "grammar"> {
+  return tokens ? { grammar: () => tokens.grammarProblem() } : {};
 }

@@ -80,6 +80,7 @@ export class NativeEngine {
   private death: EngineDied | null = null;
   private readonly deathListeners: ((err: EngineDied) => void)[] = [];
   private readyInfo: ReadyEvent | null = null;
+  private tokenBytesSent = false;
   private version = "";
   /** [time, tokens] of the decode steps of the last THROUGHPUT_MS. */
   private readonly steps: [number, number][] = [];
@@ -223,6 +224,23 @@ export class NativeEngine {
   /** Ends a sequence early (its `done` event, reason abort, follows); no-op once finished. */
   abort(rid: string): void {
     if (this.sequences.has(rid) && !this.death) this.send({ op: "abort", rid });
+  }
+
+  /**
+   * Gives the engine each token's bytes (`tokenBytes`, read once), which requests with a
+   * grammar need; a no-op after the first call. The engine reads its stdin in order, so a
+   * `generate` sent after this finds them.
+   */
+  sendTokenBytes(tokenBytes: () => string[]): void {
+    if (this.tokenBytesSent) return;
+    const tokens = tokenBytes();
+    this.tokenBytesSent = true;
+    this.control({ op: "token_bytes", tokens }).then(
+      (reply) => {
+        if (!reply.ok) this.onLog(`engine refused the token bytes: ${reply.message}`);
+      },
+      () => {}, // a dead engine fails the requests themselves
+    );
   }
 
   /** Sends a control command and resolves with its reply (rejects if the engine dies). */

@@ -3,6 +3,7 @@
  * JSON object per line, commands on its stdin, events on its stdout. These types are that
  * document's, field for field; the engine knows nothing of HTTP, text or stop strings.
  */
+import type { Grammar } from "./grammar/builder.js";
 
 /** First line on stdout, once the model is loaded. */
 export interface ReadyEvent {
@@ -87,6 +88,8 @@ export interface GenerateCommand {
   top_logprobs?: number;
   /** A loaded LoRA adapter's name (`load_lora`); absent or null: the base model. */
   lora?: string | null;
+  /** The grammar the output must follow (src/engine/grammar/); absent: none. */
+  grammar?: Grammar;
 }
 
 /** The `stats` reply's figures. */
@@ -109,6 +112,7 @@ export interface EngineStats {
 
 /** Control commands: answered by a `reply` with the same id (shutdown: by exiting). */
 export type ControlCommand =
+  | { op: "token_bytes"; tokens: string[] }
   | { op: "update_weights"; model_path: string; abort_all: boolean }
   | { op: "flush_cache" }
   | { op: "release_memory" }

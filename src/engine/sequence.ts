@@ -91,6 +91,12 @@ export class Sequence implements SequenceHandler {
     this.endIds = new Set(
       onText ? [...(ignoreEos ? [] : engine.info.eos_token_ids), ...stopTokenIds] : [],
     );
+    if (spec.params.grammar) {
+      // Checked where the request is read (a grammar needs the tokenizer); the bytes go
+      // ahead of this sequence's generate command.
+      const tokens = detokenizer as Detokenizer;
+      engine.sendTokenBytes(() => tokens.tokenBytes());
+    }
   }
 
   /** Characters of the text a stream holds back (a stop string may start there). */
@@ -131,6 +137,7 @@ export class Sequence implements SequenceHandler {
         ignore_eos: params.ignoreEos,
         ...(this.spec.topLogprobs > 0 ? { top_logprobs: this.spec.topLogprobs } : {}),
         ...(this.spec.lora ? { lora: this.spec.lora } : {}),
+        ...(params.grammar ? { grammar: params.grammar } : {}),
       },
       this,
     );

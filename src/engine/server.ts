@@ -36,7 +36,7 @@ import {
 import { packageVersion } from "../runtime/package-root.js";
 import { ApiKey } from "./api-key.js";
 import type { Detokenizer } from "./detokenizer.js";
-import { parseGenerateRequest } from "./generate-request.js";
+import { grammarLimit, parseGenerateRequest } from "./generate-request.js";
 import { parseLoadLoraRequest, parseUnloadLoraRequest } from "./lora-request.js";
 import { EngineDied, EngineRefused, type NativeEngine } from "./native-engine.js";
 import { openAIErrorBody } from "./openai/errors.js";
@@ -415,6 +415,7 @@ export class EngineServer extends JsonHttpServer {
       contextLength: info.context_length,
       tokenizer: this.detokenizer !== null,
       loras: [...this.loras.keys()],
+      ...grammarLimit(this.detokenizer),
     });
     const sequences = request.sequences.map(
       (spec) => new Sequence(String(this.nextRid++), spec, engine, this.detokenizer),

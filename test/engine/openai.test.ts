@@ -7,8 +7,10 @@ import { fileURLToPath } from "node:url";
 import OpenAI, { AuthenticationError, BadRequestError, NotFoundError } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { VllmClient } from "../../src/engine/client/vllm.js";
+import { jsonSchemaGrammar } from "../../src/engine/grammar/json-schema.js";
 import type { ChatMessage } from "../../src/text/chat-template.js";
 import { ModelTokenizer } from "../../src/text/model-tokenizer.js";
+import { grammarMatches } from "../helpers/grammar-match.js";
 import {
   type GreedyCase,
   greedy,
@@ -56,6 +58,12 @@ const PYTHON_OPENAI = (() => {
 })();
 
 const QWEN = modelDir("qwen-bpe");
+/** A schema whose documents are bounded (so greedy decoding of a random model ends). */
+const FORCED = {
+  type: "object",
+  properties: { city: { type: "string", maxLength: 8 }, unit: { enum: ["c", "f"] } },
+  required: ["city", "unit"],
+};
 const KEY = "sk-test-5f1c2a9d";
 const NAME = "tiny-qwen";
 const cases = greedy().cases.filter((c) => c.model === "qwen-bpe");
@@ -466,10 +474,23 @@ describe("OpenAI API with the openai client", () => {
     const misspelt = await refused({ max_tokenz: 3 }, "max_tokenz", "completions");
     expect(misspelt.message).toContain('did you mean "max_tokens"');
     const tool = await refused(
-      { tool_choice: "required", tools: [{ type: "function", function: { name: "f" } }] },
-      "tool_choice",
+      {
+        tool_choice: { type: "function", function: { name: "g" } },
+        tools: [{ type: "function", function: { name: "f" } }],
+      },
+      "tool_choice.function.name",
     );
-    expect(tool.message).toContain("constrained decoding");
+    expect(tool.message).toContain('is not among "tools"');
+    const format = await refused(
+      {
+        response_format: {
+          type: "json_schema",
+          json_schema: { name: "x", schema: { pattern: "a" } },
+        },
+      },
+      "response_format.json_schema.schema.pattern",
+    );
+    expect(format.message).toContain('"pattern" is not supported');
 
     const missing = await client.chat.completions
       .create({ model: "gpt-4o", messages: MESSAGES })
@@ -849,6 +870,8 @@ describe("tools, through a scripted engine", () => {
           tools_model: model,
           tools: [reference.tool_schema],
           ask,
+          forced_tools: [{ type: "function", function: { name: "weather", parameters: FORCED } }],
+          schema: FORCED,
         }),
         env: PYTHON_ENV,
         encoding: "utf8",
@@ -905,6 +928,18 @@ describe("tools, through a scripted engine", () => {
       expect(out.tool_call_stream.finish_reason).toBe("tool_calls");
       expect(out.tool_call_stream.tool_calls).toHaveLength(1);
       expect(out.tool_call_stream.tool_calls[0].function.name).toBe("search");
+      // Constrained decoding (greedy, on the tiny model): a call of the named function whose
+      // arguments follow its schema, and a reply that is a document of the schema.
+      const grammar = jsonSchemaGrammar(FORCED, "schema");
+      const forced = out.forced.choices[0];
+      expect(forced.finish_reason).toBe("tool_calls");
+      expect(forced.message.tool_calls).toHaveLength(1);
+      expect(forced.message.tool_calls[0].function.name).toBe("weather");
+      expect(grammarMatches(grammar, forced.message.tool_calls[0].function.arguments)).toBe(true);
+      const formatted = out.formatted.choices[0];
+      expect(formatted.finish_reason).toBe("stop");
+      expect(grammarMatches(grammar, formatted.message.content)).toBe(true);
+      expect(Object.keys(JSON.parse(formatted.message.content))).toEqual(["city", "unit"]);
     },
     90_000,
   );

@@ -5,7 +5,8 @@ spec on stdin, makes the calls below with the client, and prints what the client
 (its pydantic objects dumped to JSON, or the class of the exception it raised) as one JSON
 object. The test compares it with /generate and the chat template on the same server.
 
-spec: {"base", "key", "model", "messages", "tools_base", "tools_model", "tools", "ask"}
+spec: {"base", "key", "model", "messages", "tools_base", "tools_model", "tools", "ask",
+       "forced_tools", "schema"}
 """
 
 import json
@@ -76,6 +77,25 @@ def main() -> None:
             streamed_calls += [c.model_dump() for c in choice.delta.tool_calls or []]
             finish = choice.finish_reason or finish
     out["tool_call_stream"] = {"tool_calls": streamed_calls, "finish_reason": finish}
+
+    # Constrained decoding on the real engine: a named function, then a JSON Schema.
+    forced = client.chat.completions.create(
+        model=spec["model"],
+        messages=spec["messages"],
+        tools=spec["forced_tools"],
+        tool_choice={"type": "function", "function": {"name": spec["forced_tools"][0]["function"]["name"]}},
+        temperature=0,
+        max_tokens=300,
+    )
+    out["forced"] = forced.model_dump()
+    formatted = client.chat.completions.create(
+        model=spec["model"],
+        messages=spec["messages"],
+        response_format={"type": "json_schema", "json_schema": {"name": "reply", "schema": spec["schema"]}},
+        temperature=0,
+        max_tokens=300,
+    )
+    out["formatted"] = formatted.model_dump()
 
     json.dump(out, sys.stdout)
 

@@ -24,6 +24,12 @@ SoftmaxStats softmax_stats(const float* logits, int V, float inv_t) {
   return s;
 }
 
+void mask_logits(float* logits, int V, const uint64_t* allowed) {
+  for (int v = 0; v < V; v++) {
+    if (((allowed[v / 64] >> (v % 64)) & 1) == 0) logits[v] = -INFINITY;
+  }
+}
+
 namespace {
 
 // The ids of the `k` largest of score[0..n), largest first (ties: lower id first).
@@ -72,11 +78,14 @@ TokenDraw filtered_row(const float* logits, int V, const SampleRow& row,
   for (int r = 0; r < keep; r++) kept += prob[order[r]];
   const double u = row.uniform * kept;
   double acc = 0;
+  int last = 0;
   for (int r = 0; r < keep; r++) {
+    if (prob[order[r]] <= 0) break;  // a token a grammar masked out (logit -inf), and all after
+    last = r;
     acc += prob[order[r]];
     if (u < acc) return {order[r], s.logprob(logits, order[r])};
   }
-  return {order[keep - 1], s.logprob(logits, order[keep - 1])};
+  return {order[last], s.logprob(logits, order[last])};  // the rounding gap below `kept`
 }
 
 float inv_temperature(const SampleRow& row) {
@@ -106,8 +115,11 @@ TokenDraw sample_row(const float* logits, int V, const SampleRow& row) {
 std::vector<TokenDraw> top_logprobs(const float* logits, int V, const SampleRow& row, int k) {
   const SoftmaxStats s = softmax_stats(logits, V, inv_temperature(row));
   std::vector<TokenDraw> out;
-  // A positive temperature keeps the order of the logits, so rank them directly.
-  for (int32_t id : top_ids(logits, V, k)) out.push_back({id, s.logprob(logits, id)});
+  // A positive temperature keeps the order of the logits, so rank them directly. Tokens a
+  // grammar masked out (logit -inf) cannot come and are not listed.
+  for (int32_t id : top_ids(logits, V, k)) {
+    if (logits[id] != -INFINITY) out.push_back({id, s.logprob(logits, id)});
+  }
   return out;
 }
 

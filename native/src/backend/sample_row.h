@@ -24,6 +24,11 @@ struct SoftmaxStats {
 };
 SoftmaxStats softmax_stats(const float* logits, int V, float inv_t);
 
+// Sets the logits of the tokens not in `allowed` (bit id % 64 of word id / 64) to -inf, so
+// that sample_row draws, and reports log-probs, under the distribution renormalised over the
+// allowed tokens (a grammar's mask, engine/token_mask.h).
+void mask_logits(float* logits, int V, const uint64_t* allowed);
+
 // Backend::sample_tokens' rule for one row. A filtered row (SGLang's definitions): sorted by
 // probability (ties by id), a token is dropped when the mass of the tokens before it exceeds
 // top_p, when its rank is top_k or more, or when its probability is below min_p times the
@@ -34,7 +39,8 @@ TokenDraw sample_row(const float* logits, int V, const SampleRow& row);
 // The `k` most likely tokens (k <= V) of the distribution sample_row's log-prob is taken
 // under (log_softmax(logits / temperature) over the whole vocabulary, temperature 1 when
 // greedy), most likely first, ties by the lower id: SGLang's output_top_logprobs and
-// OpenAI's top_logprobs for the row.
+// OpenAI's top_logprobs for the row. Tokens whose logit is -inf (masked out by a grammar)
+// are not listed.
 std::vector<TokenDraw> top_logprobs(const float* logits, int V, const SampleRow& row, int k);
 
 }  // namespace sr1

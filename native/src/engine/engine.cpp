@@ -19,6 +19,7 @@ struct Engine::Sequence {
   bool admitted_once = false;
   EngineAdapter* adapter = nullptr;         // the LoRA adapter it runs with; null: the base
   uint64_t root = BlockManager::kRootHash;  // its prefix hashes start here (the adapter's)
+  std::unique_ptr<TokenMasks> masks;        // the request's grammar; null: none
 
   Sequence(GenerateRequest r, uint64_t order)
       : req(std::move(r)), rng(req.seed), arrival(order) {
@@ -73,6 +74,12 @@ void Engine::submit(GenerateRequest r) {
                 std::to_string(GenerateRequest::kMaxTopLogprobs) + "], got " +
                 std::to_string(r.top_logprobs));
   }
+  if (r.grammar != nullptr && vocab_ == nullptr) {
+    throw Error("grammar: the engine has no token bytes yet (send token_bytes first)");
+  }
+  if (r.grammar != nullptr && r.ignore_eos) {
+    throw Error("grammar: ignore_eos cannot be set with a grammar (the grammar says where to end)");
+  }
   EngineAdapter* adapter = nullptr;
   if (!r.lora.empty()) {
     const auto it = adapters_.find(r.lora);
@@ -97,6 +104,9 @@ void Engine::submit(GenerateRequest r) {
   auto seq = std::make_unique<Sequence>(std::move(r), arrivals_++);
   seq->adapter = adapter;
   if (adapter != nullptr) seq->root = adapter->root;
+  if (seq->req.grammar != nullptr) {
+    seq->masks = std::make_unique<TokenMasks>(vocab_, seq->req.grammar);
+  }
   if (seq->req.max_new_tokens == 0) {
     instant_.push_back(std::move(seq));
   } else {
@@ -434,6 +444,28 @@ bool Engine::finished(Sequence& s, int32_t token, Finished* out) const {
   return true;
 }
 
+std::vector<uint64_t> Engine::allowed_tokens(Sequence& s) const {
+  std::vector<uint64_t> mask = s.masks->allowed();
+  const auto set = [&](int32_t id, bool on) {
+    if (id < 0 || static_cast<size_t>(id) / 64 >= mask.size()) return;
+    const uint64_t bit = uint64_t{1} << (id % 64);
+    mask[id / 64] = on ? (mask[id / 64] | bit) : (mask[id / 64] & ~bit);
+  };
+  // The end tokens come only where the grammar may end, and then always may.
+  const bool end = s.masks->accepts();
+  for (int32_t id : eos_) set(id, end);
+  for (int32_t id : s.req.stop_token_ids) set(id, end);
+  // A grammar no token can go on with (a byte no token spells) ends the sequence.
+  if (std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; })) {
+    for (int32_t id : eos_) set(id, true);
+  }
+  return mask;
+}
+
+void Engine::set_token_bytes(const std::vector<std::string>& token_bytes) {
+  vocab_ = std::make_shared<const VocabTrie>(token_bytes, model_.config().vocab_size);
+}
+
 int Engine::table_columns(int blocks) {
   int columns = 1;
   while (columns < blocks) columns *= 2;
@@ -472,6 +504,7 @@ StepResult Engine::step() {
   step.max_blocks = table_columns(most_blocks);
   step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
   std::vector<Sequence*> samplers;  // the sequence of each sample row
+  std::vector<std::vector<uint64_t>> masks;  // of the constrained sample rows
   const int BS = blocks_.block_size();
   for (int i = 0; i < step.num_seqs; i++) {
     Sequence& s = *planned[i].seq;
@@ -494,7 +527,12 @@ StepResult Engine::step() {
       step.sampling.push_back(backend_row(s.req.sampling, s.rng));
       step.top_logprobs.push_back(s.req.top_logprobs);
       samplers.push_back(&s);
+      if (s.masks != nullptr) masks.push_back(allowed_tokens(s));
     }
+  }
+  if (!masks.empty()) {  // pointers taken once `masks` no longer grows
+    size_t m = 0;
+    for (Sequence* s : samplers) step.allowed.push_back(s->masks ? masks[m++].data() : nullptr);
   }
 
   std::vector<std::vector<TokenDraw>> top;
@@ -512,6 +550,7 @@ StepResult Engine::step() {
     totals_.generated_tokens++;
     res.tokens.push_back(
         TokenOut{s.req.rid, sampled[r].token, sampled[r].logprob, std::move(top[r])});
+    if (s.masks != nullptr) s.masks->advance(sampled[r].token);  // an end token: no bytes
     Finished f;
     if (finished(s, sampled[r].token, &f)) {
       res.finished.push_back(f);

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
+#include "engine/token_mask.h"
 #include "model/lora.h"
 #include "model/qwen2.h"
 
@@ -56,6 +58,9 @@ struct GenerateRequest {
   static constexpr int kMaxTopLogprobs = 1024;
   // The loaded LoRA adapter to generate with (Engine::load_adapter's name); empty: the base.
   std::string lora;
+  // The grammar the output must follow (engine/grammar.h); null: none. EOS and the stop
+  // tokens are drawn only where the grammar may end.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 // A LoRA adapter the engine serves beside its base weights, unmerged (PROTOCOL.md, "LoRA").
@@ -153,6 +158,11 @@ class Engine {
   // The loaded adapters (those being unloaded too): name, folder.
   std::vector<std::pair<std::string, std::string>> adapters() const;
 
+  // The bytes each token id decodes to (engine/token_mask.h's VocabTrie; empty for special
+  // tokens), which requests with a grammar need. Replaces what was set before; requests
+  // already running keep the vocabulary they started with.
+  void set_token_bytes(const std::vector<std::string>& token_bytes);
+
   // Device bytes of the model's buffers for the largest step under `options` (a prefill
   // chunk beside a decode row for every running sequence), which the KV cache must leave.
   static size_t largest_step_bytes(const ModelConfig& config, size_t x_elem,
@@ -179,6 +189,8 @@ class Engine {
   void publish_full_blocks(Sequence& s);
   void pending_hashes(const Sequence& s, std::unordered_set<uint64_t>& out) const;
   bool finished(Sequence& s, int32_t token, Finished* out) const;
+  // The tokens a sequence with a grammar may draw next, end tokens included where it may end.
+  std::vector<uint64_t> allowed_tokens(Sequence& s) const;
   Finished finish(Sequence& s, const std::string& reason, int32_t matched) const;
   void erase_running(Sequence* s);
 
@@ -195,6 +207,7 @@ class Engine {
   std::unordered_set<std::string> live_rids_;
   EngineStats totals_;
   std::map<std::string, std::unique_ptr<EngineAdapter>> adapters_;
+  std::shared_ptr<const VocabTrie> vocab_;  // set_token_bytes'; null until then
   int adapter_loads_ = 0;
 };
 

@@ -32,7 +32,38 @@ GenerateRequest parse_generate(const json::Value& cmd) {
   const int64_t top = f.integer("top_logprobs", 0);
   r.top_logprobs = static_cast<int>(std::clamp<int64_t>(top, -1, INT32_MAX));  // submit checks
   r.lora = f.text("lora", "");  // absent or null: the base model
+  if (f.has("grammar")) {
+    r.grammar = std::make_shared<const Grammar>(parse_grammar(f.required("grammar")));
+  }
   return r;
+}
+
+std::vector<std::string> parse_token_bytes(const json::Value& cmd) {
+  const json::Value* tokens = cmd.find("tokens");
+  if (tokens == nullptr || !tokens->is_array()) {
+    throw Error("'tokens' must be a list of hex strings, one per token id");
+  }
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::vector<std::string> out;
+  for (const json::Value& t : tokens->as_array()) {
+    const std::string& hex = t.is_string() ? t.as_string() : std::string("?");
+    std::string bytes;
+    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+      const int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+      if (hi < 0 || lo < 0) break;
+      bytes.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    if (bytes.size() * 2 != hex.size()) {
+      throw Error("'tokens'[" + std::to_string(out.size()) +
+                  "] must be a string of lower-case hex digit pairs");
+    }
+    out.push_back(std::move(bytes));
+  }
+  return out;
 }
 
 std::string tokens_event(const std::vector<TokenOut>& tokens) {

@@ -54,6 +54,14 @@ bool EngineServer::handle(const std::string& line) {
     const bool release = op == "release_memory";
     const bool ok = release ? engine_.release_memory(&why) : engine_.resume_memory(&why);
     reply(cmd, ok, ok ? (release ? "KV cache released" : "KV cache resumed") : why);
+  } else if (op == "token_bytes") {
+    try {
+      const std::vector<std::string> tokens = parse_token_bytes(cmd);
+      engine_.set_token_bytes(tokens);
+      reply(cmd, true, "token bytes of " + std::to_string(tokens.size()) + " tokens set");
+    } catch (const Error& e) {
+      reply(cmd, false, e.what());
+    }
   } else if (op == "stats") {
     json::Value r = stats_object(engine_.stats());
     r.set("weight_version", version());

@@ -11,9 +11,13 @@
  * ChatCompletionRequest (vllm/entrypoints/openai/completion/protocol.py,
  * chat_completion/protocol.py). Completions default to 16 tokens (`max_tokens` 16, as
  * OpenAI and vLLM), chat to the room left in the context. Keys OpenAI defines that this
- * engine does not implement (penalties, logit_bias, echo, suffix, response formats) are
- * accepted at their neutral values and refused otherwise; unknown keys are refused, naming
- * the nearest known one, so that a misspelt key does not pass silently.
+ * engine does not implement (penalties, logit_bias, echo, suffix; completions' response
+ * formats) are accepted at their neutral values and refused otherwise; unknown keys are
+ * refused, naming the nearest known one, so that a misspelt key does not pass silently.
+ *
+ * Chat's `response_format` (`json_object`, `json_schema`) and `tool_choice` "required" or a
+ * named function constrain the output with a grammar (./grammar/): the engine masks, at
+ * every token, the tokens that would leave it.
  */
 import { editDistance } from "../../config/suggest.js";
 import { HttpError, typeOf } from "../../runtime/http-server.js";
@@ -26,6 +30,9 @@ import {
   readSampling,
   type SequenceSpec,
 } from "../generate-request.js";
+import { type Grammar, GrammarBuilder } from "../grammar/builder.js";
+import { jsonSchemaGrammar } from "../grammar/json-schema.js";
+import { type FunctionTool, toolCallGrammar } from "../grammar/tool-calls.js";
 
 /** The chat side of the model folder: its template, or why there is none. */
 export interface ChatSide {
@@ -51,6 +58,8 @@ export interface ToolSetting {
   parseCalls: boolean;
   /** `parallel_tool_calls` false: at most one call. */
   maxCalls: number;
+  /** `tool_choice` "required" or a named function: the calls' grammar (else null). */
+  grammar: Grammar | null;
 }
 
 export interface OpenAIRequest {
@@ -117,6 +126,7 @@ const CHAT_KEYS = [
   "parallel_tool_calls",
   "chat_template_kwargs",
   "add_generation_prompt",
+  "response_format",
 ];
 
 /** Accepted only at these values (null always): what this engine does without them. */
@@ -366,12 +376,29 @@ export async function parseChatRequest(raw: unknown, ctx: ParseContext): Promise
     throw bad(`"top_logprobs" = ${top} needs "logprobs": true (as OpenAI and vLLM require)`);
   }
   const maxKey = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
+  const sequences = sequencesOf(body, [prompt], maxKey, null, ctx.limits, logprobs, top);
+  const format = readResponseFormat(body);
+  if (format && tools?.grammar) {
+    throw bad(
+      `"response_format" and "tool_choice" = ${JSON.stringify(body.tool_choice)} both constrain ` +
+        "the output: give one",
+    );
+  }
+  const grammar = format ?? tools?.grammar ?? null;
+  if (grammar) {
+    const problem = ctx.limits.grammar ? ctx.limits.grammar() : "this server has no tokenizer";
+    if (problem !== null) {
+      const key = format ? "response_format" : "tool_choice";
+      throw bad(`"${key}" needs constrained decoding, which this server cannot do: ${problem}`);
+    }
+    for (const s of sequences) s.params.grammar = grammar;
+  }
   return {
     model: c.model,
     stream: c.stream,
     includeUsage: c.includeUsage,
     prompts: [prompt],
-    sequences: sequencesOf(body, [prompt], maxKey, null, ctx.limits, logprobs, top),
+    sequences,
     logprobs,
     topLogprobs: top,
     returnTokenIds: c.returnTokenIds,
@@ -451,10 +478,43 @@ function toolCallsOf(value: unknown, field: string): Record<string, unknown>[] {
 }
 
 /**
+ * `response_format`: `{"type": "text"}` (the default), `{"type": "json_object"}` (any JSON
+ * object) or `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}` (a
+ * document the schema accepts; ./grammar/json-schema.ts says which keywords). Null: free text.
+ */
+function readResponseFormat(body: Record<string, unknown>): Grammar | null {
+  const format = body.response_format;
+  if (format === undefined || format === null) return null;
+  const shape =
+    '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": ' +
+    '{"name": ..., "schema": {...}}}';
+  if (!isObject(format)) throw bad(`"response_format" must be ${shape}, got ${typeOf(format)}`);
+  if (format.type === "text") return null;
+  if (format.type === "json_object") {
+    const g = new GrammarBuilder();
+    return g.build(g.anyObject());
+  }
+  if (format.type !== "json_schema") {
+    throw bad(
+      `"response_format.type" must be "text", "json_object" or "json_schema", got ${JSON.stringify(format.type)}`,
+    );
+  }
+  const spec = format.json_schema;
+  if (!isObject(spec) || spec.schema === undefined) {
+    throw bad(
+      `"response_format.json_schema" must be {"name": ..., "schema": {...}}, got ${typeOf(spec)}`,
+    );
+  }
+  return jsonSchemaGrammar(spec.schema, "response_format.json_schema.schema");
+}
+
+/**
  * `tools`, `tool_choice` and `parallel_tool_calls`. Function tools only; `tool_choice`
  * "auto" (the default with tools) reads calls back, "none" renders the tools but reads no
- * calls (vLLM's default). "required" and a named function need constrained decoding,
- * which this engine does not have: refused.
+ * calls (vLLM's default); "required" (one or more calls of any tool, one without
+ * `parallel_tool_calls`) and a named function (`{"type": "function", "function": {"name"}}`:
+ * one call of it) force the calls with a grammar (./grammar/tool-calls.ts) and read them
+ * back.
  */
 function readTools(body: Record<string, unknown>): ToolSetting | null {
   const tools = body.tools;
@@ -478,15 +538,31 @@ function readTools(body: Record<string, unknown>): ToolSetting | null {
       throw bad(`${quote(`${f}.function.name`)} must be a non-empty string`);
     }
   });
-  if (choice !== "auto" && choice !== "none") {
+  const functions = tools.map((t) => t.function as FunctionTool);
+  let grammar: Grammar | null = null;
+  if (choice === "required") {
+    grammar = toolCallGrammar(functions, parallel, (i) => `tools[${i}]`);
+  } else if (isObject(choice) && choice.type === "function" && isObject(choice.function)) {
+    const name = choice.function.name;
+    const i = functions.findIndex((f) => f.name === name);
+    const named = functions[i];
+    if (named === undefined) {
+      throw bad(
+        `"tool_choice.function.name" = ${JSON.stringify(name)} is not among "tools" ` +
+          `(${functions.map((f) => JSON.stringify(f.name)).join(", ")})`,
+      );
+    }
+    grammar = toolCallGrammar([named], false, () => `tools[${i}]`);
+  } else if (choice !== "auto" && choice !== "none") {
     throw bad(
-      `"tool_choice" = ${JSON.stringify(choice)} is not supported: this engine has no ` +
-        'constrained decoding to force a call; use "auto" (the model decides) or "none"',
+      `"tool_choice" must be "auto", "none", "required" or {"type": "function", "function": ` +
+        `{"name": ...}}, got ${JSON.stringify(choice)}`,
     );
   }
   return {
     tools: tools as Record<string, unknown>[],
-    parseCalls: choice === "auto",
-    maxCalls: parallel ? Number.POSITIVE_INFINITY : 1,
+    parseCalls: choice !== "none",
+    maxCalls: parallel && !isObject(choice) ? Number.POSITIVE_INFINITY : 1,
+    grammar,
   };
 }

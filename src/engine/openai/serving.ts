@@ -15,7 +15,8 @@
  * after that an error is an `error` event, then `[DONE]`. A client that disconnects (a
  * stream it stops reading, a request it aborts) aborts its sequences in the engine.
  *
- * With `tools` and `tool_choice` "auto", the text is read for Hermes tool calls
+ * With `tools` and `tool_choice` "auto", "required" or a named function (the last two
+ * constrained to calls by a grammar, ./request.ts), the text is read for Hermes tool calls
  * (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`, what Qwen2.5's template asks
  * for; ../../text/hermes-tool-calls.ts) into `tool_calls`, and finish_reason "tool_calls";
  * a stream holds its text back from the first `<tool_call>` and sends the calls with the
@@ -25,6 +26,7 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from "node:
 import { HttpError, readJsonBody } from "../../runtime/http-server.js";
 import { parseHermesToolCalls } from "../../text/hermes-tool-calls.js";
 import type { Detokenizer } from "../detokenizer.js";
+import { grammarLimit } from "../generate-request.js";
 import { EngineRefused, type NativeEngine } from "../native-engine.js";
 import type { TopLogprob } from "../protocol.js";
 import { type GenerateOutput, Sequence } from "../sequence.js";
@@ -117,6 +119,7 @@ export class OpenAIServing {
         vocabSize: info.vocab_size,
         contextLength: info.context_length,
         tokenizer: detokenizer !== null,
+        ...grammarLimit(detokenizer),
       },
       tokenizer: detokenizer?.tokenizer ?? null,
       chat: this.o.chat,
