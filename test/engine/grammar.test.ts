@@ -25,6 +25,7 @@ import {
   generateOk,
   modelDir,
   type Output,
+  request,
   type RunningEngine,
   startEngine,
 } from "./helpers.js";
@@ -143,6 +144,34 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
       sampling_params: { temperature: 1, seed: 11, max_new_tokens: 40 },
     });
     expect(() => JSON.parse(free.text)).toThrow();
+  });
+
+  it("a KV cache too small for the load (sequences wait and are preempted): the same outputs", async () => {
+    const body = {
+      input_ids: PROMPT,
+      sampling_params: {
+        temperature: 1,
+        seed: 21,
+        n: 12,
+        max_new_tokens: 150,
+        json_schema: JSON.stringify(PERSON),
+      },
+    };
+    const roomy = await generateOk<Output[]>(server.base, body);
+    const tight = await startEngine(["--model", QWEN, "--kv-cache-mb", "0.1"]);
+    try {
+      const outs = await generateOk<Output[]>(tight.base, body);
+      expect(outs.map((o) => o.output_ids)).toEqual(roomy.map((o) => o.output_ids));
+      const info = (await request(tight.base, "GET", "/get_server_info")).json as Record<
+        string,
+        number
+      >;
+      expect(info.kv_full_steps).toBeGreaterThan(0);
+    } finally {
+      await tight.stop();
+    }
+    for (const o of roomy.filter((x) => x.meta_info.finish_reason.type === "stop"))
+      expectPerson(o.text);
   });
 
   it("bad schemas are a 400 naming the field; the server keeps serving", async () => {
