@@ -122,7 +122,7 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
   const d = policy.dims;
   const stage =
     trainer.zero_stage === null
-      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${input.lora && !input.critic ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
+      ? `ZeRO stage ${input.stage} (trainer.zero_stage null: ${input.lora && (!input.critic || input.criticLora) ? "0 with LoRA" : input.ranks > 1 ? "2 on several ranks" : "0 on one rank"})`
       : `ZeRO stage ${input.stage}`;
   const title = [
     `memory plan of one device (its trainer rank and engine replica) of ${input.ranks} ` +
@@ -163,6 +163,12 @@ function planText(config: TrainConfig, policy: PlanModel, critic: PlanModel): st
     const share = ((100 * lora.floats) / plan.parameters).toFixed(2);
     notes.push(
       `LoRA rank ${input.lora.rank} on ${[input.lora.targets].flat().join(", ")}: ${lora.floats.toLocaleString("en-US")} adapter floats (${share} % of the parameters) trained on the frozen base; the reference is the policy with its adapters off`,
+    );
+  }
+  const criticLora = plan.sizes.critic?.lora;
+  if (criticLora && input.criticLora) {
+    notes.push(
+      `the critic's LoRA rank ${input.criticLora.rank} on ${[input.criticLora.targets].flat().join(", ")}: ${criticLora.floats.toLocaleString("en-US")} floats (the adapters and the value head) trained on the frozen critic`,
     );
   }
   if (input.engineElsewhere) notes.push(`not on this device: ${input.engineElsewhere}`);

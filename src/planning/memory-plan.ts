@@ -58,11 +58,12 @@ export interface PlanModel {
 
 /**
  * trainer.zero_stage, null resolved: 0 on one rank, 2 on several; with LoRA 0 unless PPO's
- * critic, fully trained, is there to shard (the adapters' state is small).
+ * critic, fully trained (critic.lora_rank 0), is there to shard (adapters' state is small).
  */
 export function zeroStageOf(config: TrainConfig): ZeroStage {
   const ranks = config.trainer.gpus * config.trainer.nnodes;
-  const full = !loraOn(config) || config.algorithm.name === "ppo";
+  const full =
+    !loraOn(config) || (config.algorithm.name === "ppo" && config.critic.lora_rank === 0);
   return (config.trainer.zero_stage ?? (ranks > 1 && full ? 2 : 0)) as ZeroStage;
 }
 
@@ -86,6 +87,8 @@ export interface PlanInput {
    * base, and the reference is the policy with them off (no copy of its own).
    */
   lora?: { rank: number; targets: "all-linear" | string[] } | null;
+  /** LoRA adapters on the critic (critic.lora_*), its value head trained beside them. */
+  criticLora?: { rank: number; targets: "all-linear" | string[] } | null;
   /** ref.param_offload: the reference waits in host memory between its log-probs. */
   referenceOffload?: boolean;
   /** actor.*_offload and critic.*_offload: what each learner keeps in host memory. */
@@ -144,6 +147,10 @@ export function planInput(config: TrainConfig, policy: PlanModel, critic: PlanMo
     critic: ppo ? critic : null,
     reference: actor.use_kl_loss || algorithm.use_kl_in_reward,
     lora: loraSpec(config),
+    criticLora:
+      ppo && config.critic.lora_rank > 0
+        ? { rank: config.critic.lora_rank, targets: config.critic.target_modules }
+        : null,
     referenceOffload: config.ref.param_offload,
     actorOffload: offloadOf(config.actor),
     criticOffload: offloadOf(config.critic),
@@ -254,6 +261,7 @@ export function planSizes(input: PlanInput): MemoryPlan["sizes"] {
         ranks,
         offload: input.criticOffload ?? NO_OFFLOAD,
         tokens: [tokens.criticUpdate, tokens.values],
+        lora: input.criticLora ?? undefined,
       })
     : null;
   return { policy, critic };
@@ -388,56 +396,63 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
     );
   };
 
-  const { policy, critic } = sizes;
-  const actorCommands: [Command, Command] = ["actor log-probs", "actor update"];
-  const lora = policy.lora;
-  if (lora) {
-    // The frozen base's compute copy and the adapters' own state (their moments sharded from
-    // ZeRO stage 1 on, their summed gradient too at stage 2).
+  // A learner with adapters: the frozen base's compute copy and the adapters' own state (their
+  // moments sharded from ZeRO stage 1 on, their summed gradient too at stage 2).
+  const adapterRows = (
+    part: "actor" | "critic",
+    bytes: ModelBytes,
+    rank: number,
+    offload: Offload,
+    commands: [Command, Command],
+  ) => {
+    const lora = bytes.lora as NonNullable<ModelBytes["lora"]>;
     const pick = (k: keyof LearnerBytes) => lora.learner.map((b) => b[k]) as Triple;
-    const r = input.lora?.rank ?? 0;
+    const bf16 = device === "cuda" ? " and their bf16 copy" : "";
+    const head = part === "critic" ? " and the value head" : "";
     weightsRows(
-      "actor",
+      part,
       `weights (${xName} compute copy, frozen)`,
-      (input.actorOffload ?? NO_OFFLOAD).param,
-      actorCommands,
+      offload.param,
+      commands,
       pick("weights"),
       pick("hostWeights"),
     );
-    row(
-      "actor",
-      `LoRA rank ${r} adapters: fp32 weights${device === "cuda" ? " and their bf16 copy" : ""}`,
-      pick("masters"),
-    );
-    row("actor", "LoRA adapters: AdamW moments (fp32 m, v)", pick("optimizer"));
+    row(part, `LoRA rank ${rank} adapters${head}: fp32 weights${bf16}`, pick("masters"));
+    row(part, "LoRA adapters: AdamW moments (fp32 m, v)", pick("optimizer"));
     const between = pick("gradientsBetween");
-    row("actor", "LoRA adapters: fp32 gradients", between);
+    row(part, "LoRA adapters: fp32 gradients", between);
     commandRow(
-      "actor",
+      part,
       "LoRA adapters: fp32 gradients, during its updates only (stage 2)",
-      ["actor update"],
+      [commands[1]],
       byStage((s) => (between[s] > 0 ? 0 : (lora.learner[s] as LearnerBytes).gradients)),
     );
-  } else {
-    learnerRows("actor", policy, input.actorOffload ?? NO_OFFLOAD, actorCommands);
-  }
+  };
+  // The scratch of a pass through the adapters (A x, its gradient and one module's output),
+  // for each of `passes`: its tokens, its command and its name.
+  const adapterScratchRows = (
+    part: "actor" | "critic",
+    bytes: ModelBytes,
+    passes: [number, Command, string][],
+  ) => {
+    const scratch = "LoRA adapters' scratch (A x, its gradient, one module's output)";
+    for (const [n, command, name] of passes) {
+      commandRow(part, `${scratch}, ${name} (${tok(n)})`, [command], same(loraScratchOf(bytes, n)));
+    }
+  };
+
+  const { policy, critic } = sizes;
+  const actorCommands: [Command, Command] = ["actor log-probs", "actor update"];
+  const lora = policy.lora;
+  const actorOffload = input.actorOffload ?? NO_OFFLOAD;
+  if (lora) adapterRows("actor", policy, input.lora?.rank ?? 0, actorOffload, actorCommands);
+  else learnerRows("actor", policy, actorOffload, actorCommands);
   actsRows("actor", policy, tokens.update, tokens.logProbs, actorCommands, "log-prob micro-batch");
   if (lora) {
-    // A pass through the adapters holds A x, its gradient and one module's output (or its
-    // gradient) for its rows; the reference's (adapters off) holds none.
-    const scratch = "LoRA adapters' scratch (A x, its gradient, one module's output)";
-    commandRow(
-      "actor",
-      `${scratch}, update micro-batch (${tok(tokens.update)})`,
-      ["actor update"],
-      same(loraScratchOf(policy, tokens.update)),
-    );
-    commandRow(
-      "actor",
-      `${scratch}, log-prob micro-batch (${tok(tokens.logProbs)})`,
-      ["actor log-probs"],
-      same(loraScratchOf(policy, tokens.logProbs)),
-    );
+    adapterScratchRows("actor", policy, [
+      [tokens.update, "actor update", "update micro-batch"],
+      [tokens.logProbs, "actor log-probs", "log-prob micro-batch"],
+    ]);
   }
   if (input.reference && lora) {
     commandRow(
@@ -467,7 +482,10 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
   }
   if (input.critic && critic) {
     const criticCommands: [Command, Command] = ["critic values", "critic update"];
-    learnerRows("critic", critic, input.criticOffload ?? NO_OFFLOAD, criticCommands);
+    const offload = input.criticOffload ?? NO_OFFLOAD;
+    const rank = input.criticLora?.rank ?? 0;
+    if (critic.lora) adapterRows("critic", critic, rank, offload, criticCommands);
+    else learnerRows("critic", critic, offload, criticCommands);
     actsRows(
       "critic",
       critic,
@@ -476,6 +494,12 @@ export function memoryPlan(input: PlanInput, sizes = planSizes(input)): MemoryPl
       criticCommands,
       "values micro-batch",
     );
+    if (critic.lora) {
+      adapterScratchRows("critic", critic, [
+        [tokens.criticUpdate, "critic update", "update micro-batch"],
+        [tokens.values, "critic values", "values micro-batch"],
+      ]);
+    }
   }
   if (device === "cuda") {
     const scratch = Math.max(

@@ -66,3 +66,39 @@ function checkLora(config: TrainConfig): void {
     );
   }
 }
+
+/**
+ * The trainer's `critic_lora` of `load` from critic.lora_rank, lora_alpha and target_modules
+ * (verl's critic.model.lora_*), or undefined for a fully fine-tuned critic: adapters on the
+ * frozen critic, its value head trained in full beside them (SERVE.md, "LoRA"). Refuses,
+ * naming the key, a setting with no effect or one the trainer cannot run beside adapters.
+ */
+export function criticLoraLoad(config: TrainConfig): LoraFields | undefined {
+  const c = config.critic;
+  const { lora_rank, lora_alpha, target_modules } = c;
+  if (lora_rank === 0) {
+    const unused = [
+      lora_alpha !== 16 && `critic.lora_alpha=${lora_alpha}`,
+      target_modules !== "all-linear" && "critic.target_modules",
+    ].find((s) => s !== false);
+    if (unused) {
+      throw new UsageError(
+        `${unused} has no effect without adapters on the critic: set critic.lora_rank (> 0), or leave it at its default`,
+      );
+    }
+    return undefined;
+  }
+  if (config.algorithm.name !== "ppo") {
+    throw new UsageError(
+      `critic.lora_rank=${lora_rank} has no effect with algorithm.name=${config.algorithm.name}: only PPO trains a critic`,
+    );
+  }
+  for (const key of ["grad_offload", "optimizer_offload"] as const) {
+    if (c[key]) {
+      throw new UsageError(
+        `critic.${key}=true with critic.lora_rank=${lora_rank}: the frozen critic has no gradient or optimizer state, and the adapters' stay on the device (they are small); critic.param_offload moves the base to host memory between phases`,
+      );
+    }
+  }
+  return { rank: lora_rank, alpha: lora_alpha, target_modules };
+}

@@ -30,7 +30,7 @@ import {
 } from "./checkpoints.js";
 import { DataOrder } from "./data-order.js";
 import { formatMetric, nonFiniteMetrics, nullableMetrics, RunHealth } from "./health.js";
-import { loraLoad } from "./lora.js";
+import { criticLoraLoad, loraLoad } from "./lora.js";
 import { checkNodes, openNodes } from "./nodes.js";
 import { placeRun } from "./placement.js";
 import { policySettings, pushWeights, type StepContext, trainStep } from "./step.js";
@@ -180,6 +180,7 @@ export async function runTrain(
     const optimizerSteps = totalSteps * batches.optimizerSteps;
     // With LoRA the reference is the policy with its adapters off: no second model loaded.
     const lora = loraLoad(config);
+    const criticLora = criticLoraLoad(config);
     const loaded = await trainer.load({
       policy: model,
       reference: needRef && !lora ? model : undefined,
@@ -212,11 +213,16 @@ export async function runTrain(
           }
         : undefined,
       lora,
+      critic_lora: criticLora,
     });
-    if (loaded.lora) {
-      const l = loaded.lora;
+    for (const [whose, l] of [
+      ["LoRA", loaded.lora],
+      ["the critic's LoRA", loaded.critic_lora],
+    ] as const) {
+      if (!l) continue;
+      const head = l.value_head ? " and the value head" : "";
       view.log(
-        `LoRA: rank ${l.rank}, scaling ${l.scaling} on ${l.target_modules.join(", ")}: ${l.trainable_parameters} trainable parameters of ${loaded.parameters} (the base frozen)`,
+        `${whose}: rank ${l.rank}, scaling ${l.scaling} on ${l.target_modules.join(", ")}${head}: ${l.trainable_parameters} trainable parameters of ${loaded.parameters} (the base frozen)`,
       );
     }
     if (resumed) {
@@ -401,8 +407,10 @@ function check(config: TrainConfig): void {
     );
   }
   checkDapoAndRolloutCorrection(config);
-  // model.lora_*: refused here, before anything is written, when the trainer cannot run it.
+  // model.lora_* and critic.lora_*: refused here, before anything is written, when the
+  // trainer cannot run them.
   loraLoad(config);
+  criticLoraLoad(config);
   // The agent's refusals and rollout.multi_turn.tool_config_path, before anything starts.
   agentSettings(config, { temperature: 0, topP: 1, topK: -1 });
   if (!existsSync(join(resolve(config.model.path), "config.json"))) {

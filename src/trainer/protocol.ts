@@ -76,6 +76,11 @@ export interface LoadFields {
    * with its adapters off (no `reference`), checkpoints hold a PEFT folder `adapter`.
    */
   lora?: LoraFields;
+  /**
+   * LoRA adapters on the critic (only with `critic`): its base frozen, its value head trained
+   * in full beside them; checkpoints hold a PEFT TOKEN_CLS folder `critic_adapter`.
+   */
+  critic_lora?: LoraFields;
 }
 
 /** load's `lora`: a fresh adapter (`rank`, ...) or a PEFT folder to start from (`path`). */
@@ -184,14 +189,22 @@ export interface LoadReply {
     critic?: LearnerMemory;
   };
   /** The adapters attached by `lora`. */
-  lora?: {
-    rank: number;
-    alpha: number;
-    scaling: number;
-    use_rslora: boolean;
-    target_modules: string[];
-    trainable_parameters: number;
-  };
+  lora?: AdaptersReply;
+  /** The critic's, attached by `critic_lora` (`value_head` true). */
+  critic_lora?: AdaptersReply;
+}
+
+/** What `load` attached: the adapters' settings and the values they train. */
+export interface AdaptersReply {
+  rank: number;
+  alpha: number;
+  scaling: number;
+  use_rslora: boolean;
+  target_modules: string[];
+  /** The value head trained in full beside them (a critic's). */
+  value_head: boolean;
+  /** The adapters' values (and a critic's value head). */
+  trainable_parameters: number;
 }
 
 /** A learner's bytes on one rank (Learner::Memory in native/src/train/learner.h). */

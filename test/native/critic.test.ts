@@ -7,12 +7,8 @@
 //    above and below: vf_loss, vf_clipfrac, vpred_mean and grad_norm equal the reference,
 //    and so does the gradient of every parameter, with and without remove_padding (which
 //    agree to float rounding), the mini-batch cut into micro-batches by the token budget.
-//    serve exposes gradients only through AdamW, so the critic's optimizer takes one step
-//    with a huge eps E (and no decay, clipping or schedule): with the bias-corrected
-//    moments m̂ = g, v̂ = g², each weight moves by d = -L·g/(|g| + E), from which the test
-//    recovers g = -sign(d)·|d|·E/(L - |d|) exactly (d read from save_checkpoint's fp32
-//    critic folder). L/E = 100 makes d a hundred times g, so the fp32 rounding of the
-//    weights costs at most ~1e-9 of g.
+//    The gradients are recovered from one AdamW step (critic-helpers.ts), read from
+//    save_checkpoint's fp32 critic folder.
 //  - A critic started from the causal LM's folder has a zero value head: values all 0;
 //    save_checkpoint writes dir/critic as a Qwen2ForTokenClassification folder (the LM's
 //    transformer weights, score.weight/score.bias at 0, no lm_head) that serve loads back;
@@ -28,20 +24,17 @@
 // relative, 5.5e-6 in all, on a k_proj.bias whose gradient nearly cancels). vf_clipfrac: the
 // reference's count of clipped tokens over the loss tokens, to 1e-12. remove_padding on vs
 // off: 1e-5 of each tensor's largest |entry| (measured 1.0e-6).
-import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { nativeExecutable } from "../../src/runtime/native-executable.js";
 import { readSafetensors, readSafetensorsHeader } from "../../src/tensors/safetensors.js";
-import { CPU, FIXTURES, get, maxAbs, modelDir, readFloats, tempDir } from "./helpers.js";
+import { excess, LR, OPTIM, type Reply, serve, stepGradient } from "./critic-helpers.js";
+import { FIXTURES, get, maxAbs, modelDir, readFloats, tempDir } from "./helpers.js";
 
 const POLICY = modelDir("untied");
 const CRITIC = join(FIXTURES, "critic-untied");
 const BATCH = join(FIXTURES, "critic-batch.safetensors");
 const CASES = join(FIXTURES, "critic-cases.safetensors");
-const LR = 1e6; // L
-const EPS = 1e4; // E
 const BUDGET = 30; // real tokens per micro-batch (rows hold 10 to 20)
 const VALUES_ABS = 1e-5;
 const SCALAR_REL = 1e-5;
@@ -50,28 +43,6 @@ const GRAD_REL = 1e-4;
 const GRAD_FLOOR = 1e-5; // times the tensor's largest |entry|
 const PADDING_FLOOR = 1e-5; // remove_padding on vs off, times the tensor's largest |entry|
 
-type Reply = Record<string, unknown> & { id: number; ok: boolean; error?: string };
-
-/** Runs `serve` on the CPU with the commands (ids 0, 1, ...); fails unless all succeed. */
-function serve(commands: Record<string, unknown>[]): Reply[] {
-  const input = commands.map((c, id) => `${JSON.stringify({ ...c, id })}\n`).join("");
-  const r = spawnSync(nativeExecutable("searchr1-trainer"), ["serve", ...CPU, "--threads", "2"], {
-    input,
-    encoding: "utf8",
-    timeout: 120_000,
-    env: { ...process.env, OMP_NUM_THREADS: "2" },
-  });
-  if (r.status !== 0) throw new Error(`serve exited ${r.status}: ${r.stderr}`);
-  const replies = r.stdout
-    .trim()
-    .split("\n")
-    .map((line) => JSON.parse(line) as Reply);
-  expect(replies.map((x) => x.id)).toEqual(commands.map((_, id) => id));
-  for (const x of replies) if (!x.ok) throw new Error(`serve: ${JSON.stringify(x)}`);
-  return replies;
-}
-
-const OPTIM = { lr: LR, eps: EPS, weight_decay: 0, grad_clip: 0, beta1: 0.9, beta2: 0.999 };
 const load = (critic: string, optim: Record<string, unknown> = OPTIM) => ({
   op: "load",
   policy: POLICY,
@@ -96,18 +67,6 @@ const mask = Array.from(get(batch, "attention_mask").data, Number);
 /** predicted[i]: position t >= 1 of its row with tokens t and t-1 both real. */
 const predicted = mask.map((m, i) => i % T > 0 && m === 1 && mask[i - 1] === 1);
 
-/** The worst excess of |got - want| over rel*|want| + floor, as a fraction of floor (> 1 fails). */
-function excess(got: ArrayLike<number>, want: ArrayLike<number>, rel: number, floor: number) {
-  expect(got.length).toBe(want.length);
-  let worst = 0;
-  for (let i = 0; i < want.length; i++) {
-    const w = want[i] ?? Number.NaN;
-    const ratio = (Math.abs((got[i] ?? Number.NaN) - w) - rel * Math.abs(w)) / floor;
-    worst = Number.isNaN(ratio) ? Number.POSITIVE_INFINITY : Math.max(worst, ratio);
-  }
-  return worst;
-}
-
 const scalarOk = (got: unknown, want: number) =>
   excess([Number(got)], [want], SCALAR_REL, SCALAR_ABS) <= 1;
 
@@ -116,16 +75,7 @@ async function gradients(checkpoint: string): Promise<Map<string, Float64Array>>
   const before = await readFloats(join(CRITIC, "model.safetensors"));
   const after = await readFloats(join(checkpoint, "critic", "model.safetensors"));
   expect([...after.keys()].sort()).toEqual([...PARAMS].sort());
-  return new Map(
-    PARAMS.map((name) => {
-      const [p0, p1] = [get(before, name), get(after, name)];
-      const g = Float64Array.from(p0, (p, i) => {
-        const d = (p1[i] ?? Number.NaN) - p;
-        return (-Math.sign(d) * Math.abs(d) * EPS) / (LR - Math.abs(d));
-      });
-      return [name, g];
-    }),
-  );
+  return new Map(PARAMS.map((name) => [name, stepGradient(get(before, name), get(after, name))]));
 }
 
 const norm = (x: ArrayLike<number>) => Math.sqrt(Array.from(x).reduce((s, v) => s + v * v, 0));

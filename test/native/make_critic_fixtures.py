@@ -241,7 +241,9 @@ def objective(params, cfg, batch, mode):
 # The batch
 # ---------------------------------------------------------------------------
 
-def make_batch(cfg, params):
+def make_batch(cfg, params, values=critic_values):
+    """The batch, with v_old and R placed around the values `values(params, cfg, ids, mask)`
+    gives (make_critic_lora_fixtures.py passes its critic with adapters)."""
     gen = torch.Generator().manual_seed(31)
     ids = torch.randint(3, cfg["vocab_size"], (B, T), generator=gen)
     am = torch.zeros(B, T, dtype=torch.int64)
@@ -254,7 +256,7 @@ def make_batch(cfg, params):
         for t in extra:
             rm[b, t] = 1
     batch = {"input_ids": ids, "attention_mask": am, "response_mask": rm}
-    v = critic_values(params, cfg, ids, am)
+    v = values(params, cfg, ids, am)
     m = loss_tokens(batch)
     old = torch.zeros(B, T, dtype=F64)
     ret = torch.zeros(B, T, dtype=F64)

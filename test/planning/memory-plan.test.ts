@@ -749,6 +749,14 @@ describe("searchr1 train --dry-run", () => {
     const grpo = dryRun(["algorithm.name=grpo"]);
     expect(grpo.code, grpo.stderr).toBe(0);
     expect(grpo.stdout).toContain("ZeRO stage 0 (trainer.zero_stage null: 0 with LoRA)");
+    // Adapters on the critic too: its frozen base and adapters, nothing left to shard.
+    const both = dryRun(["algorithm.name=ppo", "critic.lora_rank=16"]);
+    expect(both.code, both.stderr).toBe(0);
+    expect(both.stdout).toContain("ZeRO stage 0 (trainer.zero_stage null: 0 with LoRA)");
+    expect(both.stdout).toMatch(/^critic +LoRA rank 16 adapters and the value head: fp32 weights/m);
+    expect(both.stdout).toMatch(/^critic +weights \(bf16 compute copy, frozen\)/m);
+    expect(both.stdout).not.toMatch(/^critic +AdamW moments \(fp32 m, v\)/m);
+    expect(both.stdout).toMatch(/the critic's LoRA rank 16 on all-linear: [\d,]+ floats/);
   });
 
   it("Qwen2.5-7B GRPO with LoRA rank 32 fits one 80 GB GPU beside its engine", () => {

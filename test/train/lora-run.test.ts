@@ -207,6 +207,52 @@ describe("searchr1 train with LoRA", () => {
     ]);
   }, 600_000);
 
+  // The critic with adapters too (critic.lora_rank, verl's critic.model.lora_rank > 0: PEFT's TOKEN_CLS task,
+  // the value head trained in full beside them): its checkpoints hold a PEFT folder
+  // critic_adapter in place of the whole critic, and a resumed run equals the straight one.
+  it("PPO: adapters on the critic too, its value head trained beside them", async () => {
+    const ppo = [
+      ...LORA,
+      "algorithm.name=ppo",
+      "algorithm.use_kl_in_reward=true",
+      "algorithm.kl_coef=0.5",
+      "critic.lr=1e-2",
+      "critic.lora_rank=4",
+      "critic.target_modules=[q_proj,v_proj]",
+    ];
+    const straight = path.join(run.dir, "critic-lora-straight");
+    const r = runCli(run.args(straight, [...ppo, "trainer.total_training_steps=3"]));
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(
+      /the critic's LoRA: rank 4, scaling 4 on q_proj, v_proj and the value head: \d+ trainable/,
+    );
+    const m = metrics(straight);
+    expect(m.map((x) => x.step)).toEqual([1, 2, 3]);
+    // The value head trained: the values moved from its zeros.
+    expect(m.some((row) => (row["critic/vpred_mean"] as number) !== 0)).toBe(true);
+    const ckpt = path.join(runDir(straight), "global_step_3");
+    expect(readdirSync(ckpt)).toContain("critic_adapter");
+    expect(readdirSync(ckpt)).not.toContain("critic");
+    const config = JSON.parse(
+      readFileSync(path.join(ckpt, "critic_adapter", "adapter_config.json"), "utf8"),
+    );
+    expect(config).toMatchObject({
+      task_type: "TOKEN_CLS",
+      modules_to_save: ["classifier", "score"],
+      r: 4,
+      target_modules: ["q_proj", "v_proj"],
+    });
+    const tensors = await readSafetensors(
+      path.join(ckpt, "critic_adapter", "adapter_model.safetensors"),
+    );
+    expect(tensors.has("base_model.model.score.weight")).toBe(true);
+    expectResumedEqualsStraight(straight, "critic-lora-resumed", ppo, [
+      "adapter/adapter_model.safetensors",
+      "critic_adapter/adapter_model.safetensors",
+      "critic.optimizer.safetensors",
+    ]);
+  }, 600_000);
+
   // Data-parallel LoRA: two CPU trainer ranks sum their adapter gradients over Gloo (ZeRO
   // stage 2: each rank's shard of the summed gradient and of AdamW's moments), and two engine
   // replicas each load the step's adapter; the run is the straight one's above (the trainer's
@@ -275,7 +321,15 @@ describe("searchr1 train with LoRA", () => {
       ],
       /model\.exclude_modules=\[q_proj,.*down_proj\] leaves no module/,
     ],
-    [["critic.model.lora_rank=8"], /critic\.model\.lora_rank/],
+    [["critic.lora_rank=8"], /critic\.lora_rank=8 has no effect with algorithm\.name=grpo/],
+    [
+      ["critic.lora_alpha=32"],
+      /critic\.lora_alpha=32 has no effect without adapters on the critic/,
+    ],
+    [
+      ["algorithm.name=ppo", "critic.lora_rank=4", "critic.optimizer_offload=true"],
+      /critic\.optimizer_offload=true with critic\.lora_rank=4/,
+    ],
     [
       ["model.lora_rank=0", "model.lora_alpha=32"],
       /model\.lora_alpha=32 has no effect without LoRA/,

@@ -1,9 +1,11 @@
 #include "model/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "io/safetensors.h"
 #include "util/error.h"
@@ -18,6 +20,11 @@ namespace {
 
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+// PEFT's names of a TOKEN_CLS model's modules_to_save (PeftModelForTokenClassification) and
+// of the saved value head.
+const std::vector<std::string> kHeadModules = {"classifier", "score"};
+constexpr const char* kHeadWeight = "base_model.model.score.weight";
+constexpr const char* kHeadBias = "base_model.model.score.bias";
 
 LoraSite site_of(int module) {
   if (module < 3) return LoraSite::Qkv;
@@ -111,7 +118,23 @@ LoraConfig read_adapter_config(const std::string& dir) {
   for (const char* key : {"layers_to_transform", "modules_to_save", "exclude_modules"}) {
     const json::Value* v = field(key);
     const bool empty = v == nullptr || v->is_null() || (v->is_array() && v->as_array().empty());
-    if (!empty) fail(std::string("'") + key + "' is not supported");
+    if (empty) continue;
+    if (std::string(key) == "modules_to_save" && v->is_array()) {
+      // A critic's: its value head (score; classifier is PEFT's name in other models).
+      bool ours = true, score = false;
+      for (const json::Value& m : v->as_array()) {
+        ours = ours && m.is_string() &&
+               std::find(kHeadModules.begin(), kHeadModules.end(), m.as_string()) !=
+                   kHeadModules.end();
+        score = score || (m.is_string() && m.as_string() == "score");
+      }
+      if (ours && score) {
+        out.value_head = true;
+        continue;
+      }
+      fail("'modules_to_save' may only hold a critic's value head (\"classifier\", \"score\")");
+    }
+    fail(std::string("'") + key + "' is not supported");
   }
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     const json::Value* v = field(key);
@@ -152,6 +175,12 @@ LoraLayout lora_layout(const ModelConfig& c, const LoraConfig& config) {
       out.modules.push_back(mod);
     }
   }
+  if (config.value_head) {
+    out.head_w = out.total;
+    out.total = aligned(out.total + static_cast<size_t>(H));
+    out.head_b = out.total;
+    out.total = aligned(out.total + 1);
+  }
   return out;
 }
 
@@ -171,6 +200,9 @@ LoraAdapters::LoraAdapters(const ModelConfig& c, const LoraConfig& config, Backe
   total_ = layout.total;
   capacity_ = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   max_out_ = layout.max_out;
+  hidden_ = c.hidden_size;
+  head_w_ = layout.head_w;
+  head_b_ = layout.head_b;
   sites_.assign(static_cast<size_t>(c.num_layers), std::vector<std::vector<const LoraModule*>>(4));
   for (const LoraModule& mod : modules_) {
     sites_[static_cast<size_t>(mod.layer)][static_cast<size_t>(site_of(mod.module))].push_back(&mod);
@@ -192,8 +224,15 @@ const std::vector<const LoraModule*>& LoraAdapters::at(int layer, LoraSite site)
   return sites_[static_cast<size_t>(layer)][static_cast<size_t>(site)];
 }
 
-void LoraAdapters::init_fresh(uint64_t seed) {
+void LoraAdapters::init_fresh(uint64_t seed, const std::vector<float>& head) {
+  if (config_.value_head != (head.size() == static_cast<size_t>(hidden_) + 1)) {
+    throw Error("LoraAdapters::init_fresh: a value head's start goes with a value head (a bug)");
+  }
   std::vector<float> host(total_, 0.0f);
+  if (config_.value_head) {
+    std::copy(head.begin(), head.end() - 1, host.begin() + static_cast<long>(head_w_));
+    host[head_b_] = head.back();
+  }
   std::mt19937_64 gen(seed);
   for (const LoraModule& m : modules_) {
     // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in).
@@ -226,6 +265,12 @@ void LoraAdapters::load(const std::string& dir) {
     throw Error(path + ": r, lora_alpha, use_rslora or target_modules differ from the adapter "
                        "asked for");
   }
+  if (c.value_head != config_.value_head) {
+    throw Error(path + (config_.value_head
+                           ? ": a critic's adapter needs modules_to_save [\"classifier\", "
+                             "\"score\"] (its value head)"
+                           : ": modules_to_save holds a value head, which a policy has not"));
+  }
   const SafetensorsSet set = SafetensorsSet::open_file(dir + "/" + kWeightsFile);
   std::vector<float> host(total_, 0.0f);
   std::set<std::string> expected;
@@ -237,6 +282,16 @@ void LoraAdapters::load(const std::string& dir) {
       if (view == nullptr) throw Error(set.source() + ": tensor '" + name + "' is missing");
       read_f32(*view, is_a ? std::vector<int64_t>{r, m.in} : std::vector<int64_t>{m.out, r},
                host.data() + (is_a ? m.a : m.b));
+      expected.insert(name);
+    }
+  }
+  if (config_.value_head) {
+    for (const auto& [name, offset, shape] :
+         {std::tuple<std::string, size_t, std::vector<int64_t>>{kHeadWeight, head_w_, {1, hidden_}},
+          {kHeadBias, head_b_, {1}}}) {
+      const TensorView* view = set.find(name);
+      if (view == nullptr) throw Error(set.source() + ": tensor '" + name + "' is missing");
+      read_f32(*view, shape, host.data() + offset);
       expected.insert(name);
     }
   }
@@ -261,6 +316,10 @@ void LoraAdapters::save(const std::string& dir, const std::string& base_model,
     out.push_back({m.prefix + ".lora_A.weight", DType::F32, {r, m.in}, host + m.a});
     out.push_back({m.prefix + ".lora_B.weight", DType::F32, {m.out, r}, host + m.b});
   }
+  if (config_.value_head) {
+    out.push_back({kHeadWeight, DType::F32, {1, hidden_}, host + head_w_});
+    out.push_back({kHeadBias, DType::F32, {1}, host + head_b_});
+  }
   write_safetensors(dir + "/" + kWeightsFile, out, {{"format", "pt"}});
   json::Value targets = json::Value::array();
   for (const std::string& name : config_.target_names()) targets.push(json::Value(name));
@@ -269,9 +328,15 @@ void LoraAdapters::save(const std::string& dir, const std::string& base_model,
                                       ? json::Value(static_cast<int64_t>(alpha))
                                       : json::Value(alpha);
   // LoraConfig's fields (peft/tuners/lora/config.py) that say what these tensors are.
+  json::Value to_save = json::Value();
+  if (config_.value_head) {
+    to_save = json::Value::array();
+    for (const std::string& m : kHeadModules) to_save.push(json::Value(m));
+  }
   const json::Value config = json::Value::object({
       {"peft_type", json::Value("LORA")},
-      {"task_type", json::Value("CAUSAL_LM")},
+      {"task_type", json::Value(config_.value_head ? "TOKEN_CLS" : "CAUSAL_LM")},
+      {"modules_to_save", to_save},
       {"base_model_name_or_path", json::Value(base_model)},
       {"r", json::Value(config_.rank)},
       {"lora_alpha", alpha_value},
@@ -381,6 +446,11 @@ void LoraAdapters::merge(const ParamLayout& layout, float* w) const {
         cell = static_cast<float>(cell + s * d);
       }
     }
+  }
+  if (config_.value_head) {
+    std::copy(host.begin() + static_cast<long>(head_w_),
+              host.begin() + static_cast<long>(head_w_) + hidden_, w + layout.value_w());
+    w[layout.value_b()] = host[head_b_];
   }
 }
 

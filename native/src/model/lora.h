@@ -15,6 +15,13 @@
 // adapter_model.safetensors), tensor names as PEFT saves them once the adapter name is
 // removed (peft/utils/save_and_load.py, get_peft_model_state_dict), e.g.
 // base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight.
+//
+// A critic's adapters (verl's critic.model.lora_rank: PEFT's TOKEN_CLS task, whose
+// PeftModelForTokenClassification adds `classifier` and `score` to modules_to_save,
+// peft/peft_model.py) also train the value head in full: a copy of the base's score.weight
+// [1, H] and score.bias [1] (ModulesToSaveWrapper copies the module it wraps,
+// peft/utils/other.py) sits at the end of the same flat buffer, saved as
+// base_model.model.score.weight and base_model.model.score.bias.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,6 +44,8 @@ struct LoraConfig {
   double alpha = 16;            // lora_alpha (verl's default)
   bool use_rslora = false;      // scaling alpha / sqrt(r) instead of alpha / r
   bool targets[kLoraModules] = {true, true, true, true, true, true, true};  // all-linear
+  // modules_to_save [classifier, score] (task TOKEN_CLS): the value head trained in full.
+  bool value_head = false;
   double scaling() const;
   // The targeted modules' PEFT names, in kLoraModuleNames' order.
   std::vector<std::string> target_names() const;
@@ -45,7 +54,8 @@ struct LoraConfig {
 };
 
 // adapter_config.json of a PEFT LoRA folder; throws naming the file and field when it is
-// not a plain LoRA adapter this model can run (peft_type LORA, no DoRA, no lora_bias, ...).
+// not a plain LoRA adapter this model can run (peft_type LORA, no DoRA, no lora_bias, ...;
+// modules_to_save only a critic's classifier and score).
 LoraConfig read_adapter_config(const std::string& dir);
 
 // One targeted module of one layer: where its A and B sit in the flat buffer, and where its
@@ -64,6 +74,8 @@ struct LoraLayout {
   std::vector<LoraModule> modules;
   size_t total = 0;
   int max_out = 0;
+  // With value_head: the offsets of its weight [1, H] and bias [1] (after the modules).
+  size_t head_w = 0, head_b = 0;
 };
 LoraLayout lora_layout(const ModelConfig& model, const LoraConfig& config);
 
@@ -95,7 +107,9 @@ class LoraAdapters {
   // PEFT's fresh adapter (LoraLayer.reset_lora_parameters with init_lora_weights=True): A
   // from kaiming_uniform_(a=sqrt(5)), i.e. uniform in ±1/sqrt(in), B zeros; drawn from a
   // generator seeded with `seed` (not torch's: the same seed gives other values than PEFT).
-  void init_fresh(uint64_t seed);
+  // With a value head, `head` (H + 1 values: the base's score weight, then its bias) is its
+  // start, as PEFT's copy of the wrapped module.
+  void init_fresh(uint64_t seed, const std::vector<float>& head = {});
   // Reads the tensors of a PEFT folder whose config matches this one; throws naming the file
   // and tensor when one is missing, misshapen or extra. Nothing changes on error.
   void load(const std::string& dir);
@@ -108,6 +122,12 @@ class LoraAdapters {
   void upload(const std::vector<float>& host);
 
   float* params() { return params_; }
+  // The value head (config().value_head): its weight [1, H] and bias [1] in the compute
+  // type, and their gradients.
+  XPtr head_weight() const { return weights_ + head_w_; }
+  XPtr head_bias() const { return weights_ + head_b_; }
+  float* head_weight_grad() { return grads() + head_w_; }
+  float* head_bias_grad() { return grads() + head_b_; }
   float* grads();  // allocated and zeroed on first use
   void zero_grad();
   void release_grads();  // frees them (ZeRO stage 2 between updates)
@@ -123,7 +143,8 @@ class LoraAdapters {
   void backward(int layer, LoraSite site, XPtr dx, XPtr dy, XPtr x, int N);
 
   // W += scaling · B A for every adapter (PEFT's merge_and_unload), on fp32 host weights laid
-  // out as `layout`; the products in double, rounded once.
+  // out as `layout`; the products in double, rounded once. A value head replaces the
+  // layout's.
   void merge(const ParamLayout& layout, float* host_weights) const;
   // Frees the scratch of the last pass (the next pass allocates its own).
   void release_scratch() {
@@ -140,6 +161,8 @@ class LoraAdapters {
   std::vector<std::vector<std::vector<const LoraModule*>>> sites_;  // [layer][site]
   size_t total_ = 0, capacity_ = 0;
   int max_out_ = 0;
+  int hidden_ = 0;
+  size_t head_w_ = 0, head_b_ = 0;
   float* params_ = nullptr;
   XPtr weights_;  // params_ in the compute type; aliases params_ when that is fp32
   float* grads_ = nullptr;

@@ -269,7 +269,11 @@ void Qwen2Model::release_activations() {
 }
 
 void Qwen2Model::attach_lora(std::unique_ptr<LoraAdapters> adapters) {
-  require_head(Head::LanguageModel, "LoRA");
+  if (adapters->config().value_head != (head_ == Head::Value)) {
+    throw Error(head_ == Head::Value
+                    ? "LoRA: a critic's adapters train its value head too (modules_to_save score)"
+                    : "LoRA: adapters with a value head (modules_to_save score) are a critic's");
+  }
   if (sink_ != nullptr) throw Error("LoRA: the model hands its gradients to a sink (ZeRO stage 2)");
   release_grads();
   lora_ = std::move(adapters);
@@ -634,13 +638,32 @@ void Qwen2Model::value_rows(const Batch& batch, std::vector<float>& row_values,
   }
 }
 
+std::pair<XPtr, XPtr> Qwen2Model::value_head_weights() const {
+  if (lora_on()) return {lora_->head_weight(), lora_->head_bias()};
+  return {weights_ + layout_.value_w(), weights_ + layout_.value_b()};
+}
+
+std::vector<float> Qwen2Model::value_head() const {
+  require_head(Head::Value, "the value head");
+  const int H = config_.hidden_size;
+  std::vector<float> out(static_cast<size_t>(H) + 1);
+  if (params_ != nullptr) {
+    be_.download(out.data(), params_ + layout_.value_w(), static_cast<size_t>(H));
+    be_.download(out.data() + H, params_ + layout_.value_b(), 1);
+  } else {
+    be_.download_x(out.data(), weights_ + layout_.value_w(), static_cast<size_t>(H));
+    be_.download_x(out.data() + H, weights_ + layout_.value_b(), 1);
+  }
+  return out;
+}
+
 void Qwen2Model::values(const Batch& batch, const RunOptions& opt, float* out) {
   require_head(Head::Value, "values");
   forward(batch, false, opt);
   Activations& a = *acts_;
   const int N = batch.B * batch.T, H = config_.hidden_size;
-  be_.matmul_forward(a.values, a.lnf, weights_ + layout_.value_w(), weights_ + layout_.value_b(),
-                     N, H, 1);
+  const auto [W, bias] = value_head_weights();
+  be_.matmul_forward(a.values, a.lnf, W, bias, N, H, 1);
   std::vector<float> rows(N);
   be_.download_x(rows.data(), a.values, N);
   value_rows(batch, rows, out);
@@ -654,8 +677,8 @@ void Qwen2Model::backward_values(
   forward(batch, true, opt);
   Activations& a = *acts_;
   const int N = batch.B * batch.T, H = config_.hidden_size;
-  const XPtr W = weights_ + layout_.value_w();
-  be_.matmul_forward(a.values, a.lnf, W, weights_ + layout_.value_b(), N, H, 1);
+  const auto [W, bias] = value_head_weights();
+  be_.matmul_forward(a.values, a.lnf, W, bias, N, H, 1);
   std::vector<float> rows(N), vals(N), d(N, 0.0f), drows(N, 0.0f);
   be_.download_x(rows.data(), a.values, N);
   value_rows(batch, rows, vals.data());
@@ -671,8 +694,10 @@ void Qwen2Model::backward_values(
   be_.upload(staging, drows.data(), N);
   be_.to_x(a.values, staging, N);
   be_.release(staging);
-  be_.matmul_backward(a.dlnf, grad(layout_.value_w()), grad(layout_.value_b()), a.values, a.lnf,
-                      W, N, H, 1, false);
+  // With adapters the head's gradient is theirs (a copy of the head trained in full).
+  float* dW = lora_ != nullptr ? lora_->head_weight_grad() : grad(layout_.value_w());
+  float* db = lora_ != nullptr ? lora_->head_bias_grad() : grad(layout_.value_b());
+  be_.matmul_backward(a.dlnf, dW, db, a.values, a.lnf, W, N, H, 1, false);
   trunk_backward(batch, opt);
 }
 

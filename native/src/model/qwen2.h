@@ -138,7 +138,11 @@ class Qwen2Model {
   // no gradient of any base weight is computed or allocated, and no gradient sink is taken.
   // With the adapters switched off, every pass is the base model's, bit for bit (a LoRA
   // run's reference policy: the same weights, no second copy).
+  // A critic's adapters train its value head too (LoraConfig::value_head); a policy's do not.
   void attach_lora(std::unique_ptr<LoraAdapters> adapters);
+  // A critic's value head as loaded: score.weight [H], then score.bias (fp32, host), where a
+  // fresh critic adapter starts from.
+  std::vector<float> value_head() const;
   LoraAdapters* lora() { return lora_.get(); }
   const LoraAdapters* lora() const { return lora_.get(); }
   void set_adapters_enabled(bool on) { adapters_on_ = on; }
@@ -210,6 +214,8 @@ class Qwen2Model {
   void require_head(Head head, const char* what) const;
   // Rows of the predicted positions of `batch`, and the row before each (its input).
   void value_rows(const Batch& batch, std::vector<float>& row_values, float* out) const;
+  // The value head's weight and bias in use: the adapters' copy while they are on.
+  std::pair<XPtr, XPtr> value_head_weights() const;
   // The backward pass below the final norm, from the gradient of its output in dlnf.
   void trunk_backward(const Batch& batch, const RunOptions& opt);
   // Rows of the head's logits buffer for N token rows: opt.logits_chunk, or this device's

@@ -164,7 +164,7 @@ std::vector<std::string> fields_of(const std::string& op) {
   };
   if (op == "load") {
     add({"policy", "reference", "reference_offload", "critic", "actor_optim", "critic_optim",
-         "seed", "zero_stage", "actor_offload", "critic_offload", "lora"});
+         "seed", "zero_stage", "actor_offload", "critic_offload", "lora", "critic_lora"});
   }
   if (op == "log_probs") add({"model", "batch", "out", "temperature", "micro_batch_size"});
   if (op == "values") add({"batch", "out", "micro_batch_size"});
@@ -196,28 +196,33 @@ Offload read_offload(const JsonFields& f, const char* key) {
   }
 }
 
-// load's `lora` (SERVE.md): a fresh adapter (`rank`, ...) or one from a PEFT folder (`path`),
-// whose fields, where given too, must be the folder's; its buffers padded for the ZeRO shards.
-std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const Qwen2Model& policy,
-                                        Backend& be, uint64_t seed, size_t pad) {
-  const JsonFields f = load.object("lora");
+// load's `lora` or `critic_lora` (`key`; SERVE.md): a fresh adapter (`rank`, ...) or one from
+// a PEFT folder (`path`), whose fields, where given too, must be the folder's; its buffers
+// padded for the ZeRO shards. A critic's adapters train its value head too, a fresh one from
+// the loaded head (before the learner drops the base's masters).
+std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const std::string& key,
+                                        const Qwen2Model& model, Backend& be, uint64_t seed,
+                                        size_t pad) {
+  const JsonFields f = load.object(key.c_str());
   f.only({"rank", "alpha", "target_modules", "use_rslora", "path", "seed"});
+  const bool critic = model.head_kind() == Head::Value;
   LoraConfig c;
+  c.value_head = critic;
   const std::string path = f.text("path", "");
   if (!path.empty()) c = read_adapter_config(path);
-  const auto field = [&](const char* key, const std::string& given, const std::string& file) {
+  const auto field = [&](const char* name, const std::string& given, const std::string& file) {
     if (!path.empty() && given != file) {
-      throw Error("'lora." + std::string(key) + "' is " + given + ", but " + path +
+      throw Error("'" + key + "." + name + "' is " + given + ", but " + path +
                   "/adapter_config.json has " + file);
     }
   };
   if (f.has("rank")) {
     const long rank = f.integer("rank");
-    if (rank < 1) throw Error("'lora.rank' must be >= 1");
+    if (rank < 1) throw Error("'" + key + ".rank' must be >= 1");
     field("rank", std::to_string(rank), std::to_string(c.rank));
     c.rank = static_cast<int>(rank);
   } else if (path.empty()) {
-    throw Error("'lora' needs 'rank' (a fresh adapter) or 'path' (a PEFT adapter folder)");
+    throw Error("'" + key + "' needs 'rank' (a fresh adapter) or 'path' (a PEFT adapter folder)");
   }
   if (f.has("alpha")) {
     const double alpha = f.number("alpha");
@@ -236,7 +241,7 @@ std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const Qwen2Model
                             ? std::vector<std::string>{f.text("target_modules")}
                             : f.text_list("target_modules"));
     } catch (const Error& e) {
-      throw Error(std::string("in 'lora': ") + e.what());
+      throw Error("in '" + key + "': " + e.what());
     }
     const auto joined = [](const LoraConfig& x) {
       std::string s;
@@ -246,14 +251,41 @@ std::unique_ptr<LoraAdapters> read_lora(const JsonFields& load, const Qwen2Model
     field("target_modules", joined(given), joined(c));
     c = given;
   }
-  if (!path.empty() && f.has("seed")) throw Error("'lora.seed' is for a fresh adapter, not 'path'");
-  auto adapters = std::make_unique<LoraAdapters>(policy.config(), c, be, pad);
+  if (!path.empty() && f.has("seed")) {
+    throw Error("'" + key + ".seed' is for a fresh adapter, not 'path'");
+  }
+  if (!path.empty() && c.value_head != critic) {
+    throw Error("'" + key + ".path': " + path + "/adapter_config.json is " +
+                (critic ? "a policy's adapter (a critic's has modules_to_save [\"classifier\", "
+                          "\"score\"], task TOKEN_CLS)"
+                        : "a critic's adapter (modules_to_save score)"));
+  }
+  auto adapters = std::make_unique<LoraAdapters>(model.config(), c, be, pad);
   if (path.empty()) {
-    adapters->init_fresh(static_cast<uint64_t>(f.integer("seed", static_cast<int64_t>(seed))));
+    adapters->init_fresh(static_cast<uint64_t>(f.integer("seed", static_cast<int64_t>(seed))),
+                         critic ? model.value_head() : std::vector<float>{});
   } else {
     adapters->load(path);
   }
   return adapters;
+}
+
+// The load reply's `lora` or `critic_lora`: what the adapters are and how many values train.
+json::Value lora_reply(const LoraAdapters& lora, int hidden) {
+  size_t trainable = 0;
+  for (const LoraModule& m : lora.modules()) {
+    trainable += static_cast<size_t>(lora.config().rank) * (m.in + m.out);
+  }
+  if (lora.config().value_head) trainable += static_cast<size_t>(hidden) + 1;
+  json::Value targets = json::Value::array();
+  for (const std::string& n : lora.config().target_names()) targets.push(json::Value(n));
+  return json::Value::object({{"rank", lora.config().rank},
+                              {"alpha", lora.config().alpha},
+                              {"scaling", lora.config().scaling()},
+                              {"use_rslora", lora.config().use_rslora},
+                              {"target_modules", targets},
+                              {"value_head", lora.config().value_head},
+                              {"trainable_parameters", static_cast<int64_t>(trainable)}});
 }
 
 // All or nothing: the new models and learners replace the session's only once all loaded.
@@ -293,7 +325,7 @@ void load(TrainerSession& s, const JsonFields& f) {
                   std::string("between commands); the adapters' gradients and AdamW moments ") +
                   "stay on the device");
     }
-    next.policy->attach_lora(read_lora(f, *next.policy, s.be, seed, pad));
+    next.policy->attach_lora(read_lora(f, "lora", *next.policy, s.be, seed, pad));
   }
   next.reference_offload = f.boolean("reference_offload", false);
   if (next.reference_offload && !f.has("reference")) {
@@ -308,8 +340,21 @@ void load(TrainerSession& s, const JsonFields& f) {
                                          read_schedule(actor_optim, kActorLr), seed, s.comm,
                                          static_cast<int>(stage), actor_offload);
   if (actor_offload.param) next.policy->to_host();  // with LoRA: the frozen base
+  if (f.has("critic_lora") && !f.has("critic")) {
+    throw Error("'critic_lora' needs a 'critic' to attach the adapters to");
+  }
   if (f.has("critic")) {
-    next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value, pad);
+    // With adapters the critic's base is frozen (not sharded): they train, with its value head.
+    next.critic = Qwen2Model::load(next.critic_dir, s.be, Head::Value,
+                                   f.has("critic_lora") ? 1 : pad);
+    if (f.has("critic_lora")) {
+      if (critic_offload.grad || critic_offload.optimizer) {
+        throw Error("'critic_offload' with 'critic_lora': only 'param' (the frozen base's " +
+                    std::string("compute copy between commands); the adapters' gradients and ") +
+                    "AdamW moments stay on the device");
+      }
+      next.critic->attach_lora(read_lora(f, "critic_lora", *next.critic, s.be, seed + 1, pad));
+    }
     next.critic_learner = std::make_unique<Learner>(
         *next.critic, read_adamw(critic_optim), read_schedule(critic_optim, kCriticLr), seed + 1,
         s.comm, static_cast<int>(stage), critic_offload);
@@ -439,7 +484,12 @@ void save_checkpoint(TrainerSession& s, const std::string& dir, bool overwrite,
     save_model(*s.policy, s.policy_dir, "policy", state.actor.masters);
   }
   Learner::save_state(state.actor, out.dir(), "actor");
-  if (s.critic) {
+  if (s.critic && s.critic->lora() != nullptr) {  // its adapter, value head included
+    OutputFolder part(out.dir() + "/critic_adapter", false);
+    s.critic->lora()->save(part.dir(), s.critic_dir);
+    part.commit();
+    Learner::save_state(state.critic, out.dir(), "critic");
+  } else if (s.critic) {
     save_model(*s.critic, s.critic_dir, "critic", state.critic.masters);
     Learner::save_state(state.critic, out.dir(), "critic");
   }
@@ -453,18 +503,18 @@ void load_checkpoint(TrainerSession& s, const std::string& dir) {
   if (lora == nullptr) policy.check_weights(dir + "/policy");
   const Learner::State actor = s.actor_learner().read_state(dir, "actor", dir + "/policy");
   Learner::State critic;
+  LoraAdapters* critic_lora = s.critic ? s.critic->lora() : nullptr;
   if (s.critic) {
-    s.critic->check_weights(dir + "/critic");
+    if (critic_lora == nullptr) s.critic->check_weights(dir + "/critic");
     critic = s.critic_learner->read_state(dir, "critic", dir + "/critic");
   }
-  if (lora != nullptr) {
-    lora->load(dir + "/adapter");  // checks everything before it changes the adapters
-  } else {
-    policy.reload_weights(dir + "/policy");
-  }
+  // The adapters check everything they read before they change.
+  if (lora != nullptr) lora->load(dir + "/adapter");
+  if (critic_lora != nullptr) critic_lora->load(dir + "/critic_adapter");
+  if (lora == nullptr) policy.reload_weights(dir + "/policy");
   s.actor->restore_state(actor);
   if (s.critic) {
-    s.critic->reload_weights(dir + "/critic");
+    if (critic_lora == nullptr) s.critic->reload_weights(dir + "/critic");
     s.critic_learner->restore_state(critic);
   }
 }
@@ -502,20 +552,10 @@ json::Value handle_command(TrainerSession& s, const std::string& op, const JsonF
     r.set("parameters", static_cast<int64_t>(s.policy->param_buffer_size()));
     r.set("device", s.be.name());
     r.set("zero_stage", s.actor->zero_stage());
-    if (const LoraAdapters* lora = s.policy->lora()) {
-      size_t trainable = 0;
-      for (const LoraModule& m : lora->modules()) {
-        trainable += static_cast<size_t>(lora->config().rank) * (m.in + m.out);
-      }
-      json::Value targets = json::Value::array();
-      for (const std::string& n : lora->config().target_names()) targets.push(json::Value(n));
-      r.set("lora", json::Value::object({{"rank", lora->config().rank},
-                                         {"alpha", lora->config().alpha},
-                                         {"scaling", lora->config().scaling()},
-                                         {"use_rslora", lora->config().use_rslora},
-                                         {"target_modules", targets},
-                                         {"trainable_parameters",
-                                          static_cast<int64_t>(trainable)}}));
+    const int hidden = s.policy->config().hidden_size;
+    if (const LoraAdapters* lora = s.policy->lora()) r.set("lora", lora_reply(*lora, hidden));
+    if (s.critic && s.critic->lora() != nullptr) {
+      r.set("critic_lora", lora_reply(*s.critic->lora(), hidden));
     }
     r.set("memory", memory_reply(s));
   } else if (op == "log_probs") {

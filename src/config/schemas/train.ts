@@ -24,6 +24,15 @@ export const LORA_MODULES = [
   "down_proj",
 ] as const;
 
+/** Which linear layers of every layer get LoRA adapters (`whose`: "the", "the critic's"). */
+const targetModulesField = (whose: string) =>
+  z
+    .union([z.literal("all-linear"), z.array(z.enum(LORA_MODULES)).min(1)])
+    .default("all-linear")
+    .describe(
+      `${whose} linear layers given adapters in every layer: all-linear, or a list of ${LORA_MODULES.join(", ")}`,
+    );
+
 /**
  * verl's LoRA keys of actor_rollout_ref.model (verl/trainer/config/model/hf_model.yaml), plus
  * PEFT's use_rslora: adapters trained on the frozen policy by the native trainer
@@ -43,12 +52,7 @@ const loraFields = {
     .positive()
     .default(16)
     .describe("LoRA's alpha: the adapters' output is scaled by lora_alpha / r"),
-  target_modules: z
-    .union([z.literal("all-linear"), z.array(z.enum(LORA_MODULES)).min(1)])
-    .default("all-linear")
-    .describe(
-      `the linear layers given adapters in every layer: all-linear, or a list of ${LORA_MODULES.join(", ")}`,
-    ),
+  target_modules: targetModulesField("the"),
   exclude_modules: z
     .array(z.string())
     .nullable()
@@ -398,6 +402,21 @@ export const trainSchema = z.strictObject({
       grad_clip: z.number().positive().default(1).describe("critic gradient-norm clip"),
       weight_decay: z.number().min(0).default(0.01).describe("critic weight decay"),
       ...offloadFields("the critic's", "the critic's"),
+      // verl's critic.model.lora_* (verl/trainer/config/critic/dp_critic.yaml).
+      lora_rank: z
+        .number()
+        .int()
+        .min(0)
+        .default(0)
+        .describe(
+          "the critic's LoRA rank r (verl's critic.model.lora_rank): > 0 trains adapters on the frozen critic and its value head in full beside them (PEFT's TOKEN_CLS task, modules_to_save score; checkpoints hold the critic_adapter folder); 0 = the critic fully fine-tuned. CPU-tested; its CUDA path has not yet run on a GPU",
+        ),
+      lora_alpha: z
+        .number()
+        .positive()
+        .default(16)
+        .describe("the critic adapters' alpha: their output is scaled by lora_alpha / r"),
+      target_modules: targetModulesField("the critic's"),
     })
     .prefault({}),
   rollout: z

@@ -142,14 +142,15 @@ int cmd_plan(const std::vector<std::string>& argv) {
       "with --device-memory-gib, 'engine': the engine's weights, step buffers and KV cache;\n"
       "with --lora-rank, 'lora': the adapters' 'floats', their 'learner' at ZeRO stage 0, 1\n"
       "and 2 (the base's compute copy and the adapters' state, as the load reply's\n"
-      "'memory') and each pass's adapter 'scratch'.",
+      "'memory') and each pass's adapter 'scratch'; with --head value too, a critic's\n"
+      "adapters (load's 'critic_lora'), the value head trained in full beside them.",
       {{"model", "DIR", "a Hugging Face folder; only its config.json is read (required)"},
        {"head", "KIND", "lm (a policy; the default) or value (a critic)"},
        {"device", "DEVICE", "cpu (fp32) or cuda (bf16 compute copy) (required)"},
        {"ranks", "N", "data-parallel ranks over every node (default 1)"},
        {"offload", "LIST", "what the learner keeps in host memory: param,grad,optimizer"},
        {"tokens", "LIST", "token rows of the passes to size, e.g. 4096,16384"},
-       {"lora-rank", "R", "LoRA adapters of rank R on the policy (load's 'lora')"},
+       {"lora-rank", "R", "LoRA adapters of rank R on the model (load's 'lora' or 'critic_lora')"},
        {"lora-targets", "LIST", "their modules: all-linear (the default) or q_proj,k_proj,..."},
        {"device-memory-gib", "G", "the device's memory: plan the engine on it too"},
        {"gpu-memory-utilization", "U",
@@ -173,7 +174,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const int ranks = static_cast<int>(args.integer("ranks", 1, 1));
   const Offload offload = read_offload(args);
   const std::vector<size_t> tokens = read_tokens(args);
-  const LoraConfig lora = read_lora_options(args);
+  LoraConfig lora = read_lora_options(args);
+  lora.value_head = head_name == "value";  // a critic's adapters train its value head too
   if (lora.rank > 0 && (offload.grad || offload.optimizer)) {
     throw UsageError("--offload: with --lora-rank only param (the frozen base) is offloaded");
   }
