@@ -18,7 +18,18 @@ import { describe, expect, it } from "vitest";
 import { modelBytes, NO_OFFLOAD } from "../../src/planning/native-sizes.js";
 import { readSafetensorsHeader } from "../../src/tensors/safetensors.js";
 import { excess, OPTIM, serve, serveReplies, stepGradient } from "./critic-helpers.js";
-import { FIXTURES, get, maxAbs, modelDir, readFloats, sameBits, tempDir } from "./helpers.js";
+import {
+  CPU,
+  FIXTURES,
+  get,
+  maxAbs,
+  maxAbsDiff,
+  modelDir,
+  readFloats,
+  sameBits,
+  tempDir,
+} from "./helpers.js";
+import { Ranks } from "./trainer-ranks.js";
 
 const POLICY = modelDir("untied");
 const CRITIC = join(FIXTURES, "critic-untied");
@@ -30,8 +41,7 @@ const WEIGHTS = "adapter_model.safetensors";
 
 const ref = await readFloats(CASE);
 const meta = (await readSafetensorsHeader(CASE)).metadata;
-const update = {
-  op: "update_critic",
+const updateFields = {
   batch: BATCH,
   cliprange_value: Number(meta.cliprange_value),
   loss_agg_mode: meta.mode,
@@ -39,13 +49,17 @@ const update = {
   ppo_epochs: 1,
   shuffle: false,
 };
-const load = (critic_lora: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
-  op: "load",
+const update = { op: "update_critic", ...updateFields };
+const loadFields = (critic_lora: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
   policy: POLICY,
   critic: CRITIC,
   critic_optim: OPTIM,
   critic_lora,
   ...extra,
+});
+const load = (critic_lora: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+  op: "load",
+  ...loadFields(critic_lora, extra),
 });
 
 async function valuesOf(commands: Record<string, unknown>[]): Promise<Float32Array> {
@@ -155,6 +169,34 @@ describe("critic_lora in the trainer", () => {
     expect(readFileSync(join(resumed as string, "critic.optimizer.safetensors"))).toEqual(
       readFileSync(join(straight as string, "critic.optimizer.safetensors")),
     );
+  });
+
+  // Two Gloo ranks at ZeRO stage 2 (each a shard of the summed gradient and of AdamW's
+  // moments over the adapters and the head) give one rank's update, within float rounding.
+  it("two ranks at ZeRO stage 2: one rank's update", async () => {
+    const trainOn = async (size: number, stage: number) => {
+      const ranks = new Ranks(size, 60, [...CPU]);
+      try {
+        const fields = loadFields({ path: ADAPTER }, { critic_optim: { lr: 1e-3 } });
+        await ranks.ok("load", { ...fields, zero_stage: stage });
+        const reply = await ranks.ok("update_critic", { ...updateFields, ppo_mini_batch_size: 3 });
+        const dir = join(tempDir(), "ckpt");
+        await ranks.ok("save_checkpoint", { dir });
+        return { reply, adapter: await readFloats(join(dir, "critic_adapter", WEIGHTS)) };
+      } finally {
+        await ranks.close();
+      }
+    };
+    const [one, two] = [await trainOn(1, 0), await trainOn(2, 2)];
+    for (const key of ["vf_loss", "vpred_mean", "grad_norm"]) {
+      const [a, b] = [one.reply[key] as number, two.reply[key] as number];
+      expect(Math.abs(a - b), key).toBeLessThanOrEqual(1e-5 * Math.max(1, Math.abs(a)));
+    }
+    const start = await readFloats(join(ADAPTER, WEIGHTS));
+    for (const [name, values] of one.adapter) {
+      expect(maxAbsDiff(values, get(two.adapter, name)), name).toBeLessThan(1e-6);
+      expect(maxAbsDiff(values, get(start, name)), `${name} was trained`).toBeGreaterThan(1e-6);
+    }
   });
 
   it("refuses what does not go with it, naming the field", () => {
