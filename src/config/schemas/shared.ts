@@ -33,6 +33,10 @@ export const modelSection = z.strictObject({
     .describe(`no effect: ${NATIVE_DTYPES} (verl's model dtype)`),
 });
 
+/** A LoRA rank (`model.lora_rank`, `critic.lora_rank`, quickstart's): 0 = no adapters. */
+export const loraRankField = (description: string) =>
+  z.number().int().min(0).default(0).describe(description);
+
 /** `model.lora_adapter_path` (verl's key): a PEFT adapter folder, or null. */
 export const adapterPathField = (description: string) =>
   z.string().min(1).nullable().default(null).describe(description);

@@ -6,6 +6,7 @@ import {
   generationFields,
   lengthFields,
   loggingFields,
+  loraRankField,
   modelCompat,
   modelSection,
   positiveInt,
@@ -39,14 +40,9 @@ const targetModulesField = (whose: string) =>
  * (native/src/train/SERVE.md, "LoRA"); src/train/lora.ts turns them into the trainer's `lora`.
  */
 const loraFields = {
-  lora_rank: z
-    .number()
-    .int()
-    .min(0)
-    .default(0)
-    .describe(
-      "LoRA rank r: > 0 trains adapters A [r, in], B [out, r] on the frozen model (PEFT's init: B = 0), the reference being the model with its adapters off; 0 = full fine-tuning (LoRA is also on with model.lora_adapter_path). CPU-tested; its CUDA path has not yet run on a GPU",
-    ),
+  lora_rank: loraRankField(
+    "LoRA rank r: > 0 trains adapters A [r, in], B [out, r] on the frozen model (PEFT's init: B = 0), the reference being the model with its adapters off; 0 = full fine-tuning (LoRA is also on with model.lora_adapter_path). CPU-tested; its CUDA path has not yet run on a GPU",
+  ),
   lora_alpha: z
     .number()
     .positive()
@@ -403,14 +399,9 @@ export const trainSchema = z.strictObject({
       weight_decay: z.number().min(0).default(0.01).describe("critic weight decay"),
       ...offloadFields("the critic's", "the critic's"),
       // verl's critic.model.lora_* (verl/trainer/config/critic/dp_critic.yaml).
-      lora_rank: z
-        .number()
-        .int()
-        .min(0)
-        .default(0)
-        .describe(
-          "the critic's LoRA rank r (verl's critic.model.lora_rank): > 0 trains adapters on the frozen critic and its value head in full beside them (PEFT's TOKEN_CLS task, modules_to_save score; checkpoints hold the critic_adapter folder); 0 = the critic fully fine-tuned. CPU-tested; its CUDA path has not yet run on a GPU",
-        ),
+      lora_rank: loraRankField(
+        "the critic's LoRA rank r (verl's critic.model.lora_rank): > 0 trains adapters on the frozen critic and its value head in full beside them (PEFT's TOKEN_CLS task, modules_to_save score; checkpoints hold the critic_adapter folder); 0 = the critic fully fine-tuned. CPU-tested; its CUDA path has not yet run on a GPU",
+      ),
       lora_alpha: z
         .number()
         .positive()
