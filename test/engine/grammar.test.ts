@@ -25,8 +25,8 @@ import {
   generateOk,
   modelDir,
   type Output,
-  request,
   type RunningEngine,
+  request,
   startEngine,
 } from "./helpers.js";
 
