@@ -3,8 +3,8 @@
  * by field: every problem is an HttpError 400 naming the field (`sampling_params[2].top_p`,
  * `input_ids[1][7]`). Unlike SGLang's pydantic model, unknown keys are refused, so that a
  * misspelt `max_tokens` does not silently generate 128 tokens. SGLang keys this engine does
- * not implement (penalties, constrained decoding, prompt log-probs) are accepted at their
- * neutral values, which is what RL clients send, and refused otherwise.
+ * not implement (regex and EBNF grammars, prompt log-probs) are accepted at their neutral
+ * values, which is what RL clients send, and refused otherwise.
  *
  * The request becomes a list of sequences, input-major: input 0's n samples, then input 1's.
  * With a `seed`, sample i of an input uses seed + i.
@@ -55,6 +55,13 @@ export interface SamplingParams {
   noStopTrim: boolean;
   /** The grammar the output must follow (SGLang's `json_schema`, OpenAI's formats). */
   grammar?: Grammar;
+  /** SGLang's penalties (native/src/engine/PROTOCOL.md): 1, 0, 0 and 0 are off. */
+  repetitionPenalty: number;
+  frequencyPenalty: number;
+  presencePenalty: number;
+  minNewTokens: number;
+  /** OpenAI's logit_bias: [token id, bias added to its logit]. */
+  logitBias: [number, number][];
 }
 
 /** One sequence to generate. */
@@ -91,15 +98,10 @@ const NEUTRAL_REQUEST_KEYS: Record<string, unknown> = {
 
 /** SGLang sampling keys accepted only at these values (null is always accepted). */
 const NEUTRAL_SAMPLING_KEYS: Record<string, unknown> = {
-  frequency_penalty: 0,
-  presence_penalty: 0,
-  repetition_penalty: 1,
-  min_new_tokens: 0,
   spaces_between_special_tokens: true,
   regex: null,
   ebnf: null,
   structural_tag: null,
-  logit_bias: null,
   custom_params: null,
   stop_regex: null,
 };
@@ -126,6 +128,11 @@ const SAMPLING_KEYS = [
   "skip_special_tokens",
   "no_stop_trim",
   "json_schema",
+  "repetition_penalty",
+  "frequency_penalty",
+  "presence_penalty",
+  "min_new_tokens",
+  "logit_bias",
 ];
 
 /** Other servers' names for the same settings. */
@@ -516,6 +523,37 @@ export function readSampling(
   }
 
   const grammar = readJsonSchema(p.json_schema, fieldOf("json_schema"), limits);
+  // SGLang's ranges (python/sglang/srt/sampling/sampling_params.py, verify).
+  const repetitionPenalty = number(
+    "repetition_penalty",
+    1,
+    (x) => x > 0 && x <= 2,
+    "a number in (0, 2]",
+  );
+  const frequencyPenalty = number(
+    "frequency_penalty",
+    0,
+    (x) => x >= -2 && x <= 2,
+    "a number in [-2, 2]",
+  );
+  const presencePenalty = number(
+    "presence_penalty",
+    0,
+    (x) => x >= -2 && x <= 2,
+    "a number in [-2, 2]",
+  );
+  const minNewTokens = number(
+    "min_new_tokens",
+    0,
+    (x) => Number.isInteger(x) && x >= 0 && x <= maxNewTokens,
+    `an integer in [0, max_new_tokens = ${maxNewTokens}]`,
+  );
+  if (minNewTokens > 0 && grammar) {
+    throw bad(
+      `${field("min_new_tokens")} cannot be set with ${field("json_schema")}: the grammar says where to end`,
+    );
+  }
+  const logitBias = readLogitBias(p.logit_bias, fieldOf("logit_bias"), limits.vocabSize);
   return {
     n,
     params: {
@@ -531,6 +569,11 @@ export function readSampling(
       seed,
       skipSpecialTokens: boolean("skip_special_tokens", true),
       noStopTrim: boolean("no_stop_trim", false),
+      repetitionPenalty,
+      frequencyPenalty,
+      presencePenalty,
+      minNewTokens,
+      logitBias,
     },
   };
 }
@@ -563,4 +606,25 @@ export function grammarLimit(
   tokens: { grammarProblem(): string | null } | null,
 ): Pick<ModelLimits, "grammar"> {
   return tokens ? { grammar: () => tokens.grammarProblem() } : {};
+}
+
+/**
+ * `logit_bias` (OpenAI's, and SGLang's sampling key): an object of token id (as a string, as
+ * JSON keys are) → a bias in [-100, 100] added to that token's logit.
+ */
+function readLogitBias(value: unknown, field: string, vocabSize: number): [number, number][] {
+  if (value === undefined || value === null) return [];
+  if (!isObject(value)) {
+    throw bad(`${quote(field)} must be an object of token id → bias, got ${typeOf(value)}`);
+  }
+  return Object.entries(value).map(([key, bias]): [number, number] => {
+    const id = Number(key);
+    if (!/^\d+$/.test(key) || id >= vocabSize) {
+      throw bad(`${quote(`${field}.${key}`)}: the key must be a token id below ${vocabSize}`);
+    }
+    if (typeof bias !== "number" || !(bias >= -100 && bias <= 100)) {
+      throw bad(`${quote(`${field}.${key}`)} must be a number in [-100, 100], got ${typeOf(bias)}`);
+    }
+    return [id, bias];
+  });
 }

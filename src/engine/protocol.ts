@@ -90,6 +90,13 @@ export interface GenerateCommand {
   lora?: string | null;
   /** The grammar the output must follow (src/engine/grammar/); absent: none. */
   grammar?: Grammar;
+  /** Penalties (PROTOCOL.md); absent: off (1, 0, 0, 0, none). */
+  repetition_penalty?: number;
+  frequency_penalty?: number;
+  presence_penalty?: number;
+  min_new_tokens?: number;
+  /** [token_id, bias] pairs. */
+  logit_bias?: [number, number][];
 }
 
 /** The `stats` reply's figures. */

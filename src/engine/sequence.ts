@@ -11,9 +11,9 @@
  */
 import type { Detokenizer } from "./detokenizer.js";
 import { StopChecker, type StopHit } from "./detokenizer.js";
-import type { SequenceSpec } from "./generate-request.js";
+import type { SamplingParams, SequenceSpec } from "./generate-request.js";
 import type { NativeEngine, SequenceHandler } from "./native-engine.js";
-import type { DoneEvent, FinishReason, TopLogprob } from "./protocol.js";
+import type { DoneEvent, FinishReason, GenerateCommand, TopLogprob } from "./protocol.js";
 
 export interface GenerateOutput {
   text: string;
@@ -138,6 +138,7 @@ export class Sequence implements SequenceHandler {
         ...(this.spec.topLogprobs > 0 ? { top_logprobs: this.spec.topLogprobs } : {}),
         ...(this.spec.lora ? { lora: this.spec.lora } : {}),
         ...(params.grammar ? { grammar: params.grammar } : {}),
+        ...penaltiesOf(params),
       },
       this,
     );
@@ -290,4 +291,15 @@ export class Sequence implements SequenceHandler {
     }
     return { text: "", output_ids: ids, meta_info: meta };
   }
+}
+
+/** The generate command's penalty fields, those away from their neutral values only. */
+function penaltiesOf(p: SamplingParams): Partial<GenerateCommand> {
+  return {
+    ...(p.repetitionPenalty !== 1 ? { repetition_penalty: p.repetitionPenalty } : {}),
+    ...(p.frequencyPenalty !== 0 ? { frequency_penalty: p.frequencyPenalty } : {}),
+    ...(p.presencePenalty !== 0 ? { presence_penalty: p.presencePenalty } : {}),
+    ...(p.minNewTokens > 0 ? { min_new_tokens: p.minNewTokens } : {}),
+    ...(p.logitBias.length > 0 ? { logit_bias: p.logitBias } : {}),
+  };
 }

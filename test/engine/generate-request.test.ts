@@ -43,6 +43,11 @@ describe("POST /generate request: what is accepted", () => {
           seed: null,
           skipSpecialTokens: true,
           noStopTrim: false,
+          repetitionPenalty: 1,
+          frequencyPenalty: 0,
+          presencePenalty: 0,
+          minNewTokens: 0,
+          logitBias: [],
         },
       },
     ]);
@@ -205,8 +210,12 @@ describe("POST /generate request: every refusal is a 400 naming the field", () =
     ],
     [{ input_ids: [1], sampling_params: { no_stop_trim: null } }, '"sampling_params.no_stop_trim"'],
     [
-      { input_ids: [1], sampling_params: { repetition_penalty: 1.1 } },
-      '"sampling_params.repetition_penalty" = 1.1 is not supported',
+      { input_ids: [1], sampling_params: { repetition_penalty: 2.5 } },
+      '"sampling_params.repetition_penalty" must be a number in (0, 2]',
+    ],
+    [
+      { input_ids: [1], sampling_params: { regex: "a+" } },
+      '"sampling_params.regex" = "a+" is not supported',
     ],
     [{ input_ids: [[1], [2]], sampling_params: [{}, { top_p: 2 }] }, '"sampling_params[1].top_p"'],
   ])("%j", (body, mention) => {

@@ -469,7 +469,7 @@ describe("OpenAI API with the openai client", () => {
     await refused({ logprobs: 21 }, "logprobs", "completions");
     await refused({ stream_options: { include_usage: true } }, "stream_options", "completions");
     await refused({ prompt: [1, 2, 451] }, "prompt[2]", "completions");
-    const e = await refused({ frequency_penalty: 0.5 }, "frequency_penalty");
+    const e = await refused({ echo: true }, "echo", "completions");
     expect(e.message).toContain("not supported");
     const misspelt = await refused({ max_tokenz: 3 }, "max_tokenz", "completions");
     expect(misspelt.message).toContain('did you mean "max_tokens"');

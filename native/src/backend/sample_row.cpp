@@ -24,9 +24,20 @@ SoftmaxStats softmax_stats(const float* logits, int V, float inv_t) {
   return s;
 }
 
-void mask_logits(float* logits, int V, const uint64_t* allowed) {
-  for (int v = 0; v < V; v++) {
-    if (((allowed[v / 64] >> (v % 64)) & 1) == 0) logits[v] = -INFINITY;
+void LogitsAdjust::apply(float* logits, int V) const {
+  for (const auto& [id, b] : bias) logits[id] += b;
+  for (int32_t id : barred) logits[id] = -INFINITY;
+  if (repetition != 1) {
+    for (int32_t id : seen) {
+      float& z = logits[id];
+      z = z > 0 ? z / repetition : z * repetition;
+    }
+  }
+  for (const auto& [id, n] : counts) logits[id] -= frequency * static_cast<float>(n) + presence;
+  if (!allowed.empty()) {
+    for (int v = 0; v < V; v++) {
+      if (((allowed[v / 64] >> (v % 64)) & 1) == 0) logits[v] = -INFINITY;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // backend/cuda/sampling.cu.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -24,10 +25,24 @@ struct SoftmaxStats {
 };
 SoftmaxStats softmax_stats(const float* logits, int V, float inv_t);
 
-// Sets the logits of the tokens not in `allowed` (bit id % 64 of word id / 64) to -inf, so
-// that sample_row draws, and reports log-probs, under the distribution renormalised over the
-// allowed tokens (a grammar's mask, engine/token_mask.h).
-void mask_logits(float* logits, int V, const uint64_t* allowed);
+// What changes a row's logits before it is drawn (on the host), in vLLM's order (its logits
+// processors, then apply_penalties: vllm/model_executor/layers/utils.py; SGLang's penalizers
+// define the same penalties): OpenAI's logit_bias is added; the barred tokens (the end tokens
+// before min_new_tokens) go to -inf; CTRL's repetition penalty divides a positive logit of a
+// token seen in the prompt or the output by `repetition` and multiplies a negative one; each
+// output token's logit loses frequency × its count and presence once; last, a grammar's mask
+// sets the tokens it refuses to -inf. sample_row then draws, and reports log-probs, under the
+// changed distribution (temperature applies after).
+struct LogitsAdjust {
+  std::vector<std::pair<int32_t, float>> bias;
+  std::vector<int32_t> barred;
+  float repetition = 1;
+  std::vector<int32_t> seen;
+  float frequency = 0, presence = 0;
+  std::vector<std::pair<int32_t, int32_t>> counts;  // output token, how many times
+  std::vector<uint64_t> allowed;  // bit id % 64 of word id / 64 (engine/token_mask.h); empty: all
+  void apply(float* logits, int V) const;
+};
 
 // Backend::sample_tokens' rule for one row. A filtered row (SGLang's definitions): sorted by
 // probability (ties by id), a token is dropped when the mass of the tokens before it exceeds

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -20,6 +21,10 @@ struct Engine::Sequence {
   EngineAdapter* adapter = nullptr;         // the LoRA adapter it runs with; null: the base
   uint64_t root = BlockManager::kRootHash;  // its prefix hashes start here (the adapter's)
   std::unique_ptr<TokenMasks> masks;        // the request's grammar; null: none
+  // For the penalties: each output token's count, and the tokens of the prompt and the output
+  // (those the repetition penalty applies to).
+  std::unordered_map<int32_t, int32_t> counts;
+  std::unordered_set<int32_t> seen;
 
   Sequence(GenerateRequest r, uint64_t order)
       : req(std::move(r)), rng(req.seed), arrival(order) {
@@ -80,6 +85,24 @@ void Engine::submit(GenerateRequest r) {
   if (r.grammar != nullptr && r.ignore_eos) {
     throw Error("grammar: ignore_eos cannot be set with a grammar (the grammar says where to end)");
   }
+  const Penalties& pen = r.penalties;
+  if (!(pen.repetition > 0 && std::isfinite(pen.repetition))) {
+    throw Error("repetition_penalty must be above 0 (1: off)");
+  }
+  for (const auto& [name, x] : {std::pair<const char*, float>{"frequency_penalty", pen.frequency},
+                                {"presence_penalty", pen.presence}}) {
+    if (!(x >= -2 && x <= 2)) throw Error(std::string(name) + " must be in [-2, 2]");
+  }
+  if (pen.min_new_tokens < 0) throw Error("min_new_tokens must be >= 0");
+  if (pen.min_new_tokens > 0 && r.grammar != nullptr) {
+    throw Error("min_new_tokens cannot be set with a grammar (the grammar says where to end)");
+  }
+  for (const auto& [id, bias] : pen.logit_bias) {
+    if (id < 0 || id >= V || !std::isfinite(bias)) {
+      throw Error("logit_bias: token " + std::to_string(id) + " must be in [0, " +
+                  std::to_string(V) + ") with a finite bias");
+    }
+  }
   EngineAdapter* adapter = nullptr;
   if (!r.lora.empty()) {
     const auto it = adapters_.find(r.lora);
@@ -106,6 +129,9 @@ void Engine::submit(GenerateRequest r) {
   if (adapter != nullptr) seq->root = adapter->root;
   if (seq->req.grammar != nullptr) {
     seq->masks = std::make_unique<TokenMasks>(vocab_, seq->req.grammar);
+  }
+  if (seq->req.penalties.repetition != 1) {
+    seq->seen.insert(seq->tokens.begin(), seq->tokens.end());
   }
   if (seq->req.max_new_tokens == 0) {
     instant_.push_back(std::move(seq));
@@ -462,6 +488,27 @@ std::vector<uint64_t> Engine::allowed_tokens(Sequence& s) const {
   return mask;
 }
 
+bool Engine::changes_logits(const Sequence& s) const {
+  return s.masks != nullptr || s.req.penalties.any();
+}
+
+LogitsAdjust Engine::adjust_of(Sequence& s) const {
+  const Penalties& p = s.req.penalties;
+  LogitsAdjust a;
+  a.bias = p.logit_bias;
+  if (s.generated() < p.min_new_tokens) {  // vLLM's min_tokens: no end token yet
+    if (!s.req.ignore_eos) a.barred = eos_;
+    a.barred.insert(a.barred.end(), s.req.stop_token_ids.begin(), s.req.stop_token_ids.end());
+  }
+  a.repetition = p.repetition;
+  if (p.repetition != 1) a.seen.assign(s.seen.begin(), s.seen.end());
+  a.frequency = p.frequency;
+  a.presence = p.presence;
+  if (p.frequency != 0 || p.presence != 0) a.counts.assign(s.counts.begin(), s.counts.end());
+  if (s.masks != nullptr) a.allowed = allowed_tokens(s);
+  return a;
+}
+
 void Engine::set_token_bytes(const std::vector<std::string>& token_bytes) {
   vocab_ = std::make_shared<const VocabTrie>(token_bytes, model_.config().vocab_size);
 }
@@ -504,7 +551,7 @@ StepResult Engine::step() {
   step.max_blocks = table_columns(most_blocks);
   step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
   std::vector<Sequence*> samplers;  // the sequence of each sample row
-  std::vector<std::vector<uint64_t>> masks;  // of the constrained sample rows
+  std::vector<LogitsAdjust> adjusts;  // of the sample rows whose logits change
   const int BS = blocks_.block_size();
   for (int i = 0; i < step.num_seqs; i++) {
     Sequence& s = *planned[i].seq;
@@ -527,12 +574,14 @@ StepResult Engine::step() {
       step.sampling.push_back(backend_row(s.req.sampling, s.rng));
       step.top_logprobs.push_back(s.req.top_logprobs);
       samplers.push_back(&s);
-      if (s.masks != nullptr) masks.push_back(allowed_tokens(s));
+      if (changes_logits(s)) adjusts.push_back(adjust_of(s));
     }
   }
-  if (!masks.empty()) {  // pointers taken once `masks` no longer grows
-    size_t m = 0;
-    for (Sequence* s : samplers) step.allowed.push_back(s->masks ? masks[m++].data() : nullptr);
+  if (!adjusts.empty()) {  // pointers taken once `adjusts` no longer grows
+    size_t a = 0;
+    for (Sequence* s : samplers) {
+      step.adjust.push_back(changes_logits(*s) ? &adjusts[a++] : nullptr);
+    }
   }
 
   std::vector<std::vector<TokenDraw>> top;
@@ -551,6 +600,10 @@ StepResult Engine::step() {
     res.tokens.push_back(
         TokenOut{s.req.rid, sampled[r].token, sampled[r].logprob, std::move(top[r])});
     if (s.masks != nullptr) s.masks->advance(sampled[r].token);  // an end token: no bytes
+    if (s.req.penalties.any()) {
+      s.counts[sampled[r].token]++;
+      if (s.req.penalties.repetition != 1) s.seen.insert(sampled[r].token);
+    }
     Finished f;
     if (finished(s, sampled[r].token, &f)) {
       res.finished.push_back(f);

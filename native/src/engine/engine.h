@@ -21,6 +21,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/sample_row.h"
 #include "engine/block_manager.h"
 #include "engine/grammar.h"
 #include "engine/sampler.h"
@@ -44,6 +45,19 @@ struct EngineOptions {
   bool graphs = true;
 };
 
+// SGLang's and vLLM's penalties of the same names, and OpenAI's logit_bias
+// (backend/sample_row.h's LogitsAdjust applies them).
+struct Penalties {
+  float repetition = 1;  // > 0; 1: off
+  float frequency = 0, presence = 0;
+  int min_new_tokens = 0;  // the end tokens are barred before this many tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  bool any() const {
+    return repetition != 1 || frequency != 0 || presence != 0 || min_new_tokens > 0 ||
+           !logit_bias.empty();
+  }
+};
+
 struct GenerateRequest {
   std::string rid;
   std::vector<int32_t> input_ids;
@@ -61,6 +75,7 @@ struct GenerateRequest {
   // The grammar the output must follow (engine/grammar.h); null: none. EOS and the stop
   // tokens are drawn only where the grammar may end.
   std::shared_ptr<const Grammar> grammar;
+  Penalties penalties;
 };
 
 // A LoRA adapter the engine serves beside its base weights, unmerged (PROTOCOL.md, "LoRA").
@@ -191,6 +206,9 @@ class Engine {
   bool finished(Sequence& s, int32_t token, Finished* out) const;
   // The tokens a sequence with a grammar may draw next, end tokens included where it may end.
   std::vector<uint64_t> allowed_tokens(Sequence& s) const;
+  // How a sequence's next row of logits changes (its penalties, its grammar); none: nothing.
+  bool changes_logits(const Sequence& s) const;
+  LogitsAdjust adjust_of(Sequence& s) const;
   Finished finish(Sequence& s, const std::string& reason, int32_t matched) const;
   void erase_running(Sequence* s);
 

@@ -32,6 +32,26 @@ GenerateRequest parse_generate(const json::Value& cmd) {
   const int64_t top = f.integer("top_logprobs", 0);
   r.top_logprobs = static_cast<int>(std::clamp<int64_t>(top, -1, INT32_MAX));  // submit checks
   r.lora = f.text("lora", "");  // absent or null: the base model
+  Penalties& p = r.penalties;  // optional, at their neutral values when absent
+  p.repetition = static_cast<float>(f.number("repetition_penalty", 1.0));
+  p.frequency = static_cast<float>(f.number("frequency_penalty", 0.0));
+  p.presence = static_cast<float>(f.number("presence_penalty", 0.0));
+  p.min_new_tokens = static_cast<int>(
+      std::clamp<int64_t>(f.integer("min_new_tokens", 0), -1, INT32_MAX));  // submit checks
+  if (f.has("logit_bias")) {
+    const json::Value& list = f.required("logit_bias");
+    const auto bad = [] { return Error("'logit_bias' must be a list of [token_id, bias] pairs"); };
+    if (!list.is_array()) throw bad();
+    for (const json::Value& pair : list.as_array()) {
+      if (!pair.is_array() || pair.as_array().size() != 2 || !pair.as_array()[0].is_integer() ||
+          !pair.as_array()[1].is_number()) {
+        throw bad();
+      }
+      const int64_t id = pair.as_array()[0].as_int();
+      p.logit_bias.emplace_back(static_cast<int32_t>(std::clamp<int64_t>(id, -1, INT32_MAX)),
+                                static_cast<float>(pair.as_array()[1].as_number()));
+    }
+  }
   if (f.has("grammar")) {
     r.grammar = std::make_shared<const Grammar>(parse_grammar(f.required("grammar")));
   }

@@ -16,6 +16,8 @@
 
 namespace sr1 {
 
+struct LogitsAdjust;  // backend/sample_row.h
+
 class LoraAdapters;
 
 // Rows [begin, begin + rows) of a step run through `adapters` (model/lora.h) beside the base
@@ -38,10 +40,10 @@ struct PagedStep {
   // For each of sample_rows, how many of its most likely tokens to report (top_logprobs in
   // backend/sample_row.h); empty: none for any row.
   std::vector<int32_t> top_logprobs;
-  // For each of sample_rows, the tokens it may draw (bit id % 64 of word id / 64, as
-  // engine/token_mask.h gives them; null: any), or empty: no row is constrained. A
-  // constrained row is drawn on the host from its logits with the others set to -inf.
-  std::vector<const uint64_t*> allowed;
+  // For each of sample_rows, how its logits change before it is drawn (penalties, a
+  // grammar's mask: backend/sample_row.h's LogitsAdjust; null: not at all), or empty: no row
+  // changes. Such a row is drawn on the host from its changed logits.
+  std::vector<const LogitsAdjust*> adjust;
   // The row ranges that add an adapter's products (disjoint; the other rows: the base alone).
   std::vector<LoraRows> lora;
   int rows() const { return static_cast<int>(ids.size()); }

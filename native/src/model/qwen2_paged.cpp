@@ -148,7 +148,7 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
   std::vector<TokenDraw> drawn(n_out);
   if (top != nullptr) top->assign(n_out, {});
   const auto top_of = [&](int r) { return step.top_logprobs.empty() ? 0 : step.top_logprobs[r]; };
-  const auto allowed_of = [&](int r) { return step.allowed.empty() ? nullptr : step.allowed[r]; };
+  const auto adjust_of = [&](int r) { return step.adjust.empty() ? nullptr : step.adjust[r]; };
   if (N == 0) return drawn;
   // A decode step (every row samples, so each is its own sequence's one row) runs R >= N rows
   // when it replays a graph: the last row repeated, which writes the same key and value to
@@ -217,11 +217,11 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
     be_.matmul_forward(b->logits, b->ln, P + layout_.lm_head(), {}, n, H, V);
     be_.sample_tokens(drawn.data() + c0, b->logits, step.sampling.data() + c0, n, V);
     // Only the rows the device left undone, those that report their most likely tokens and
-    // those a grammar constrains bring their logits to the host.
+    // those whose logits change (penalties, a grammar) bring their logits to the host.
     std::vector<int> host;
     for (int r = 0; r < n; r++) {
       if (drawn[c0 + r].token < 0 || (top != nullptr && top_of(c0 + r) > 0) ||
-          allowed_of(c0 + r) != nullptr) {
+          adjust_of(c0 + r) != nullptr) {
         host.push_back(r);
       }
     }
@@ -235,9 +235,9 @@ std::vector<TokenDraw> Qwen2Model::forward_paged(const PagedStep& step, PagedKvC
     for (int j = 0; j < k; j++) {
       const int r = c0 + host[j];
       float* row_logits = b->host_logits.data() + static_cast<size_t>(j) * V;
-      if (const uint64_t* allowed = allowed_of(r)) {
-        mask_logits(row_logits, V, allowed);
-        drawn[r].token = -1;  // what the device drew from the whole row does not count
+      if (const LogitsAdjust* adjust = adjust_of(r)) {
+        adjust->apply(row_logits, V);
+        drawn[r].token = -1;  // what the device drew from the unchanged row does not count
       }
       if (drawn[r].token < 0) drawn[r] = sample_row(row_logits, V, step.sampling[r]);
       if (top != nullptr && top_of(r) > 0) {

@@ -11,8 +11,8 @@
  * ChatCompletionRequest (vllm/entrypoints/openai/completion/protocol.py,
  * chat_completion/protocol.py). Completions default to 16 tokens (`max_tokens` 16, as
  * OpenAI and vLLM), chat to the room left in the context. Keys OpenAI defines that this
- * engine does not implement (penalties, logit_bias, echo, suffix; completions' response
- * formats) are accepted at their neutral values and refused otherwise; unknown keys are
+ * engine does not implement (echo, suffix; completions' response formats) are accepted at
+ * their neutral values and refused otherwise; unknown keys are
  * refused, naming the nearest known one, so that a misspelt key does not pass silently.
  *
  * Chat's `response_format` (`json_object`, `json_schema`) and `tool_choice` "required" or a
@@ -102,6 +102,11 @@ const SAMPLING_NAMES: Record<string, string> = {
   seed: "seed",
   skip_special_tokens: "skip_special_tokens",
   no_stop_trim: "include_stop_str_in_output",
+  frequency_penalty: "frequency_penalty",
+  presence_penalty: "presence_penalty",
+  repetition_penalty: "repetition_penalty",
+  min_new_tokens: "min_tokens",
+  logit_bias: "logit_bias",
 };
 
 /** Keys both routes read. */
@@ -131,12 +136,7 @@ const CHAT_KEYS = [
 
 /** Accepted only at these values (null always): what this engine does without them. */
 const NEUTRAL: Record<string, unknown> = {
-  frequency_penalty: 0,
-  presence_penalty: 0,
-  repetition_penalty: 1,
-  min_tokens: 0,
   spaces_between_special_tokens: true,
-  logit_bias: {},
   echo: false,
   suffix: null,
   response_format: { type: "text" },
