@@ -174,6 +174,31 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
       expectPerson(o.text);
   });
 
+  it("a schema too ambiguous to follow ends its request with a 400; the server keeps serving", async () => {
+    // anyOf of two equal array schemas, recursing: each "[" doubles the ways to parse.
+    const nest = { type: "array", items: { $ref: "#/$defs/n" } };
+    const schema = { $defs: { n: { anyOf: [nest, nest] } }, $ref: "#/$defs/n" };
+    const [open] = await tokenizer.encode("[", { addSpecialTokens: false });
+    const r = await generate(server.base, {
+      input_ids: PROMPT,
+      sampling_params: {
+        temperature: 1,
+        max_new_tokens: 40,
+        json_schema: JSON.stringify(schema),
+        logit_bias: { [String(open)]: 100 },
+      },
+    });
+    expect(r.status).toBe(400);
+    expect((r.json as { error: string }).error).toMatch(
+      /more than 256 ways to parse the output so far \(the grammar is too ambiguous\)/,
+    );
+    const ok = await generateOk<Output>(server.base, {
+      input_ids: PROMPT,
+      sampling_params: { max_new_tokens: 10, json_schema: '{"enum": ["yes", "no"]}' },
+    });
+    expect(['"yes"', '"no"']).toContain(ok.text);
+  });
+
   it("bad schemas are a 400 naming the field; the server keeps serving", async () => {
     const r = await generate(server.base, {
       input_ids: PROMPT,

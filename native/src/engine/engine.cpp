@@ -552,6 +552,7 @@ StepResult Engine::step() {
   step.block_tables.assign(static_cast<size_t>(step.num_seqs) * step.max_blocks, 0);
   std::vector<Sequence*> samplers;  // the sequence of each sample row
   std::vector<LogitsAdjust> adjusts;  // of the sample rows whose logits change
+  std::vector<std::pair<Sequence*, std::string>> failed;
   const int BS = blocks_.block_size();
   for (int i = 0; i < step.num_seqs; i++) {
     Sequence& s = *planned[i].seq;
@@ -570,11 +571,18 @@ StepResult Engine::step() {
       step.seq.push_back(i);
     }
     if (s.computed + planned[i].n == s.length()) {
+      if (changes_logits(s)) {
+        try {
+          adjusts.push_back(adjust_of(s));
+        } catch (const Error& e) {  // its row runs, but draws nothing: the sequence ends
+          failed.emplace_back(&s, e.what());
+          continue;
+        }
+      }
       step.sample_rows.push_back(step.rows() - 1);
       step.sampling.push_back(backend_row(s.req.sampling, s.rng));
       step.top_logprobs.push_back(s.req.top_logprobs);
       samplers.push_back(&s);
-      if (changes_logits(s)) adjusts.push_back(adjust_of(s));
     }
   }
   if (!adjusts.empty()) {  // pointers taken once `adjusts` no longer grows
@@ -592,6 +600,12 @@ StepResult Engine::step() {
   for (const Planned& p : planned) {
     p.seq->computed += p.n;
     publish_full_blocks(*p.seq);
+  }
+  for (auto& [s, why] : failed) {
+    res.failed.emplace_back(s->req.rid, why);
+    live_rids_.erase(s->req.rid);
+    release(*s);
+    erase_running(s);
   }
   for (size_t r = 0; r < samplers.size(); r++) {
     Sequence& s = *samplers[r];

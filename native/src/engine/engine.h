@@ -109,6 +109,9 @@ struct StepResult {
   bool ran = false;  // the model ran (a prefill chunk may produce no token)
   std::vector<TokenOut> tokens;
   std::vector<Finished> finished;
+  // Sequences ended because their next token could not be drawn (a grammar that became too
+  // ambiguous): rid and why. Nothing more comes for them.
+  std::vector<std::pair<std::string, std::string>> failed;
 };
 
 struct EngineStats {

@@ -296,6 +296,10 @@ GrammarState::GrammarState(std::shared_ptr<const Grammar> grammar) : g_(std::mov
 GrammarState::GrammarState(std::shared_ptr<const Grammar> grammar, std::vector<StackPtr> ready,
                            bool accepts)
     : g_(std::move(grammar)), ready_(std::move(ready)), accepts_(accepts) {
+  if (ready_.size() > kMaxStacks) {
+    throw Error("grammar: more than " + std::to_string(kMaxStacks) +
+                " ways to parse the output so far (the grammar is too ambiguous)");
+  }
   key_ = accepts_ ? 0x2545f4914f6cdd1dull : 0;
   for (const StackPtr& s : ready_) {
     key_ += mix(s->hash);  // a sum: the order of the stacks does not matter

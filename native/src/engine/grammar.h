@@ -47,6 +47,10 @@ Grammar parse_grammar(const json::Value& v);
 
 class GrammarState {
  public:
+  // Most parse stacks one state may hold. An ambiguous grammar (anyOf of overlapping schemas
+  // inside a recursion, say) can double them at each byte; past this the state throws
+  // sr1::Error rather than eat the engine's time and memory.
+  static constexpr size_t kMaxStacks = 256;
   // The state before any byte.
   explicit GrammarState(std::shared_ptr<const Grammar> grammar);
   // The state after `byte`; dead() when the grammar cannot take it here.

@@ -88,8 +88,9 @@ bool EngineServer::step() {
   const StepResult res = engine_.step();
   if (!res.tokens.empty()) emit_(tokens_event(res.tokens));
   for (const Finished& f : res.finished) emit_(done_event(f, version()));
+  for (const auto& [rid, why] : res.failed) emit_(error_event(rid, why));
   finish_unloads();
-  return res.ran || !res.finished.empty();
+  return res.ran || !res.finished.empty() || !res.failed.empty();
 }
 
 void EngineServer::lora_reply(const json::Value& id, bool ok, const std::string& message) {
