@@ -3,7 +3,7 @@
  * by field: every problem is an HttpError 400 naming the field (`sampling_params[2].top_p`,
  * `input_ids[1][7]`). Unlike SGLang's pydantic model, unknown keys are refused, so that a
  * misspelt `max_tokens` does not silently generate 128 tokens. SGLang keys this engine does
- * not implement (regex and EBNF grammars, prompt log-probs) are accepted at their neutral
+ * not implement (EBNF grammars, prompt log-probs) are accepted at their neutral
  * values, which is what RL clients send, and refused otherwise.
  *
  * The request becomes a list of sequences, input-major: input 0's n samples, then input 1's.
@@ -13,6 +13,7 @@ import { editDistance } from "../config/suggest.js";
 import { HttpError, typeOf } from "../runtime/http-server.js";
 import type { Grammar } from "./grammar/builder.js";
 import { jsonSchemaGrammar } from "./grammar/json-schema.js";
+import { regexGrammar } from "./grammar/regex.js";
 
 /** SGLang's defaults (python/sglang/srt/sampling/sampling_params.py). */
 export const DEFAULT_MAX_NEW_TOKENS = 128;
@@ -99,7 +100,6 @@ const NEUTRAL_REQUEST_KEYS: Record<string, unknown> = {
 /** SGLang sampling keys accepted only at these values (null is always accepted). */
 const NEUTRAL_SAMPLING_KEYS: Record<string, unknown> = {
   spaces_between_special_tokens: true,
-  regex: null,
   ebnf: null,
   structural_tag: null,
   custom_params: null,
@@ -128,6 +128,7 @@ const SAMPLING_KEYS = [
   "skip_special_tokens",
   "no_stop_trim",
   "json_schema",
+  "regex",
   "repetition_penalty",
   "frequency_penalty",
   "presence_penalty",
@@ -522,7 +523,7 @@ export function readSampling(
     });
   }
 
-  const grammar = readJsonSchema(p.json_schema, fieldOf("json_schema"), limits);
+  const grammar = readGrammar(p, fieldOf, limits);
   // SGLang's ranges (python/sglang/srt/sampling/sampling_params.py, verify).
   const repetitionPenalty = number(
     "repetition_penalty",
@@ -550,14 +551,14 @@ export function readSampling(
   );
   if (minNewTokens > 0 && grammar) {
     throw bad(
-      `${field("min_new_tokens")} cannot be set with ${field("json_schema")}: the grammar says where to end`,
+      `${field("min_new_tokens")} cannot be set with ${quote(grammar.field)}: the grammar says where to end`,
     );
   }
   const logitBias = readLogitBias(p.logit_bias, fieldOf("logit_bias"), limits.vocabSize);
   return {
     n,
     params: {
-      ...(grammar ? { grammar } : {}),
+      ...(grammar ? { grammar: grammar.grammar } : {}),
       maxNewTokens: Math.min(maxNewTokens, room),
       temperature,
       topP,
@@ -579,11 +580,38 @@ export function readSampling(
 }
 
 /**
- * SGLang's `json_schema` sampling key: a JSON Schema as a JSON string (an object is taken as
- * well), compiled into the grammar the output must follow.
+ * SGLang's constrained-decoding sampling keys: `json_schema` (a JSON Schema as a JSON string;
+ * an object is taken as well) or `regex` (the whole output matches it), compiled into the
+ * grammar the output must follow, and the key it came from. One of them at most.
  */
-function readJsonSchema(value: unknown, field: string, limits: ModelLimits): Grammar | null {
-  if (value === undefined || value === null) return null;
+function readGrammar(
+  p: Record<string, unknown>,
+  fieldOf: (key: string) => string,
+  limits: ModelLimits,
+): { grammar: Grammar; field: string } | null {
+  const given = (["json_schema", "regex"] as const).filter(
+    (k) => p[k] !== undefined && p[k] !== null,
+  );
+  const key = given[0];
+  if (key === undefined) return null;
+  if (given.length > 1) {
+    throw bad(
+      `${quote(fieldOf("json_schema"))} and ${quote(fieldOf("regex"))} both constrain the output: give one`,
+    );
+  }
+  const field = fieldOf(key);
+  const value = p[key];
+  const problem = limits.grammar ? limits.grammar() : "this server runs with --skip-tokenizer-init";
+  if (problem !== null) {
+    throw bad(
+      `${quote(field)} needs constrained decoding, which this server cannot do: ${problem}`,
+    );
+  }
+  if (key === "regex") {
+    if (typeof value !== "string")
+      throw bad(`${quote(field)} must be a string, got ${typeOf(value)}`);
+    return { grammar: regexGrammar(value, field), field };
+  }
   let schema = value;
   if (typeof value === "string") {
     try {
@@ -592,13 +620,7 @@ function readJsonSchema(value: unknown, field: string, limits: ModelLimits): Gra
       throw bad(`${quote(field)} is not JSON (${(err as Error).message})`);
     }
   }
-  const problem = limits.grammar ? limits.grammar() : "this server runs with --skip-tokenizer-init";
-  if (problem !== null) {
-    throw bad(
-      `${quote(field)} needs constrained decoding, which this server cannot do: ${problem}`,
-    );
-  }
-  return jsonSchemaGrammar(schema, field);
+  return { grammar: jsonSchemaGrammar(schema, field), field };
 }
 
 /** ModelLimits' `grammar` for a server with this tokenizer (none: no grammar). */

@@ -214,8 +214,12 @@ describe("POST /generate request: every refusal is a 400 naming the field", () =
       '"sampling_params.repetition_penalty" must be a number in (0, 2]',
     ],
     [
+      { input_ids: [1], sampling_params: { stop_regex: "a+" } },
+      '"sampling_params.stop_regex" = "a+" is not supported',
+    ],
+    [
       { input_ids: [1], sampling_params: { regex: "a+" } },
-      '"sampling_params.regex" = "a+" is not supported',
+      '"sampling_params.regex" needs constrained decoding, which this server cannot do',
     ],
     [{ input_ids: [[1], [2]], sampling_params: [{}, { top_p: 2 }] }, '"sampling_params[1].top_p"'],
   ])("%j", (body, mention) => {

@@ -146,6 +146,28 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
     expect(() => JSON.parse(free.text)).toThrow();
   });
 
+  it("regex (SGLang's key): sampled outputs that end match the whole expression", async () => {
+    for (const pattern of [
+      "\\d{3}-\\d{4}",
+      "(yes|no|maybe)( please)?",
+      "[a-z]{2,6}@[a-z]{2,4}\\.(com|org)",
+    ]) {
+      const outs = await generateOk<Output[]>(server.base, {
+        input_ids: PROMPT,
+        sampling_params: { temperature: 1, seed: 3, n: 8, max_new_tokens: 40, regex: pattern },
+      });
+      const ended = outs.filter((o) => o.meta_info.finish_reason.type === "stop");
+      expect(ended.length, pattern).toBeGreaterThanOrEqual(6);
+      for (const o of ended) expect(o.text, pattern).toMatch(new RegExp(`^(?:${pattern})$`));
+    }
+    const both = await generate(server.base, {
+      input_ids: PROMPT,
+      sampling_params: { regex: "a", json_schema: "{}" },
+    });
+    expect(both.status).toBe(400);
+    expect((both.json as { error: string }).error).toMatch(/both constrain the output: give one/);
+  });
+
   it("a KV cache too small for the load (sequences wait and are preempted): the same outputs", async () => {
     const body = {
       input_ids: PROMPT,

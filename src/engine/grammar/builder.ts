@@ -101,6 +101,17 @@ export class GrammarBuilder {
     );
   }
 
+  /** One character beyond ASCII: a 2-, 3- or 4-byte UTF-8 sequence. */
+  nonAscii(): number {
+    return this.once("non-ascii", () => {
+      const cont = (n: number) => this.bytes([[0x80, 0xbf]], n);
+      const two = this.seq(this.bytes([[0xc2, 0xdf]]), cont(1));
+      const three = this.seq(this.bytes([[0xe0, 0xef]]), cont(2));
+      const four = this.seq(this.bytes([[0xf0, 0xf4]]), cont(3));
+      return this.alt(two, three, four);
+    });
+  }
+
   /** One character of a JSON string: unescaped UTF-8 (one code point) or an escape. */
   stringChar(): number {
     return this.once("char", () => {
@@ -109,14 +120,10 @@ export class GrammarBuilder {
         [0x23, 0x5b],
         [0x5d, 0x7f],
       ]);
-      const cont = (n: number) => this.bytes([[0x80, 0xbf]], n);
-      const two = this.seq(this.bytes([[0xc2, 0xdf]]), cont(1));
-      const three = this.seq(this.bytes([[0xe0, 0xef]]), cont(2));
-      const four = this.seq(this.bytes([[0xf0, 0xf4]]), cont(3));
       const hex4 = this.bytes([range("0", "9"), range("A", "F"), range("a", "f")], 4);
       const simple = this.bytes(['"', "\\", "/", "b", "f", "n", "r", "t"].map((c) => range(c)));
       const escaped = this.seq(this.lit("\\"), this.alt(simple, this.seq(this.lit("u"), hex4)));
-      return this.alt(ascii, two, three, four, escaped);
+      return this.alt(ascii, this.nonAscii(), escaped);
     });
   }
 
