@@ -3,7 +3,7 @@
  * by field: every problem is an HttpError 400 naming the field (`sampling_params[2].top_p`,
  * `input_ids[1][7]`). Unlike SGLang's pydantic model, unknown keys are refused, so that a
  * misspelt `max_tokens` does not silently generate 128 tokens. SGLang keys this engine does
- * not implement (EBNF grammars, prompt log-probs) are accepted at their neutral
+ * not implement (structural tags, stop regexes, prompt log-probs) are accepted at their neutral
  * values, which is what RL clients send, and refused otherwise.
  *
  * The request becomes a list of sequences, input-major: input 0's n samples, then input 1's.
@@ -12,6 +12,7 @@
 import { editDistance } from "../config/suggest.js";
 import { HttpError, typeOf } from "../runtime/http-server.js";
 import type { Grammar } from "./grammar/builder.js";
+import { ebnfGrammar } from "./grammar/ebnf.js";
 import { jsonSchemaGrammar } from "./grammar/json-schema.js";
 import { regexGrammar } from "./grammar/regex.js";
 
@@ -100,7 +101,6 @@ const NEUTRAL_REQUEST_KEYS: Record<string, unknown> = {
 /** SGLang sampling keys accepted only at these values (null is always accepted). */
 const NEUTRAL_SAMPLING_KEYS: Record<string, unknown> = {
   spaces_between_special_tokens: true,
-  ebnf: null,
   structural_tag: null,
   custom_params: null,
   stop_regex: null,
@@ -129,6 +129,7 @@ const SAMPLING_KEYS = [
   "no_stop_trim",
   "json_schema",
   "regex",
+  "ebnf",
   "repetition_penalty",
   "frequency_penalty",
   "presence_penalty",
@@ -581,22 +582,23 @@ export function readSampling(
 
 /**
  * SGLang's constrained-decoding sampling keys: `json_schema` (a JSON Schema as a JSON string;
- * an object is taken as well) or `regex` (the whole output matches it), compiled into the
- * grammar the output must follow, and the key it came from. One of them at most.
+ * an object is taken as well), `regex` (the whole output matches it) or `ebnf` (the output is
+ * a sentence of its rule root), compiled into the grammar the output must follow, and the
+ * key it came from. One of them at most.
  */
 function readGrammar(
   p: Record<string, unknown>,
   fieldOf: (key: string) => string,
   limits: ModelLimits,
 ): { grammar: Grammar; field: string } | null {
-  const given = (["json_schema", "regex"] as const).filter(
+  const given = (["json_schema", "regex", "ebnf"] as const).filter(
     (k) => p[k] !== undefined && p[k] !== null,
   );
   const key = given[0];
   if (key === undefined) return null;
   if (given.length > 1) {
     throw bad(
-      `${quote(fieldOf("json_schema"))} and ${quote(fieldOf("regex"))} both constrain the output: give one`,
+      `${given.map((k) => quote(fieldOf(k))).join(" and ")} all constrain the output: give one`,
     );
   }
   const field = fieldOf(key);
@@ -607,10 +609,12 @@ function readGrammar(
       `${quote(field)} needs constrained decoding, which this server cannot do: ${problem}`,
     );
   }
-  if (key === "regex") {
-    if (typeof value !== "string")
+  if (key === "regex" || key === "ebnf") {
+    if (typeof value !== "string") {
       throw bad(`${quote(field)} must be a string, got ${typeOf(value)}`);
-    return { grammar: regexGrammar(value, field), field };
+    }
+    const compile = key === "regex" ? regexGrammar : ebnfGrammar;
+    return { grammar: compile(value, field), field };
   }
   let schema = value;
   if (typeof value === "string") {

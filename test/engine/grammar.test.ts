@@ -146,7 +146,7 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
     expect(() => JSON.parse(free.text)).toThrow();
   });
 
-  it("regex (SGLang's key): sampled outputs that end match the whole expression", async () => {
+  it("regex and ebnf (SGLang's keys): sampled outputs that end match the whole expression", async () => {
     for (const pattern of [
       "\\d{3}-\\d{4}",
       "(yes|no|maybe)( please)?",
@@ -160,12 +160,22 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
       expect(ended.length, pattern).toBeGreaterThanOrEqual(6);
       for (const o of ended) expect(o.text, pattern).toMatch(new RegExp(`^(?:${pattern})$`));
     }
+    // The same language as an EBNF grammar (SGLang's ebnf key).
+    const ebnf = 'root ::= answer ("," answer){0,2}\nanswer ::= "yes" | "no" | [0-9]{1,3}';
+    const outs = await generateOk<Output[]>(server.base, {
+      input_ids: PROMPT,
+      sampling_params: { temperature: 1, seed: 5, n: 8, max_new_tokens: 40, ebnf },
+    });
+    const ended = outs.filter((o) => o.meta_info.finish_reason.type === "stop");
+    expect(ended.length).toBeGreaterThanOrEqual(6);
+    for (const o of ended)
+      expect(o.text).toMatch(/^(yes|no|[0-9]{1,3})(,(yes|no|[0-9]{1,3})){0,2}$/);
     const both = await generate(server.base, {
       input_ids: PROMPT,
       sampling_params: { regex: "a", json_schema: "{}" },
     });
     expect(both.status).toBe(400);
-    expect((both.json as { error: string }).error).toMatch(/both constrain the output: give one/);
+    expect((both.json as { error: string }).error).toMatch(/all constrain the output: give one/);
   });
 
   it("a KV cache too small for the load (sequences wait and are preempted): the same outputs", async () => {

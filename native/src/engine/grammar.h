@@ -1,6 +1,7 @@
 // Constrained decoding: a context-free grammar over bytes that a sequence's output must
-// follow (SGLang's `json_schema`, OpenAI's `response_format` and `tool_choice` "required" or
-// a named function; the TypeScript side compiles those into this grammar, src/engine/grammar/).
+// follow (SGLang's `json_schema`, `regex` and `ebnf`, OpenAI's `response_format` and
+// `tool_choice` "required" or a named function; the TypeScript side compiles those into this
+// grammar, src/engine/grammar/).
 //
 // A grammar is a graph of five kinds of node: a literal byte string, a byte class repeated
 // between min and max times, a sequence, a choice, and a repetition of one node. Nodes may

@@ -15,6 +15,7 @@
  */
 import { HttpError } from "../../runtime/http-server.js";
 import { type Grammar, GrammarBuilder, MANY } from "./builder.js";
+import { Cursor, charNode, readClass, readEscape } from "./char-class.js";
 
 const bad = (message: string) => new HttpError(400, message);
 /** `{m}`, `{m,}` or `{m,n}` (another `{` is a literal, as in Python's re). */
@@ -26,38 +27,6 @@ interface Part {
   nullable: boolean;
 }
 
-/** [lo, hi] byte ranges (ASCII) of a class, or non-ASCII characters listed in it. */
-interface CharSet {
-  ranges: [number, number][];
-  wide: string[];
-  negated: boolean;
-}
-
-const DIGIT: [number, number][] = [[0x30, 0x39]];
-const WORD: [number, number][] = [
-  [0x30, 0x39],
-  [0x41, 0x5a],
-  [0x5f, 0x5f],
-  [0x61, 0x7a],
-];
-const SPACE: [number, number][] = [
-  [0x09, 0x0d],
-  [0x20, 0x20],
-];
-
-/** The complement of ranges within ASCII [0, 0x7f]. */
-function complement(ranges: [number, number][]): [number, number][] {
-  const sorted = [...ranges].sort((a, b) => a[0] - b[0]);
-  const out: [number, number][] = [];
-  let next = 0;
-  for (const [lo, hi] of sorted) {
-    if (lo > next) out.push([next, lo - 1]);
-    next = Math.max(next, hi + 1);
-  }
-  if (next <= 0x7f) out.push([next, 0x7f]);
-  return out;
-}
-
 export function regexGrammar(pattern: string, field: string): Grammar {
   const g = new GrammarBuilder();
   const parser = new RegexParser(g, pattern, field);
@@ -65,30 +34,35 @@ export function regexGrammar(pattern: string, field: string): Grammar {
 }
 
 class RegexParser {
-  private i = 0;
+  private readonly c: Cursor;
 
   constructor(
     private readonly g: GrammarBuilder,
-    private readonly src: string,
-    private readonly field: string,
-  ) {}
+    src: string,
+    field: string,
+  ) {
+    this.c = new Cursor(src, 0, (what, at) => {
+      throw bad(`"${field}": ${what} at position ${at} of ${JSON.stringify(src)}`);
+    });
+  }
 
   private fail(what: string): never {
-    throw bad(`"${this.field}": ${what} at position ${this.i} of ${JSON.stringify(this.src)}`);
+    return this.c.fail(what);
   }
 
   parse(): Part {
-    if (this.src.startsWith("^")) this.i = 1;
+    if (this.c.src.startsWith("^")) this.c.i = 1;
     const part = this.alternation();
-    if (this.src[this.i] === "$" && this.i === this.src.length - 1) this.i++;
-    if (this.i < this.src.length) this.fail(`unexpected ${JSON.stringify(this.src[this.i])}`);
+    if (this.c.src[this.c.i] === "$" && this.c.i === this.c.src.length - 1) this.c.i++;
+    if (this.c.i < this.c.src.length)
+      this.fail(`unexpected ${JSON.stringify(this.c.src[this.c.i])}`);
     return part;
   }
 
   private alternation(): Part {
     const options = [this.sequence()];
-    while (this.src[this.i] === "|") {
-      this.i++;
+    while (this.c.src[this.c.i] === "|") {
+      this.c.i++;
       options.push(this.sequence());
     }
     return {
@@ -99,8 +73,8 @@ class RegexParser {
 
   private sequence(): Part {
     const parts: Part[] = [];
-    while (this.i < this.src.length && !"|)".includes(this.src[this.i] as string)) {
-      if (this.src[this.i] === "$" && this.i === this.src.length - 1) break;
+    while (this.c.i < this.c.src.length && !"|)".includes(this.c.src[this.c.i] as string)) {
+      if (this.c.src[this.c.i] === "$" && this.c.i === this.c.src.length - 1) break;
       parts.push(this.quantified(this.atom()));
     }
     if (parts.length === 0) return { node: this.g.lit(""), nullable: true };
@@ -111,172 +85,75 @@ class RegexParser {
   }
 
   private quantified(atom: Part): Part {
-    const c = this.src[this.i];
+    const c = this.c.src[this.c.i];
     let min: number;
     let max: number;
     if (c === "*") [min, max] = [0, MANY];
     else if (c === "+") [min, max] = [1, MANY];
     else if (c === "?") [min, max] = [0, 1];
-    else if (c === "{" && QUANTIFIER.test(this.src.slice(this.i))) {
-      const m = QUANTIFIER.exec(this.src.slice(this.i)) as RegExpExecArray;
+    else if (c === "{" && QUANTIFIER.test(this.c.src.slice(this.c.i))) {
+      const m = QUANTIFIER.exec(this.c.src.slice(this.c.i)) as RegExpExecArray;
       min = Number(m[1]);
       max = m[2] === undefined ? min : m[3] === "" ? MANY : Number(m[3]);
       if (max !== MANY && max < min)
         this.fail(`{${min},${max}} has its bounds the wrong way round`);
-      this.i += m[0].length - 1;
+      this.c.i += m[0].length - 1;
     } else {
       return atom;
     }
-    this.i++;
-    if (this.src[this.i] === "?") this.i++; // lazy: the same outputs
-    const next = this.src[this.i];
+    this.c.i++;
+    if (this.c.src[this.c.i] === "?") this.c.i++; // lazy: the same outputs
+    const next = this.c.src[this.c.i];
     if (
       next === "*" ||
       next === "+" ||
       next === "?" ||
-      (next === "{" && QUANTIFIER.test(this.src.slice(this.i)))
+      (next === "{" && QUANTIFIER.test(this.c.src.slice(this.c.i)))
     ) {
       this.fail("a quantifier on a quantifier (possessive quantifiers are not supported)");
     }
     if (atom.nullable && (max === MANY || max > 1)) {
       this.fail("a repeated part that can match nothing");
     }
+    if (atom.nullable && max === 1) return atom; // (a?)? is a? (the engine refuses the loop)
     return { node: this.g.rep(atom.node, min, max), nullable: atom.nullable || min === 0 };
   }
 
   private atom(): Part {
-    const c = this.src[this.i] as string;
+    const c = this.c.src[this.c.i] as string;
     if (c === "(") return this.group();
-    if (c === "[") return this.charClass();
+    if (c === "[") return { node: charNode(this.g, readClass(this.c), this.c), nullable: false };
     if (c === ".") {
-      this.i++;
-      return {
-        node: this.chars({ ranges: [[0x0a, 0x0a]], wide: [], negated: true }),
-        nullable: false,
-      };
+      this.c.i++;
+      const notNewline = { ranges: [[0x0a, 0x0a]] as [number, number][], wide: [], negated: true };
+      return { node: charNode(this.g, notNewline, this.c), nullable: false };
     }
     if (c === "\\") return this.escape();
     if ("*+?".includes(c)) this.fail(`nothing to repeat before ${JSON.stringify(c)}`);
     if (c === "^" || c === "$") this.fail(`the anchor ${c} only at the pattern's ends`);
-    const ch = String.fromCodePoint(this.src.codePointAt(this.i) as number);
-    this.i += ch.length;
-    return { node: this.g.lit(ch), nullable: false };
+    return { node: this.g.lit(this.c.take()), nullable: false };
   }
 
   private group(): Part {
-    this.i++;
-    if (this.src[this.i] === "?") {
-      const rest = this.src.slice(this.i);
+    this.c.i++;
+    if (this.c.src[this.c.i] === "?") {
+      const rest = this.c.src.slice(this.c.i);
       const named = /^\?P<[A-Za-z_][A-Za-z0-9_]*>/.exec(rest);
-      if (rest.startsWith("?:")) this.i += 2;
-      else if (named) this.i += named[0].length;
+      if (rest.startsWith("?:")) this.c.i += 2;
+      else if (named) this.c.i += named[0].length;
       else this.fail("lookarounds, flags and backreferences are not supported");
     }
     const inner = this.alternation();
-    if (this.src[this.i] !== ")") this.fail("an unclosed group");
-    this.i++;
+    if (this.c.src[this.c.i] !== ")") this.fail("an unclosed group");
+    this.c.i++;
     return inner;
   }
 
-  /** `\d` and the like as a class, or an escaped character. */
-  private escapeSet(): CharSet | string {
-    const c = this.src[this.i + 1];
-    if (c === undefined) this.fail("a trailing backslash");
-    this.i += 2;
-    const sets: Record<string, [number, number][]> = { d: DIGIT, w: WORD, s: SPACE };
-    const lower = c.toLowerCase();
-    if (lower in sets) {
-      return { ranges: sets[lower] as [number, number][], wide: [], negated: c !== lower };
-    }
-    const simple: Record<string, string> = {
-      n: "\n",
-      t: "\t",
-      r: "\r",
-      f: "\f",
-      v: "\v",
-      "0": "\0",
-    };
-    if (c in simple) return simple[c] as string;
-    const hex = c === "x" ? 2 : c === "u" ? 4 : 0;
-    if (hex > 0) {
-      const digits = this.src.slice(this.i, this.i + hex);
-      if (!new RegExp(`^[0-9A-Fa-f]{${hex}}$`).test(digits))
-        this.fail(`\\${c} needs ${hex} hex digits`);
-      this.i += hex;
-      return String.fromCodePoint(Number.parseInt(digits, 16));
-    }
-    if (/[A-Za-z0-9]/.test(c)) this.fail(`the escape \\${c} is not supported`);
-    return c;
-  }
-
   private escape(): Part {
-    const e = this.escapeSet();
-    return { node: typeof e === "string" ? this.g.lit(e) : this.chars(e), nullable: false };
-  }
-
-  private charClass(): Part {
-    this.i++;
-    const set: CharSet = { ranges: [], wide: [], negated: false };
-    if (this.src[this.i] === "^") {
-      set.negated = true;
-      this.i++;
-    }
-    let first = true;
-    while (this.src[this.i] !== "]" || first) {
-      if (this.i >= this.src.length) this.fail("an unclosed class");
-      first = false;
-      const lo = this.classChar(set);
-      if (lo === null) continue;
-      if (
-        this.src[this.i] === "-" &&
-        this.src[this.i + 1] !== "]" &&
-        this.i + 1 < this.src.length
-      ) {
-        this.i++;
-        const hi = this.classChar(set);
-        if (hi === null) this.fail("a range to a class escape");
-        const [a, b] = [lo.codePointAt(0) as number, hi.codePointAt(0) as number];
-        if (b < a) this.fail("a range the wrong way round");
-        if (b > 0x7f) this.fail("a range beyond ASCII (list such characters one by one)");
-        set.ranges.push([a, b]);
-      } else if ((lo.codePointAt(0) as number) > 0x7f) {
-        set.wide.push(lo);
-      } else {
-        const code = lo.codePointAt(0) as number;
-        set.ranges.push([code, code]);
-      }
-    }
-    this.i++;
-    if (set.negated && set.wide.length > 0) {
-      this.fail("a negated class with a non-ASCII character");
-    }
-    return { node: this.chars(set), nullable: false };
-  }
-
-  /** One character of a class (a class escape adds its ranges to `set` and gives null). */
-  private classChar(set: CharSet): string | null {
-    if (this.src[this.i] === "\\") {
-      const e = this.escapeSet();
-      if (typeof e === "string") return e;
-      if (e.negated) this.fail("a negated class escape (\\D, \\W, \\S) inside a class");
-      set.ranges.push(...e.ranges);
-      return null;
-    }
-    const ch = String.fromCodePoint(this.src.codePointAt(this.i) as number);
-    this.i += ch.length;
-    return ch;
-  }
-
-  /** One character of `set`: its ASCII bytes, its listed wide characters; negated, any other. */
-  private chars(set: CharSet): number {
-    const g = this.g;
-    if (!set.negated) {
-      const options = set.wide.map((w) => g.lit(w));
-      if (set.ranges.length > 0) options.unshift(g.bytes(set.ranges));
-      if (options.length === 0) this.fail("an empty class");
-      return g.alt(...options);
-    }
-    const ascii = complement(set.ranges);
-    return g.alt(...(ascii.length > 0 ? [g.bytes(ascii)] : []), g.nonAscii());
+    const e = readEscape(this.c);
+    return {
+      node: typeof e === "string" ? this.g.lit(e) : charNode(this.g, e, this.c),
+      nullable: false,
+    };
   }
 }
