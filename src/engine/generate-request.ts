@@ -597,9 +597,7 @@ function readGrammar(
   const key = given[0];
   if (key === undefined) return null;
   if (given.length > 1) {
-    throw bad(
-      `${given.map((k) => quote(fieldOf(k))).join(" and ")} all constrain the output: give one`,
-    );
+    throw bad(conflicting(given.map(fieldOf)));
   }
   const field = fieldOf(key);
   const value = p[key];
@@ -616,15 +614,7 @@ function readGrammar(
     const compile = key === "regex" ? regexGrammar : ebnfGrammar;
     return { grammar: compile(value, field), field };
   }
-  let schema = value;
-  if (typeof value === "string") {
-    try {
-      schema = JSON.parse(value);
-    } catch (err) {
-      throw bad(`${quote(field)} is not JSON (${(err as Error).message})`);
-    }
-  }
-  return { grammar: jsonSchemaGrammar(schema, field), field };
+  return { grammar: jsonSchemaGrammar(value, field), field };
 }
 
 /** ModelLimits' `grammar` for a server with this tokenizer (none: no grammar). */
@@ -653,4 +643,10 @@ function readLogitBias(value: unknown, field: string, vocabSize: number): [numbe
     }
     return [id, bias];
   });
+}
+
+/** The error of a request whose keys each constrain the output: only one may. */
+export function conflicting(fields: string[]): string {
+  const named = fields.map(quote).join(" and ");
+  return `${named} ${fields.length === 2 ? "both" : "all"} constrain the output: give one`;
 }

@@ -175,7 +175,9 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
       sampling_params: { regex: "a", json_schema: "{}" },
     });
     expect(both.status).toBe(400);
-    expect((both.json as { error: string }).error).toMatch(/all constrain the output: give one/);
+    expect((both.json as { error: string }).error).toMatch(
+      /"sampling_params\.json_schema" and "sampling_params\.regex" both constrain the output: give one/,
+    );
   });
 
   it("a KV cache too small for the load (sequences wait and are preempted): the same outputs", async () => {
@@ -249,10 +251,16 @@ describe("/generate's json_schema (SGLang's sampling key)", () => {
     expect(error(notJson)).toMatch(/^"sampling_params\.json_schema" is not JSON/);
     const regex = await generate(server.base, {
       input_ids: PROMPT,
-      sampling_params: { regex: "a+" },
+      sampling_params: { regex: "(a)\\1" },
     });
     expect(regex.status).toBe(400);
-    expect(error(regex)).toMatch(/regex/);
+    expect(error(regex)).toMatch(/^"sampling_params\.regex": the escape \\1 is not supported/);
+    const ebnf = await generate(server.base, {
+      input_ids: PROMPT,
+      sampling_params: { ebnf: 'root ::= root "a" | "a"' },
+    });
+    expect(ebnf.status).toBe(400);
+    expect(error(ebnf)).toMatch(/the rule "root" is left-recursive/);
     const ok = await generateOk<Output>(server.base, {
       input_ids: PROMPT,
       sampling_params: { max_new_tokens: 2 },
@@ -391,6 +399,51 @@ describe("OpenAI's forced tool calls and response formats, with the openai clien
     expect(text.trimStart().startsWith("{")).toBe(true);
   });
 
+  it("vLLM's structured outputs on both routes: structured_outputs and the guided_* keys", async () => {
+    // biome-ignore lint/suspicious/noExplicitAny: vLLM's extensions of the request
+    const extra = (x: Record<string, unknown>) => x as any;
+    const choice = await client.completions.create({
+      model: QWEN,
+      prompt: PROMPT,
+      temperature: 1,
+      seed: 2,
+      n: 4,
+      max_tokens: 10,
+      ...extra({ structured_outputs: { choice: ["alpha", "beta", "gamma ray"] } }),
+    });
+    for (const c of choice.choices) expect(["alpha", "beta", "gamma ray"]).toContain(c.text);
+    const regex = await client.chat.completions.create({
+      model: QWEN,
+      messages: MESSAGES,
+      temperature: 1,
+      seed: 3,
+      n: 3,
+      max_tokens: 20,
+      ...extra({ guided_regex: "[A-Z][a-z]{1,5} (Paris|Rome)" }),
+    });
+    for (const c of regex.choices)
+      expect(c.message.content).toMatch(/^[A-Z][a-z]{1,5} (Paris|Rome)$/);
+    const json = await client.chat.completions.create({
+      model: QWEN,
+      messages: MESSAGES,
+      temperature: 1,
+      seed: 4,
+      max_tokens: 400,
+      ...extra({ structured_outputs: { json: JSON.stringify(PERSON) } }),
+    });
+    expect(json.choices[0]?.finish_reason).toBe("stop");
+    expectPerson(json.choices[0]?.message.content as string);
+    const grammar = await client.completions.create({
+      model: QWEN,
+      prompt: PROMPT,
+      temperature: 1,
+      seed: 5,
+      max_tokens: 20,
+      ...extra({ guided_grammar: 'root ::= "x" [0-9]{2} ("!" | "?")' }),
+    });
+    expect(grammar.choices[0]?.text).toMatch(/^x[0-9]{2}[!?]$/);
+  });
+
   it("what cannot be forced is the client's BadRequestError naming it; the server keeps serving", async () => {
     const refused = async (extra: Record<string, unknown>, message: RegExp) => {
       const err = await client.chat.completions
@@ -428,6 +481,15 @@ describe("OpenAI's forced tool calls and response formats, with the openai clien
       /"response_format.type" must be "text", "json_object" or "json_schema"/,
     );
     await refused({ tool_choice: "required" }, /needs "tools"/);
+    await refused(
+      { response_format: { type: "json_object" }, guided_regex: "a" },
+      /"response_format" and "guided_regex" both constrain the output: give one/,
+    );
+    await refused(
+      { structured_outputs: { lark: "x" } },
+      /"structured_outputs\.lark" is not supported/,
+    );
+    await refused({ guided_choice: [] }, /"guided_choice" must be a non-empty list of strings/);
     const ok = await client.chat.completions.create({
       model: QWEN,
       messages: MESSAGES,

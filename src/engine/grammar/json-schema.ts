@@ -61,8 +61,21 @@ const bad = (message: string) => new HttpError(400, message);
 const isObject = (v: unknown): v is Schema =>
   v !== null && typeof v === "object" && !Array.isArray(v);
 
-/** Compiles `schema` into a grammar; `field` names it in errors (`response_format.json_schema.schema`). */
+/**
+ * Compiles `schema` into a grammar; `field` names it in errors
+ * (`response_format.json_schema.schema`). A string is the schema's JSON text (SGLang's
+ * `json_schema`, vLLM's `guided_json` take either).
+ */
 export function jsonSchemaGrammar(schema: unknown, field: string): Grammar {
+  if (typeof schema === "string") {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(schema);
+    } catch (err) {
+      throw bad(`"${field}" is not JSON (${(err as Error).message})`);
+    }
+    return jsonSchemaGrammar(parsed, field);
+  }
   const g = new GrammarBuilder();
   return g.build(new SchemaCompiler(g, schema, field).compile(schema, field));
 }

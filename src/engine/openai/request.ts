@@ -25,13 +25,16 @@ import type { ChatMessage, ChatTemplate } from "../../text/chat-template.js";
 import type { TextTokenizer } from "../../text/tokenizer.js";
 import {
   addSamples,
+  conflicting,
   type ModelLimits,
   readIds,
   readSampling,
   type SequenceSpec,
 } from "../generate-request.js";
 import { type Grammar, GrammarBuilder } from "../grammar/builder.js";
+import { ebnfGrammar } from "../grammar/ebnf.js";
 import { jsonSchemaGrammar } from "../grammar/json-schema.js";
+import { regexGrammar } from "../grammar/regex.js";
 import { type FunctionTool, toolCallGrammar } from "../grammar/tool-calls.js";
 
 /** The chat side of the model folder: its template, or why there is none. */
@@ -109,8 +112,13 @@ const SAMPLING_NAMES: Record<string, string> = {
   logit_bias: "logit_bias",
 };
 
+/** vLLM's structured outputs (both routes): its current object and its earlier keys. */
+const GUIDED_KEYS = ["guided_json", "guided_regex", "guided_choice", "guided_grammar"] as const;
+
 /** Keys both routes read. */
 const COMMON_KEYS = [
+  "structured_outputs",
+  ...GUIDED_KEYS,
   "model",
   "max_tokens",
   "stream",
@@ -322,12 +330,22 @@ export async function parseCompletionRequest(
   // OpenAI's `logprobs` here is how many of the most likely tokens to list beside the
   // sampled one (0: the sampled token alone).
   const top = integer(body, "logprobs", 0, MAX_LOGPROBS);
+  const sequences = sequencesOf(
+    body,
+    prompts,
+    "max_tokens",
+    16,
+    ctx.limits,
+    top !== null,
+    top ?? 0,
+  );
+  constrain(sequences, ctx, structuredOutputs(body));
   return {
     model: c.model,
     stream: c.stream,
     includeUsage: c.includeUsage,
     prompts,
-    sequences: sequencesOf(body, prompts, "max_tokens", 16, ctx.limits, top !== null, top ?? 0),
+    sequences,
     logprobs: top !== null,
     topLogprobs: top ?? 0,
     returnTokenIds: c.returnTokenIds,
@@ -378,21 +396,11 @@ export async function parseChatRequest(raw: unknown, ctx: ParseContext): Promise
   const maxKey = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const sequences = sequencesOf(body, [prompt], maxKey, null, ctx.limits, logprobs, top);
   const format = readResponseFormat(body);
-  if (format && tools?.grammar) {
-    throw bad(
-      `"response_format" and "tool_choice" = ${JSON.stringify(body.tool_choice)} both constrain ` +
-        "the output: give one",
-    );
-  }
-  const grammar = format ?? tools?.grammar ?? null;
-  if (grammar) {
-    const problem = ctx.limits.grammar ? ctx.limits.grammar() : "this server has no tokenizer";
-    if (problem !== null) {
-      const key = format ? "response_format" : "tool_choice";
-      throw bad(`"${key}" needs constrained decoding, which this server cannot do: ${problem}`);
-    }
-    for (const s of sequences) s.params.grammar = grammar;
-  }
+  constrain(sequences, ctx, [
+    ...(format ? [{ key: "response_format", grammar: format }] : []),
+    ...(tools?.grammar ? [{ key: "tool_choice", grammar: tools.grammar }] : []),
+    ...structuredOutputs(body),
+  ]);
   return {
     model: c.model,
     stream: c.stream,
@@ -475,6 +483,93 @@ function toolCallsOf(value: unknown, field: string): Record<string, unknown>[] {
     }
     return { ...call, function: { ...call.function, arguments: args } };
   });
+}
+
+/** A grammar asked for by one of a request's keys. */
+interface Constraint {
+  key: string;
+  grammar: Grammar;
+}
+
+/**
+ * Puts the request's grammar on its sequences: at most one of `constraints`, and a server
+ * that can run it (a 400 naming the keys otherwise).
+ */
+function constrain(sequences: SequenceSpec[], ctx: ParseContext, constraints: Constraint[]): void {
+  const [first, second] = constraints;
+  if (first === undefined) return;
+  if (second !== undefined) {
+    throw bad(conflicting(constraints.map((c) => c.key)));
+  }
+  const problem = ctx.limits.grammar ? ctx.limits.grammar() : "this server has no tokenizer";
+  if (problem !== null) {
+    throw bad(
+      `${quote(first.key)} needs constrained decoding, which this server cannot do: ${problem}`,
+    );
+  }
+  for (const s of sequences) s.params.grammar = first.grammar;
+}
+
+/**
+ * vLLM's structured outputs (vllm/entrypoints/openai/protocol.py): `structured_outputs` with
+ * one of `json` (a JSON Schema, an object or its JSON text), `regex`, `choice` (the output is
+ * one of the strings), `grammar` (EBNF) or `json_object` (true: any JSON object), and the
+ * keys vLLM had before 0.12, `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`.
+ */
+function structuredOutputs(body: Record<string, unknown>): Constraint[] {
+  const out: Constraint[] = [];
+  const add = (key: string, kind: string, value: unknown) => {
+    if (value === undefined || value === null) return;
+    out.push({ key, grammar: guidedGrammar(kind, value, key) });
+  };
+  const so = body.structured_outputs;
+  if (so !== undefined && so !== null) {
+    if (!isObject(so)) {
+      throw bad(`"structured_outputs" must be an object like {"regex": "..."}, got ${typeOf(so)}`);
+    }
+    for (const [kind, value] of Object.entries(so)) {
+      if (!["json", "regex", "choice", "grammar", "json_object"].includes(kind)) {
+        if (value === null || (kind === "disable_fallback" && typeof value === "boolean")) continue;
+        throw bad(
+          `"structured_outputs.${kind}" is not supported (json, regex, choice, grammar, json_object)`,
+        );
+      }
+      add(`structured_outputs.${kind}`, kind, value);
+    }
+  }
+  for (const key of GUIDED_KEYS) add(key, key.slice("guided_".length), body[key]);
+  return out;
+}
+
+function guidedGrammar(kind: string, value: unknown, key: string): Grammar {
+  const text = (what: string) => {
+    if (typeof value !== "string") throw bad(`${quote(key)} must be ${what}, got ${typeOf(value)}`);
+    return value;
+  };
+  switch (kind) {
+    case "regex":
+      return regexGrammar(text("a regular expression"), key);
+    case "grammar":
+      return ebnfGrammar(text("an EBNF grammar"), key);
+    case "choice": {
+      if (
+        !Array.isArray(value) ||
+        value.length === 0 ||
+        !value.every((v) => typeof v === "string")
+      ) {
+        throw bad(`${quote(key)} must be a non-empty list of strings, got ${typeOf(value)}`);
+      }
+      const g = new GrammarBuilder();
+      return g.build(g.alt(...(value as string[]).map((v) => g.lit(v))));
+    }
+    case "json_object": {
+      if (value !== true) throw bad(`${quote(key)} must be true, got ${typeOf(value)}`);
+      const g = new GrammarBuilder();
+      return g.build(g.anyObject());
+    }
+    default:
+      return jsonSchemaGrammar(value, key);
+  }
 }
 
 /**
