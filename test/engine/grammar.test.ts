@@ -23,7 +23,9 @@ import { grammarMatches } from "../helpers/grammar-match.js";
 import {
   generate,
   generateOk,
+  logSumExp,
   modelDir,
+  nextTokenLogprobs,
   type Output,
   type RunningEngine,
   request,
@@ -52,11 +54,6 @@ afterAll(async () => {
   if (server) expect((await server.stop()).code).toBe(0);
 });
 
-const logSumExp = (xs: number[]) => {
-  const m = Math.max(...xs);
-  return m + Math.log(xs.reduce((a, x) => a + Math.exp(x - m), 0));
-};
-
 describe("the mask", () => {
   it("lists exactly the tokens that keep the output inside the grammar, renormalised", async () => {
     const words = ['"alpha"', '"al"', '"beta"'];
@@ -82,17 +79,10 @@ describe("the mask", () => {
         const listed = tops[t] as [number, number, null][];
         expect(new Set(listed.map(([, id]) => id))).toEqual(allowed);
         // The unconstrained log-probs at the same place, from a one-token run.
-        const raw = await generateOk<Output>(server.base, {
-          input_ids: [...PROMPT, ...out.output_ids.slice(0, t)],
-          sampling_params: { temperature: 1, max_new_tokens: 1 },
-          return_logprob: true,
-          top_logprobs_num: VOCAB,
-        });
-        const rawOf = new Map(
-          (raw.meta_info.output_top_logprobs as [number, number, null][][])[0]?.map(([lp, id]) => [
-            id,
-            lp,
-          ]),
+        const rawOf = await nextTokenLogprobs(
+          server.base,
+          [...PROMPT, ...out.output_ids.slice(0, t)],
+          VOCAB,
         );
         const norm = logSumExp([...allowed].map((id) => rawOf.get(id) as number));
         for (const [lp, id] of listed) expect(lp).toBeCloseTo((rawOf.get(id) as number) - norm, 4);

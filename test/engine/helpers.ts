@@ -150,3 +150,31 @@ export async function teacherForced(
   const lp = get(await readFloats(out), "logprobs");
   return rows.map((o, b) => o.tokens.map((_, i) => lp[b * T + o.prompt.length + i] ?? Number.NaN));
 }
+
+/** log Σ exp(xs), computed stably. */
+export function logSumExp(xs: number[]): number {
+  const m = Math.max(...xs);
+  return m + Math.log(xs.reduce((a, x) => a + Math.exp(x - m), 0));
+}
+
+/** id → log-prob of one step's top list ([logprob, id, text] triples). */
+export const logprobsById = (top: [number, number, null][]): Map<number, number> =>
+  new Map(top.map(([lp, id]) => [id, lp]));
+
+/**
+ * The model's unchanged next-token distribution after `inputIds` (temperature 1, no penalty
+ * or grammar): id → log-prob of its `vocab` most likely tokens, from a one-token /generate.
+ */
+export async function nextTokenLogprobs(
+  base: string,
+  inputIds: number[],
+  vocab: number,
+): Promise<Map<number, number>> {
+  const out = await generateOk<Output>(base, {
+    input_ids: inputIds,
+    sampling_params: { temperature: 1, max_new_tokens: 1 },
+    return_logprob: true,
+    top_logprobs_num: vocab,
+  });
+  return logprobsById((out.meta_info.output_top_logprobs as [number, number, null][][])[0] ?? []);
+}

@@ -16,7 +16,10 @@ import {
   fixture,
   generate,
   generateOk,
+  logprobsById,
+  logSumExp,
   modelDir,
+  nextTokenLogprobs,
   type Output,
   type RunningEngine,
   startEngine,
@@ -37,14 +40,6 @@ beforeAll(async () => {
 afterAll(async () => {
   if (server) expect((await server.stop()).code).toBe(0);
 });
-
-const logSumExp = (xs: number[]) => {
-  const m = Math.max(...xs);
-  return m + Math.log(xs.reduce((a, x) => a + Math.exp(x - m), 0));
-};
-
-/** id → log-prob of a step's whole-vocabulary top list. */
-const byId = (top: [number, number, null][]) => new Map(top.map(([lp, id]) => [id, lp]));
 
 describe("penalties and logit_bias on /generate", () => {
   it("frequency, presence and logit_bias: the unconstrained distribution, shifted and renormalised", async () => {
@@ -68,15 +63,7 @@ describe("penalties and logit_bias on /generate", () => {
     let withOutput = 0;
     for (let t = 0; t < out.output_ids.length; t++) {
       const before = out.output_ids.slice(0, t);
-      const raw = await generateOk<Output>(server.base, {
-        input_ids: [...PROMPT, ...before],
-        sampling_params: { temperature: 1, max_new_tokens: 1 },
-        return_logprob: true,
-        top_logprobs_num: VOCAB,
-      });
-      const rawOf = byId(
-        (raw.meta_info.output_top_logprobs as [number, number, null][][])[0] ?? [],
-      );
+      const rawOf = await nextTokenLogprobs(server.base, [...PROMPT, ...before], VOCAB);
       const count = (id: number) => before.filter((x) => x === id).length;
       const shifted = Array.from({ length: VOCAB }, (_, id) => {
         const n = count(id);
@@ -88,7 +75,7 @@ describe("penalties and logit_bias on /generate", () => {
         );
       });
       const norm = logSumExp(shifted);
-      const got = byId(tops[t] ?? []);
+      const got = logprobsById(tops[t] ?? []);
       expect(got.size).toBe(VOCAB);
       for (let id = 0; id < VOCAB; id++) {
         expect(Math.abs((got.get(id) as number) - ((shifted[id] as number) - norm))).toBeLessThan(
@@ -231,7 +218,9 @@ describe("repetition_penalty against the PyTorch logits of tiny-vocab (make_fixt
         seen.has(id) ? (x > 0 ? x / penalty : x * penalty) : x,
       );
       const norm = logSumExp(z);
-      const got = byId((out.meta_info.output_top_logprobs as [number, number, null][][])[0] ?? []);
+      const got = logprobsById(
+        (out.meta_info.output_top_logprobs as [number, number, null][][])[0] ?? [],
+      );
       expect(got.size).toBe(z.length);
       z.forEach((x, id) => {
         expect(Math.abs((got.get(id) as number) - (x - norm))).toBeLessThan(LOGPROB_TOL);
