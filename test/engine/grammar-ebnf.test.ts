@@ -7,8 +7,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { ebnfGrammar } from "../../src/engine/grammar/ebnf.js";
-import { HttpError } from "../../src/runtime/http-server.js";
 import { grammarMatches } from "../helpers/grammar-match.js";
+import { badRequestOf } from "../helpers/usage-error.js";
 
 function check(text: string, valid: string[], invalid: string[]) {
   const g = ebnfGrammar(text, "ebnf");
@@ -66,17 +66,11 @@ describe("EBNF → grammar", () => {
   });
 
   it("refuses what the engine cannot expand, naming the rule or the position", () => {
-    const refused = (text: string, message: RegExp) => {
-      let err: unknown;
-      try {
-        ebnfGrammar(text, "sampling_params.ebnf");
-      } catch (e) {
-        err = e;
-      }
-      expect(err, text).toBeInstanceOf(HttpError);
-      expect((err as HttpError).status).toBe(400);
-      expect((err as Error).message, text).toMatch(message);
-    };
+    const refused = (text: string, message: RegExp) =>
+      expect(
+        badRequestOf(() => ebnfGrammar(text, "sampling_params.ebnf")),
+        String(text),
+      ).toMatch(message);
     refused(`start ::= "a"`, /"sampling_params\.ebnf": no rule "root"/);
     refused(`root ::= a\na ::= "x"\na ::= "y"`, /the rule "a" is defined twice/);
     refused(`root ::= item`, /the rule "root" refers to "item", which is not defined/);
