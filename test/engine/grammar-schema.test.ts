@@ -118,6 +118,23 @@ describe("JSON Schema → grammar", () => {
     );
   });
 
+  it("vLLM's whitespace_pattern replaces JSON's whitespace between tokens", () => {
+    const schema = {
+      type: "object",
+      properties: { a: { type: "array", items: { type: "integer" } } },
+    };
+    const compact = jsonSchemaGrammar(schema, "s", { pattern: "", field: "w" });
+    expect(grammarMatches(compact, '{"a":[1,2]}')).toBe(true);
+    expect(grammarMatches(compact, '{"a": [1,2]}')).toBe(false);
+    const oneSpace = jsonSchemaGrammar(schema, "s", { pattern: "[ ]?", field: "w" });
+    expect(grammarMatches(oneSpace, '{ "a": [1, 2] }')).toBe(true);
+    expect(grammarMatches(oneSpace, '{"a":  [1]}')).toBe(false);
+    expect(grammarMatches(oneSpace, '{"a":\n[1]}')).toBe(false);
+    expect(() =>
+      jsonSchemaGrammar(schema, "s", { pattern: "(", field: "guided_whitespace_pattern" }),
+    ).toThrow(/"guided_whitespace_pattern": an unclosed group/);
+  });
+
   it("objects without properties: any keys, with additionalProperties' values", () => {
     check(
       { type: "object", additionalProperties: { type: "integer" } },

@@ -432,6 +432,30 @@ describe("OpenAI's forced tool calls and response formats, with the openai clien
       ...extra({ guided_grammar: 'root ::= "x" [0-9]{2} ("!" | "?")' }),
     });
     expect(grammar.choices[0]?.text).toMatch(/^x[0-9]{2}[!?]$/);
+    // whitespace_pattern: compact JSON.
+    const compact = await client.completions.create({
+      model: QWEN,
+      prompt: PROMPT,
+      temperature: 1,
+      seed: 6,
+      n: 3,
+      max_tokens: 60,
+      ...extra({
+        structured_outputs: {
+          json: {
+            type: "object",
+            properties: { a: { type: "integer" }, b: { type: "boolean" } },
+            required: ["a", "b"],
+          },
+          whitespace_pattern: "",
+        },
+      }),
+    });
+    for (const c of compact.choices) {
+      if (c.finish_reason === "stop")
+        expect(c.text).toMatch(/^\{"a":(0|-?[1-9][0-9]*),"b":(true|false)\}$/);
+    }
+    expect(compact.choices.some((c) => c.finish_reason === "stop")).toBe(true);
   });
 
   it("what cannot be forced is the client's BadRequestError naming it; the server keeps serving", async () => {
@@ -480,6 +504,10 @@ describe("OpenAI's forced tool calls and response formats, with the openai clien
       /"structured_outputs\.lark" is not supported/,
     );
     await refused({ guided_choice: [] }, /"guided_choice" must be a non-empty list of strings/);
+    await refused(
+      { guided_regex: "a", guided_whitespace_pattern: "" },
+      /"guided_whitespace_pattern" is the whitespace of a JSON constraint/,
+    );
     const ok = await client.chat.completions.create({
       model: QWEN,
       messages: MESSAGES,

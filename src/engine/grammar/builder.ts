@@ -3,7 +3,8 @@
  * its `generate` command; native/src/engine/grammar.h reads and runs them): a graph of byte
  * literals, byte classes, sequences, choices and repetitions, over the output's UTF-8 bytes.
  * This builder writes that graph, and the pieces of JSON's own grammar (RFC 8259) that the
- * JSON Schema compiler (./json-schema.ts) and the tool-call grammar (./tool-calls.ts) share.
+ * JSON Schema compiler (./json-schema.ts) and the tool-call grammar (./tool-calls.ts) share;
+ * regular expressions (./regex.ts) and EBNF grammars (./ebnf.ts) are compiled with it too.
  */
 
 /** One node of the engine's grammar (PROTOCOL.md, "Constrained decoding"). */
@@ -99,6 +100,13 @@ export class GrammarBuilder {
     return this.once("ws", () =>
       this.bytes([range("\t", "\n"), range("\r"), range(" ")], 0, MAX_WHITESPACE),
     );
+  }
+
+  /** Makes `node` the whitespace JSON's pieces use (vLLM's whitespace_pattern); before them. */
+  setWhitespace(node: number): void {
+    if (this.shared.has("ws"))
+      throw new Error("setWhitespace after the whitespace was used (a bug)");
+    this.shared.set("ws", node);
   }
 
   /** One character beyond ASCII: a 2-, 3- or 4-byte UTF-8 sequence. */

@@ -16,6 +16,7 @@
  */
 import { HttpError, typeOf } from "../../runtime/http-server.js";
 import { type Grammar, GrammarBuilder, MANY } from "./builder.js";
+import { regexNode } from "./regex.js";
 
 type Schema = Record<string, unknown>;
 
@@ -66,7 +67,11 @@ const isObject = (v: unknown): v is Schema =>
  * (`response_format.json_schema.schema`). A string is the schema's JSON text (SGLang's
  * `json_schema`, vLLM's `guided_json` take either).
  */
-export function jsonSchemaGrammar(schema: unknown, field: string): Grammar {
+export function jsonSchemaGrammar(
+  schema: unknown,
+  field: string,
+  whitespace?: Whitespace,
+): Grammar {
   if (typeof schema === "string") {
     let parsed: unknown;
     try {
@@ -74,10 +79,23 @@ export function jsonSchemaGrammar(schema: unknown, field: string): Grammar {
     } catch (err) {
       throw bad(`"${field}" is not JSON (${(err as Error).message})`);
     }
-    return jsonSchemaGrammar(parsed, field);
+    return jsonSchemaGrammar(parsed, field, whitespace);
   }
-  const g = new GrammarBuilder();
+  const g = jsonBuilder(whitespace);
   return g.build(new SchemaCompiler(g, schema, field).compile(schema, field));
+}
+
+/** A regular expression for the whitespace between JSON's tokens (vLLM's whitespace_pattern). */
+export interface Whitespace {
+  pattern: string;
+  field: string;
+}
+
+/** A builder whose JSON whitespace is `whitespace`'s, or JSON's own (bounded) by default. */
+export function jsonBuilder(whitespace?: Whitespace): GrammarBuilder {
+  const g = new GrammarBuilder();
+  if (whitespace) g.setWhitespace(regexNode(g, whitespace.pattern, whitespace.field));
+  return g;
 }
 
 /** Compiles schemas into nodes of `g`, resolving `$ref`s against `root`. */

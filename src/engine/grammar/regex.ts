@@ -29,8 +29,12 @@ interface Part {
 
 export function regexGrammar(pattern: string, field: string): Grammar {
   const g = new GrammarBuilder();
-  const parser = new RegexParser(g, pattern, field);
-  return g.build(parser.parse().node);
+  return g.build(regexNode(g, pattern, field));
+}
+
+/** The node of `g` that matches `pattern` whole. */
+export function regexNode(g: GrammarBuilder, pattern: string, field: string): number {
+  return new RegexParser(g, pattern, field).parse().node;
 }
 
 class RegexParser {

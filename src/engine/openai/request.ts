@@ -33,7 +33,7 @@ import {
 } from "../generate-request.js";
 import { type Grammar, GrammarBuilder } from "../grammar/builder.js";
 import { ebnfGrammar } from "../grammar/ebnf.js";
-import { jsonSchemaGrammar } from "../grammar/json-schema.js";
+import { jsonBuilder, jsonSchemaGrammar, type Whitespace } from "../grammar/json-schema.js";
 import { regexGrammar } from "../grammar/regex.js";
 import { type FunctionTool, toolCallGrammar } from "../grammar/tool-calls.js";
 
@@ -119,6 +119,7 @@ const GUIDED_KEYS = ["guided_json", "guided_regex", "guided_choice", "guided_gra
 const COMMON_KEYS = [
   "structured_outputs",
   ...GUIDED_KEYS,
+  "guided_whitespace_pattern",
   "model",
   "max_tokens",
   "stream",
@@ -339,7 +340,8 @@ export async function parseCompletionRequest(
     top !== null,
     top ?? 0,
   );
-  constrain(sequences, ctx, structuredOutputs(body));
+  const ws = readWhitespace(body);
+  constrain(sequences, ctx, structuredOutputs(body, ws), ws);
   return {
     model: c.model,
     stream: c.stream,
@@ -395,12 +397,18 @@ export async function parseChatRequest(raw: unknown, ctx: ParseContext): Promise
   }
   const maxKey = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const sequences = sequencesOf(body, [prompt], maxKey, null, ctx.limits, logprobs, top);
-  const format = readResponseFormat(body);
-  constrain(sequences, ctx, [
-    ...(format ? [{ key: "response_format", grammar: format }] : []),
-    ...(tools?.grammar ? [{ key: "tool_choice", grammar: tools.grammar }] : []),
-    ...structuredOutputs(body),
-  ]);
+  const ws = readWhitespace(body);
+  const format = readResponseFormat(body, ws);
+  constrain(
+    sequences,
+    ctx,
+    [
+      ...(format ? [{ key: "response_format", grammar: format, json: true }] : []),
+      ...(tools?.grammar ? [{ key: "tool_choice", grammar: tools.grammar, json: false }] : []),
+      ...structuredOutputs(body, ws),
+    ],
+    ws,
+  );
   return {
     model: c.model,
     stream: c.stream,
@@ -485,18 +493,29 @@ function toolCallsOf(value: unknown, field: string): Record<string, unknown>[] {
   });
 }
 
-/** A grammar asked for by one of a request's keys. */
+/** A grammar asked for by one of a request's keys; `json`: a JSON document's. */
 interface Constraint {
   key: string;
   grammar: Grammar;
+  json: boolean;
 }
 
 /**
  * Puts the request's grammar on its sequences: at most one of `constraints`, and a server
  * that can run it (a 400 naming the keys otherwise).
  */
-function constrain(sequences: SequenceSpec[], ctx: ParseContext, constraints: Constraint[]): void {
+function constrain(
+  sequences: SequenceSpec[],
+  ctx: ParseContext,
+  constraints: Constraint[],
+  ws: Whitespace | undefined,
+): void {
   const [first, second] = constraints;
+  if (ws && !first?.json) {
+    throw bad(
+      `${quote(ws.field)} is the whitespace of a JSON constraint (structured_outputs.json or json_object, guided_json, response_format), and this request has none`,
+    );
+  }
   if (first === undefined) return;
   if (second !== undefined) {
     throw bad(conflicting(constraints.map((c) => c.key)));
@@ -516,11 +535,12 @@ function constrain(sequences: SequenceSpec[], ctx: ParseContext, constraints: Co
  * one of the strings), `grammar` (EBNF) or `json_object` (true: any JSON object), and the
  * keys vLLM had before 0.12, `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`.
  */
-function structuredOutputs(body: Record<string, unknown>): Constraint[] {
+function structuredOutputs(body: Record<string, unknown>, ws?: Whitespace): Constraint[] {
   const out: Constraint[] = [];
   const add = (key: string, kind: string, value: unknown) => {
     if (value === undefined || value === null) return;
-    out.push({ key, grammar: guidedGrammar(kind, value, key) });
+    const json = kind === "json" || kind === "json_object";
+    out.push({ key, grammar: guidedGrammar(kind, value, key, ws), json });
   };
   const so = body.structured_outputs;
   if (so !== undefined && so !== null) {
@@ -529,7 +549,8 @@ function structuredOutputs(body: Record<string, unknown>): Constraint[] {
     }
     for (const [kind, value] of Object.entries(so)) {
       if (!["json", "regex", "choice", "grammar", "json_object"].includes(kind)) {
-        if (value === null || (kind === "disable_fallback" && typeof value === "boolean")) continue;
+        if (value === null || kind === "whitespace_pattern") continue; // readWhitespace's
+        if (kind === "disable_fallback" && typeof value === "boolean") continue;
         throw bad(
           `"structured_outputs.${kind}" is not supported (json, regex, choice, grammar, json_object)`,
         );
@@ -541,7 +562,28 @@ function structuredOutputs(body: Record<string, unknown>): Constraint[] {
   return out;
 }
 
-function guidedGrammar(kind: string, value: unknown, key: string): Grammar {
+/**
+ * vLLM's whitespace_pattern (`structured_outputs.whitespace_pattern`, or
+ * `guided_whitespace_pattern` before 0.12): a regular expression for the whitespace a JSON
+ * constraint allows between its tokens (`""`: none, compact JSON).
+ */
+function readWhitespace(body: Record<string, unknown>): Whitespace | undefined {
+  const so = isObject(body.structured_outputs) ? body.structured_outputs : {};
+  const given = [
+    ["structured_outputs.whitespace_pattern", so.whitespace_pattern],
+    ["guided_whitespace_pattern", body.guided_whitespace_pattern],
+  ].filter(([, v]) => v !== undefined && v !== null) as [string, unknown][];
+  const [first, second] = given;
+  if (first === undefined) return undefined;
+  if (second !== undefined)
+    throw bad(`"${first[0]}" and "${second[0]}" are the same setting: give one`);
+  const [field, pattern] = first;
+  if (typeof pattern !== "string")
+    throw bad(`${quote(field)} must be a regular expression, got ${typeOf(pattern)}`);
+  return { pattern, field };
+}
+
+function guidedGrammar(kind: string, value: unknown, key: string, ws?: Whitespace): Grammar {
   const text = (what: string) => {
     if (typeof value !== "string") throw bad(`${quote(key)} must be ${what}, got ${typeOf(value)}`);
     return value;
@@ -564,11 +606,11 @@ function guidedGrammar(kind: string, value: unknown, key: string): Grammar {
     }
     case "json_object": {
       if (value !== true) throw bad(`${quote(key)} must be true, got ${typeOf(value)}`);
-      const g = new GrammarBuilder();
+      const g = jsonBuilder(ws);
       return g.build(g.anyObject());
     }
     default:
-      return jsonSchemaGrammar(value, key);
+      return jsonSchemaGrammar(value, key, ws);
   }
 }
 
@@ -577,7 +619,7 @@ function guidedGrammar(kind: string, value: unknown, key: string): Grammar {
  * object) or `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}` (a
  * document the schema accepts; ./grammar/json-schema.ts says which keywords). Null: free text.
  */
-function readResponseFormat(body: Record<string, unknown>): Grammar | null {
+function readResponseFormat(body: Record<string, unknown>, ws?: Whitespace): Grammar | null {
   const format = body.response_format;
   if (format === undefined || format === null) return null;
   const shape =
@@ -586,7 +628,7 @@ function readResponseFormat(body: Record<string, unknown>): Grammar | null {
   if (!isObject(format)) throw bad(`"response_format" must be ${shape}, got ${typeOf(format)}`);
   if (format.type === "text") return null;
   if (format.type === "json_object") {
-    const g = new GrammarBuilder();
+    const g = jsonBuilder(ws);
     return g.build(g.anyObject());
   }
   if (format.type !== "json_schema") {
@@ -600,7 +642,7 @@ function readResponseFormat(body: Record<string, unknown>): Grammar | null {
       `"response_format.json_schema" must be {"name": ..., "schema": {...}}, got ${typeOf(spec)}`,
     );
   }
-  return jsonSchemaGrammar(spec.schema, "response_format.json_schema.schema");
+  return jsonSchemaGrammar(spec.schema, "response_format.json_schema.schema", ws);
 }
 
 /**
