@@ -872,6 +872,7 @@ describe("tools, through a scripted engine", () => {
           ask,
           forced_tools: [{ type: "function", function: { name: "weather", parameters: FORCED } }],
           schema: FORCED,
+          choices: ["red", "green", "blue sky"],
         }),
         env: PYTHON_ENV,
         encoding: "utf8",
@@ -940,6 +941,8 @@ describe("tools, through a scripted engine", () => {
       expect(formatted.finish_reason).toBe("stop");
       expect(grammarMatches(grammar, formatted.message.content)).toBe(true);
       expect(Object.keys(JSON.parse(formatted.message.content))).toEqual(["city", "unit"]);
+      expect(out.chosen.choices).toHaveLength(3);
+      for (const c of out.chosen.choices) expect(["red", "green", "blue sky"]).toContain(c.text);
     },
     90_000,
   );

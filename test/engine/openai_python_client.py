@@ -6,7 +6,7 @@ spec on stdin, makes the calls below with the client, and prints what the client
 object. The test compares it with /generate and the chat template on the same server.
 
 spec: {"base", "key", "model", "messages", "tools_base", "tools_model", "tools", "ask",
-       "forced_tools", "schema"}
+       "forced_tools", "schema", "choices"}
 """
 
 import json
@@ -96,6 +96,17 @@ def main() -> None:
         max_tokens=300,
     )
     out["formatted"] = formatted.model_dump()
+    # vLLM's structured outputs, sent as vLLM's docs send them (extra_body).
+    chosen = client.completions.create(
+        model=spec["model"],
+        prompt="Pick one:",
+        temperature=1,
+        seed=3,
+        n=3,
+        max_tokens=16,
+        extra_body={"structured_outputs": {"choice": spec["choices"]}},
+    )
+    out["chosen"] = chosen.model_dump()
 
     json.dump(out, sys.stdout)
 
