@@ -30,7 +30,7 @@ import { Rng } from "../../src/runtime/rng.js";
 import { table } from "../../src/runtime/table.js";
 import { writeTinyModel } from "../../src/world/model.js";
 import { fmt, log, threadCappedEnv } from "../common.js";
-import { EngineProcess, timeDecodeSteps } from "./stdio.js";
+import { EngineProcess, greedy, timeDecodeSteps } from "./stdio.js";
 
 const VOCAB = 151_936;
 const REGULAR = 151_643;
@@ -91,16 +91,14 @@ function syntheticVocabulary(rng: Rng): string[] {
 /** Seconds per decode step of `batch` sequences sampled with `grammar` (or none). */
 function stepSeconds(engine: EngineProcess, batch: number, grammar: unknown, tag: string) {
   const commands = Array.from({ length: batch }, (_, i) => ({
-    op: "generate",
-    rid: `${tag}-${i}`,
-    input_ids: [i + 1, ...Array.from({ length: 16 }, (_, k) => (k * 977 + 13) % REGULAR)],
-    max_new_tokens: NEW_TOKENS,
+    ...greedy(
+      `${tag}-${i}`,
+      [i + 1, ...Array.from({ length: 16 }, (_, k) => (k * 977 + 13) % REGULAR)],
+      NEW_TOKENS,
+    ),
+    // Sampled, and free to end at EOS where the grammar may.
     temperature: 1,
-    top_p: 1,
-    top_k: -1,
-    min_p: 0,
     seed: i,
-    stop_token_ids: [],
     ignore_eos: false,
     ...(grammar ? { grammar } : {}),
   }));

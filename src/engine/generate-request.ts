@@ -12,9 +12,7 @@
 import { editDistance } from "../config/suggest.js";
 import { HttpError, typeOf } from "../runtime/http-server.js";
 import type { Grammar } from "./grammar/builder.js";
-import { ebnfGrammar } from "./grammar/ebnf.js";
-import { jsonSchemaGrammar } from "./grammar/json-schema.js";
-import { regexGrammar } from "./grammar/regex.js";
+import { requestedGrammar } from "./grammar/requested.js";
 
 /** SGLang's defaults (python/sglang/srt/sampling/sampling_params.py). */
 export const DEFAULT_MAX_NEW_TOKENS = 128;
@@ -600,21 +598,22 @@ function readGrammar(
     throw bad(conflicting(given.map(fieldOf)));
   }
   const field = fieldOf(key);
-  const value = p[key];
+  requireGrammar(limits, field);
+  const kind = ({ json_schema: "json", regex: "regex", ebnf: "grammar" } as const)[key];
+  return { grammar: requestedGrammar(kind, p[key], field), field };
+}
+
+/**
+ * Refuses `field`, a constraint, where this server cannot constrain outputs (no tokenizer, or
+ * one whose token bytes cannot be read), saying why.
+ */
+export function requireGrammar(limits: ModelLimits, field: string): void {
   const problem = limits.grammar ? limits.grammar() : "this server runs with --skip-tokenizer-init";
   if (problem !== null) {
     throw bad(
       `${quote(field)} needs constrained decoding, which this server cannot do: ${problem}`,
     );
   }
-  if (key === "regex" || key === "ebnf") {
-    if (typeof value !== "string") {
-      throw bad(`${quote(field)} must be a string, got ${typeOf(value)}`);
-    }
-    const compile = key === "regex" ? regexGrammar : ebnfGrammar;
-    return { grammar: compile(value, field), field };
-  }
-  return { grammar: jsonSchemaGrammar(value, field), field };
 }
 
 /** ModelLimits' `grammar` for a server with this tokenizer (none: no grammar). */

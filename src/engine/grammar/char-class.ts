@@ -1,10 +1,11 @@
 /**
- * Character classes and escapes, as regular expressions (./regex.ts) and EBNF grammars
- * (./ebnf.ts) write them, read from a cursor and turned into grammar nodes (./builder.ts).
+ * Character classes, escapes and quantifiers, as regular expressions (./regex.ts) and EBNF
+ * grammars (./ebnf.ts) write them, read from a cursor and turned into grammar nodes
+ * (./builder.ts).
  * Characters are UTF-8 code points: a class takes one whole character. Ranges stay within
  * ASCII; other characters are listed one by one, and a negated class may not list them.
  */
-import type { GrammarBuilder } from "./builder.js";
+import { type GrammarBuilder, MANY } from "./builder.js";
 
 /** A class: [lo, hi] ASCII ranges, non-ASCII characters listed, and whether it is negated. */
 export interface CharSet {
@@ -149,4 +150,28 @@ export function charNode(g: GrammarBuilder, set: CharSet, c: Cursor): number {
   }
   const ascii = complement(set.ranges);
   return g.alt(...(ascii.length > 0 ? [g.bytes(ascii)] : []), g.nonAscii());
+}
+
+/**
+ * The quantifier at the cursor, taken: `*`, `+`, `?`, `{m}`, `{m,}` or `{m,n}` (with blanks
+ * inside the braces when `spaced`: EBNF's); null, and nothing taken, where there is none (a
+ * `{` that starts no quantifier is a literal, as in Python's re).
+ */
+export function readQuantifier(c: Cursor, spaced: boolean): { min: number; max: number } | null {
+  const q = c.peek();
+  const simple: Record<string, [number, number]> = { "*": [0, MANY], "+": [1, MANY], "?": [0, 1] };
+  const bounds = q === undefined ? undefined : simple[q];
+  if (bounds) {
+    c.i++;
+    return { min: bounds[0], max: bounds[1] };
+  }
+  const braces = (spaced ? /^\{\s*(\d+)\s*(,\s*(\d*)\s*)?\}/ : /^\{(\d+)(,(\d*))?\}/).exec(
+    c.src.slice(c.i),
+  );
+  if (braces === null) return null;
+  const min = Number(braces[1]);
+  const max = braces[2] === undefined ? min : braces[3] === "" ? MANY : Number(braces[3]);
+  if (max !== MANY && max < min) c.fail(`{${min},${max}} has its bounds the wrong way round`);
+  c.i += braces[0].length;
+  return { min, max };
 }

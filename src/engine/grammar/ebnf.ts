@@ -19,8 +19,15 @@
  * match nothing.
  */
 import { HttpError } from "../../runtime/http-server.js";
-import { type Grammar, GrammarBuilder, MANY } from "./builder.js";
-import { type CharSet, Cursor, charNode, readClass, readEscape } from "./char-class.js";
+import { type Grammar, GrammarBuilder } from "./builder.js";
+import {
+  type CharSet,
+  Cursor,
+  charNode,
+  readClass,
+  readEscape,
+  readQuantifier,
+} from "./char-class.js";
 
 const bad = (message: string) => new HttpError(400, message);
 const NAME = /^[A-Za-z_][A-Za-z0-9_.-]*/;
@@ -118,26 +125,10 @@ class Parser {
   }
 
   private quantified(): Expr {
-    const c: Cursor = this.c;
     const item = this.atom();
-    const at = c.i;
-    const q = c.peek();
-    let min: number;
-    let max: number;
-    const braces = /^\{\s*(\d+)\s*(,\s*(\d*)\s*)?\}/.exec(c.src.slice(c.i));
-    if (q === "*") [min, max] = [0, MANY];
-    else if (q === "+") [min, max] = [1, MANY];
-    else if (q === "?") [min, max] = [0, 1];
-    else if (braces) {
-      min = Number(braces[1]);
-      max = braces[2] === undefined ? min : braces[3] === "" ? MANY : Number(braces[3]);
-      if (max !== MANY && max < min) c.fail(`{${min},${max}} has its bounds the wrong way round`);
-      c.i += braces[0].length - 1;
-    } else {
-      return item;
-    }
-    c.i++;
-    return { kind: "rep", item, min, max, at };
+    const at = this.c.i;
+    const q = readQuantifier(this.c, true);
+    return q === null ? item : { kind: "rep", item, min: q.min, max: q.max, at };
   }
 
   private atom(): Expr {

@@ -15,11 +15,9 @@
  */
 import { HttpError } from "../../runtime/http-server.js";
 import { type Grammar, GrammarBuilder, MANY } from "./builder.js";
-import { Cursor, charNode, readClass, readEscape } from "./char-class.js";
+import { Cursor, charNode, readClass, readEscape, readQuantifier } from "./char-class.js";
 
 const bad = (message: string) => new HttpError(400, message);
-/** `{m}`, `{m,}` or `{m,n}` (another `{` is a literal, as in Python's re). */
-const QUANTIFIER = /^\{(\d+)(,(\d*))?\}/;
 
 /** A part of the expression: its node, and whether it can match nothing. */
 interface Part {
@@ -89,31 +87,13 @@ class RegexParser {
   }
 
   private quantified(atom: Part): Part {
-    const c = this.c.src[this.c.i];
-    let min: number;
-    let max: number;
-    if (c === "*") [min, max] = [0, MANY];
-    else if (c === "+") [min, max] = [1, MANY];
-    else if (c === "?") [min, max] = [0, 1];
-    else if (c === "{" && QUANTIFIER.test(this.c.src.slice(this.c.i))) {
-      const m = QUANTIFIER.exec(this.c.src.slice(this.c.i)) as RegExpExecArray;
-      min = Number(m[1]);
-      max = m[2] === undefined ? min : m[3] === "" ? MANY : Number(m[3]);
-      if (max !== MANY && max < min)
-        this.fail(`{${min},${max}} has its bounds the wrong way round`);
-      this.c.i += m[0].length - 1;
-    } else {
-      return atom;
-    }
-    this.c.i++;
-    if (this.c.src[this.c.i] === "?") this.c.i++; // lazy: the same outputs
-    const next = this.c.src[this.c.i];
-    if (
-      next === "*" ||
-      next === "+" ||
-      next === "?" ||
-      (next === "{" && QUANTIFIER.test(this.c.src.slice(this.c.i)))
-    ) {
+    const q = readQuantifier(this.c, false);
+    if (q === null) return atom;
+    const { min, max } = q;
+    if (this.c.peek() === "?") this.c.i++; // lazy: the same outputs
+    const at = this.c.i;
+    if (readQuantifier(this.c, false) !== null) {
+      this.c.i = at;
       this.fail("a quantifier on a quantifier (possessive quantifiers are not supported)");
     }
     if (atom.nullable && (max === MANY || max > 1)) {

@@ -29,12 +29,12 @@ import {
   type ModelLimits,
   readIds,
   readSampling,
+  requireGrammar,
   type SequenceSpec,
 } from "../generate-request.js";
-import { type Grammar, GrammarBuilder } from "../grammar/builder.js";
-import { ebnfGrammar } from "../grammar/ebnf.js";
-import { jsonBuilder, jsonSchemaGrammar, type Whitespace } from "../grammar/json-schema.js";
-import { regexGrammar } from "../grammar/regex.js";
+import type { Grammar } from "../grammar/builder.js";
+import type { Whitespace } from "../grammar/json-schema.js";
+import { type ConstraintKind, requestedGrammar } from "../grammar/requested.js";
 import { type FunctionTool, toolCallGrammar } from "../grammar/tool-calls.js";
 
 /** The chat side of the model folder: its template, or why there is none. */
@@ -113,12 +113,24 @@ const SAMPLING_NAMES: Record<string, string> = {
 };
 
 /** vLLM's structured outputs (both routes): its current object and its earlier keys. */
-const GUIDED_KEYS = ["guided_json", "guided_regex", "guided_choice", "guided_grammar"] as const;
+const GUIDED_KEYS: Record<string, ConstraintKind> = {
+  guided_json: "json",
+  guided_regex: "regex",
+  guided_choice: "choice",
+  guided_grammar: "grammar",
+};
+const STRUCTURED_KINDS: readonly ConstraintKind[] = [
+  "json",
+  "regex",
+  "choice",
+  "grammar",
+  "json_object",
+];
 
 /** Keys both routes read. */
 const COMMON_KEYS = [
   "structured_outputs",
-  ...GUIDED_KEYS,
+  ...Object.keys(GUIDED_KEYS),
   "guided_whitespace_pattern",
   "model",
   "max_tokens",
@@ -520,12 +532,7 @@ function constrain(
   if (second !== undefined) {
     throw bad(conflicting(constraints.map((c) => c.key)));
   }
-  const problem = ctx.limits.grammar ? ctx.limits.grammar() : "this server has no tokenizer";
-  if (problem !== null) {
-    throw bad(
-      `${quote(first.key)} needs constrained decoding, which this server cannot do: ${problem}`,
-    );
-  }
+  requireGrammar(ctx.limits, first.key);
   for (const s of sequences) s.params.grammar = first.grammar;
 }
 
@@ -537,28 +544,29 @@ function constrain(
  */
 function structuredOutputs(body: Record<string, unknown>, ws?: Whitespace): Constraint[] {
   const out: Constraint[] = [];
-  const add = (key: string, kind: string, value: unknown) => {
+  const add = (key: string, kind: ConstraintKind, value: unknown) => {
     if (value === undefined || value === null) return;
     const json = kind === "json" || kind === "json_object";
-    out.push({ key, grammar: guidedGrammar(kind, value, key, ws), json });
+    out.push({ key, grammar: requestedGrammar(kind, value, key, ws), json });
   };
+  const kinds: readonly string[] = STRUCTURED_KINDS;
   const so = body.structured_outputs;
   if (so !== undefined && so !== null) {
     if (!isObject(so)) {
       throw bad(`"structured_outputs" must be an object like {"regex": "..."}, got ${typeOf(so)}`);
     }
     for (const [kind, value] of Object.entries(so)) {
-      if (!["json", "regex", "choice", "grammar", "json_object"].includes(kind)) {
+      if (!kinds.includes(kind)) {
         if (value === null || kind === "whitespace_pattern") continue; // readWhitespace's
         if (kind === "disable_fallback" && typeof value === "boolean") continue;
         throw bad(
           `"structured_outputs.${kind}" is not supported (json, regex, choice, grammar, json_object)`,
         );
       }
-      add(`structured_outputs.${kind}`, kind, value);
+      add(`structured_outputs.${kind}`, kind as ConstraintKind, value);
     }
   }
-  for (const key of GUIDED_KEYS) add(key, key.slice("guided_".length), body[key]);
+  for (const [key, kind] of Object.entries(GUIDED_KEYS)) add(key, kind, body[key]);
   return out;
 }
 
@@ -583,37 +591,6 @@ function readWhitespace(body: Record<string, unknown>): Whitespace | undefined {
   return { pattern, field };
 }
 
-function guidedGrammar(kind: string, value: unknown, key: string, ws?: Whitespace): Grammar {
-  const text = (what: string) => {
-    if (typeof value !== "string") throw bad(`${quote(key)} must be ${what}, got ${typeOf(value)}`);
-    return value;
-  };
-  switch (kind) {
-    case "regex":
-      return regexGrammar(text("a regular expression"), key);
-    case "grammar":
-      return ebnfGrammar(text("an EBNF grammar"), key);
-    case "choice": {
-      if (
-        !Array.isArray(value) ||
-        value.length === 0 ||
-        !value.every((v) => typeof v === "string")
-      ) {
-        throw bad(`${quote(key)} must be a non-empty list of strings, got ${typeOf(value)}`);
-      }
-      const g = new GrammarBuilder();
-      return g.build(g.alt(...(value as string[]).map((v) => g.lit(v))));
-    }
-    case "json_object": {
-      if (value !== true) throw bad(`${quote(key)} must be true, got ${typeOf(value)}`);
-      const g = jsonBuilder(ws);
-      return g.build(g.anyObject());
-    }
-    default:
-      return jsonSchemaGrammar(value, key, ws);
-  }
-}
-
 /**
  * `response_format`: `{"type": "text"}` (the default), `{"type": "json_object"}` (any JSON
  * object) or `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}` (a
@@ -627,10 +604,8 @@ function readResponseFormat(body: Record<string, unknown>, ws?: Whitespace): Gra
     '{"name": ..., "schema": {...}}}';
   if (!isObject(format)) throw bad(`"response_format" must be ${shape}, got ${typeOf(format)}`);
   if (format.type === "text") return null;
-  if (format.type === "json_object") {
-    const g = jsonBuilder(ws);
-    return g.build(g.anyObject());
-  }
+  if (format.type === "json_object")
+    return requestedGrammar("json_object", true, "response_format", ws);
   if (format.type !== "json_schema") {
     throw bad(
       `"response_format.type" must be "text", "json_object" or "json_schema", got ${JSON.stringify(format.type)}`,
@@ -642,7 +617,7 @@ function readResponseFormat(body: Record<string, unknown>, ws?: Whitespace): Gra
       `"response_format.json_schema" must be {"name": ..., "schema": {...}}, got ${typeOf(spec)}`,
     );
   }
-  return jsonSchemaGrammar(spec.schema, "response_format.json_schema.schema", ws);
+  return requestedGrammar("json", spec.schema, "response_format.json_schema.schema", ws);
 }
 
 /**
